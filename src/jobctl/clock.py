@@ -1,0 +1,70 @@
+"""The only module that reads real time.
+
+Everything else takes ``now`` as an argument. Times are aware UTC datetimes; the store
+keeps them as integer microseconds since the epoch (see :func:`to_us` / :func:`from_us`).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+
+UTC = timezone.utc
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def to_us(dt: datetime) -> int:
+    """Aware datetime -> integer microseconds since the Unix epoch (UTC)."""
+    delta = dt - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_us(us: int) -> datetime:
+    """Integer microseconds since the epoch -> aware UTC datetime."""
+    return _EPOCH + timedelta(microseconds=us)
+
+
+def iso(dt: datetime | None) -> str | None:
+    """ISO 8601 in UTC with a ``Z`` suffix (SPEC §7), or None."""
+    if dt is None:
+        return None
+    dt = dt.astimezone(UTC)
+    if dt.microsecond:
+        return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def iso_us(us: int | None) -> str | None:
+    return None if us is None else iso(from_us(us))
+
+
+class SystemClock:
+    """Wall-clock time for deciding *what* is due, monotonic time for *how long* to sleep."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+class FakeClock:
+    """A clock that only moves when told to. For the pure scheduling logic's tests."""
+
+    def __init__(self, start: datetime) -> None:
+        self._now = start
+        self._mono = 0.0
+
+    def now(self) -> datetime:
+        return self._now
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def advance(self, seconds: float) -> None:
+        self._now += timedelta(seconds=seconds)
+        self._mono += seconds
+
+    def set(self, when: datetime) -> None:
+        self._mono += (when - self._now).total_seconds()
+        self._now = when

@@ -1,0 +1,249 @@
+"""Frozen value types shared by every layer: triggers, jobs, runs, attempts, states, policies.
+
+Times are aware UTC datetimes. Durations are float seconds (names end in ``_seconds``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+OUTPUT_LIMIT_BYTES = 64 * 1024
+DEFAULT_CATCHUP_LIMIT = 6
+DEFAULT_RETRIES = 2
+DEFAULT_BACKOFF_SECONDS = 10.0
+MAX_BACKOFF_SECONDS = 3600.0
+MAX_SKIPPED_ROWS = 100
+
+
+class TriggerKind(str, Enum):
+    CRON = "cron"
+    INTERVAL = "interval"
+    ONCE = "once"
+    REBOOT = "reboot"
+    MANUAL = "manual"
+
+
+class JobState(str, Enum):
+    ACTIVE = "active"
+    PAUSED = "paused"
+    CANCELLED = "cancelled"
+    DONE = "done"
+
+
+class RunState(str, Enum):
+    PENDING = "pending"
+    LEASED = "leased"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"
+
+
+OPEN_RUN_STATES = (RunState.PENDING, RunState.LEASED, RunState.FAILED)
+FINISHED_RUN_STATES = (
+    RunState.SUCCEEDED,
+    RunState.DEAD,
+    RunState.CANCELLED,
+    RunState.SKIPPED,
+)
+
+
+class Catchup(str, Enum):
+    SKIP = "skip"
+    ONCE = "once"
+    ALL = "all"
+
+
+class Overlap(str, Enum):
+    FORBID = "forbid"
+    ALLOW = "allow"
+    REPLACE = "replace"
+
+
+class RunReason(str, Enum):
+    SCHEDULE = "schedule"
+    CATCHUP = "catchup"
+    MANUAL = "manual"
+
+
+class SkipReason(str, Enum):
+    MISSED = "missed"
+    OVERLAP = "overlap"
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """When a job fires. Exactly one kind; the other fields are None where they do not apply.
+
+    - cron: ``expr`` is the expression as given (macros kept), read in zone ``tz``.
+    - interval: ``every_seconds`` > 0; fixed rate from ``anchor`` unless ``after_completion``.
+    - once: ``at`` (aware UTC).
+    - reboot: ``expr`` is ``@reboot``.
+    - manual: nothing.
+    """
+
+    kind: TriggerKind
+    tz: str
+    expr: str | None = None
+    every_seconds: float | None = None
+    anchor: datetime | None = None
+    at: datetime | None = None
+    after_completion: bool = False
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything a user sets on a job: what ``add`` creates and ``edit`` changes."""
+
+    name: str
+    trigger: Trigger
+    command: str
+    description: str | None = None
+    stdin: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    shell: str = "/bin/sh"
+    paused: bool = False
+    catchup: Catchup = Catchup.ONCE
+    catchup_limit: int = DEFAULT_CATCHUP_LIMIT
+    overlap: Overlap = Overlap.FORBID
+    timeout_seconds: float | None = None
+    retries: int = DEFAULT_RETRIES
+    backoff_seconds: float = DEFAULT_BACKOFF_SECONDS
+    priority: int = 0
+    jitter_seconds: float = 0.0
+    on_failure: str | None = None
+    locks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Job:
+    """A stored job: the spec plus what the store and the scheduler keep about it."""
+
+    id: int
+    spec: JobSpec
+    state: JobState
+    created_at: datetime
+    schedule_from: datetime
+    next_run_at: datetime | None
+    last_window_at: datetime | None
+    missed_total: int
+    last_boot_id: str | None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def trigger(self) -> Trigger:
+        return self.spec.trigger
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """A run's copy of its job's settings, taken when the run is created."""
+
+    command: str
+    shell: str
+    cwd: str | None
+    env: dict[str, str]
+    stdin: str | None
+    timeout_seconds: float | None
+    backoff_seconds: float
+    on_failure: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "shell": self.shell,
+            "cwd": self.cwd,
+            "env": self.env,
+            "stdin": self.stdin,
+            "timeout_seconds": self.timeout_seconds,
+            "backoff_seconds": self.backoff_seconds,
+            "on_failure": self.on_failure,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunSettings:
+        return cls(
+            command=d["command"],
+            shell=d["shell"],
+            cwd=d.get("cwd"),
+            env=dict(d.get("env") or {}),
+            stdin=d.get("stdin"),
+            timeout_seconds=d.get("timeout_seconds"),
+            backoff_seconds=float(d.get("backoff_seconds", DEFAULT_BACKOFF_SECONDS)),
+            on_failure=d.get("on_failure"),
+        )
+
+    @classmethod
+    def from_spec(cls, spec: JobSpec) -> RunSettings:
+        return cls(
+            command=spec.command,
+            shell=spec.shell,
+            cwd=spec.cwd,
+            env=dict(spec.env),
+            stdin=spec.stdin,
+            timeout_seconds=spec.timeout_seconds,
+            backoff_seconds=spec.backoff_seconds,
+            on_failure=spec.on_failure,
+        )
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    job_id: int
+    job_name: str
+    scheduled_for: datetime
+    state: RunState
+    skip_reason: SkipReason | None
+    attempt: int
+    max_attempts: int
+    not_before: datetime | None
+    leased_by: str | None
+    lease_until: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    exit_code: int | None
+    last_error: str | None
+    reason: RunReason
+    catchup_from: datetime | None
+    priority: int
+    run_key: str | None
+    env: dict[str, str]
+    locks: tuple[str, ...]
+    settings: RunSettings | None
+    cancel_requested: bool = False
+    pgid: int | None = None
+    lease_host: str | None = None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    run_id: int
+    attempt: int
+    started_at: datetime
+    finished_at: datetime | None
+    exit_code: int | None
+    error: str | None
+    output_bytes: int
+
+
+@dataclass(frozen=True)
+class DaemonInfo:
+    id: str
+    pid: int
+    host: str
+    leader: bool
+    started_at: datetime
+    heartbeat_at: datetime
+    wake_address: str | None = None

@@ -1,0 +1,211 @@
+"""Pure scheduling logic: which windows are due, catch-up, retry backoff, the fire heap.
+
+Nothing here reads the clock or the database: ``now`` and the job come in as arguments,
+so the tests drive it with plain datetimes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from . import triggers
+from .models import (
+    MAX_BACKOFF_SECONDS,
+    MAX_SKIPPED_ROWS,
+    Catchup,
+    Job,
+    RunReason,
+    RunState,
+    SkipReason,
+    TriggerKind,
+)
+
+#: a loop that wakes this much later than it planned counts the gap as missed (SPEC §6)
+MISSED_GAP_SECONDS = 60.0
+#: cron windows are enumerated at most this far when catching up (then only counted)
+MAX_ENUMERATED_WINDOWS = 2_000_000
+
+
+@dataclass(frozen=True)
+class Window:
+    scheduled_for: datetime
+    state: RunState
+    reason: RunReason
+    skip_reason: SkipReason | None = None
+    catchup_from: datetime | None = None
+    not_before: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to record for one job at one turn of the loop."""
+
+    windows: list[Window]
+    next_run_at: datetime | None
+    last_window_at: datetime | None
+    missed_increment: int = 0
+    done: bool = False
+
+
+def retry_delay_seconds(attempt: int, backoff_seconds: float, rng: random.Random) -> float:
+    """Delay before retry ``attempt`` (1-based): ``min(backoff·2^(k-1), 1h)`` × U[0.5, 1]."""
+    base = min(backoff_seconds * (2 ** max(attempt - 1, 0)), MAX_BACKOFF_SECONDS)
+    return base * rng.uniform(0.5, 1.0)
+
+
+def _jittered(when: datetime, jitter_seconds: float, rng: random.Random) -> datetime:
+    if jitter_seconds <= 0:
+        return when
+    return when + timedelta(seconds=rng.random() * jitter_seconds)
+
+
+def _due_windows(job: Job, now: datetime, keep: int) -> tuple[int, datetime | None, list[datetime]]:
+    """(count, earliest, the ``keep`` latest) windows in [job.next_run_at, now]."""
+    first = job.next_run_at
+    if first is None or first > now:
+        return 0, None, []
+    trig = job.trigger
+    if trig.kind is TriggerKind.INTERVAL and not trig.after_completion:
+        count = 1 + triggers.count_fires(trig, first, now)
+        # only the last ``keep`` windows are enumerated, however long the gap
+        start = first + timedelta(seconds=trig.every_seconds or 0) * max(count - keep, 0)
+        tail: deque[datetime] = deque([start], maxlen=keep)
+        tail.extend(triggers.iter_fires(trig, start, now))
+        return count, first, list(tail)
+    if trig.kind is not TriggerKind.CRON:
+        return 1, first, [first]
+    count = 1
+    tail = deque([first], maxlen=keep)
+    for w in triggers.iter_fires(trig, first, now):
+        count += 1
+        tail.append(w)
+        if count >= MAX_ENUMERATED_WINDOWS:
+            break
+    return count, first, list(tail)
+
+
+def plan_due(job: Job, now: datetime, *, missed: bool, rng: random.Random) -> Plan | None:
+    """Decide the rows for a job whose next window is due (``job.next_run_at <= now``).
+
+    ``missed`` says the windows passed while no scheduler ran (start-up, a takeover, or a
+    loop that woke more than a minute late); the job's catch-up policy then applies:
+    ``skip`` records them skipped, ``once`` runs the latest with ``catchup_from`` the
+    earliest, ``all`` runs the ``catchup_limit`` latest, oldest first. At most
+    ``MAX_SKIPPED_ROWS`` skipped rows are written; every missed window that does not run
+    counts in ``missed_increment``. Returns None when nothing is due.
+    """
+    spec = job.spec
+    keep = MAX_SKIPPED_ROWS + max(spec.catchup_limit, 1)
+    count, earliest, tail = _due_windows(job, now, keep)
+    if count == 0 or earliest is None:
+        return None
+    last = tail[-1]
+    windows: list[Window] = []
+    missed_increment = 0
+    if not missed:
+        for w in tail:
+            windows.append(
+                Window(w, RunState.PENDING, RunReason.SCHEDULE,
+                       not_before=_jittered(w, spec.jitter_seconds, rng))
+            )
+    else:
+        if spec.catchup is Catchup.SKIP:
+            run_n = 0
+        elif spec.catchup is Catchup.ONCE:
+            run_n = 1
+        else:
+            run_n = min(spec.catchup_limit, count)
+        run_n = min(run_n, len(tail))
+        skipped = tail[: len(tail) - run_n]
+        running = tail[len(tail) - run_n:]
+        missed_increment = count - run_n
+        for w in skipped[-MAX_SKIPPED_ROWS:]:
+            windows.append(Window(w, RunState.SKIPPED, RunReason.CATCHUP, SkipReason.MISSED))
+        for w in running:
+            frm = earliest if spec.catchup is Catchup.ONCE else w
+            windows.append(
+                Window(w, RunState.PENDING, RunReason.CATCHUP, catchup_from=frm,
+                       not_before=now)
+            )
+    trig = job.trigger
+    done = False
+    if trig.kind is TriggerKind.ONCE:
+        nxt = None
+        done = True
+    elif trig.kind is TriggerKind.INTERVAL and trig.after_completion:
+        # the next window is set when this run ends; skipped: one interval from now
+        nxt = None if any(w.state is RunState.PENDING for w in windows) else (
+            triggers.next_fire(trig, now)
+        )
+    else:
+        nxt = triggers.next_fire(trig, max(last, now) if missed else last)
+    return Plan(windows, nxt, last, missed_increment, done)
+
+
+@dataclass(order=True)
+class _Entry:
+    due_us: int
+    job_id: int = field(compare=True)
+
+
+class FireHeap:
+    """Jobs keyed by next fire time (µs). Stale entries are dropped lazily on pop.
+
+    ``push`` replaces a job's time; ``remove`` forgets it. ``pop_due(now_us)`` returns
+    the ids of jobs whose time is ≤ now_us, earliest first. O(log n) per operation.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int]] = []
+        self._current: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._current)
+
+    def load(self, items: list[tuple[int, int]]) -> None:
+        """Replace the contents with (due_us, job_id) pairs in O(n)."""
+        self._current = {job_id: due for due, job_id in items}
+        self._heap = list(items)
+        heapq.heapify(self._heap)
+
+    def push(self, job_id: int, due_us: int | None) -> None:
+        if due_us is None:
+            self._current.pop(job_id, None)
+            return
+        if self._current.get(job_id) == due_us:
+            return
+        self._current[job_id] = due_us
+        heapq.heappush(self._heap, (due_us, job_id))
+        if len(self._heap) > 2 * len(self._current) + 1024:
+            self._compact()
+
+    def remove(self, job_id: int) -> None:
+        self._current.pop(job_id, None)
+
+    def _compact(self) -> None:
+        self._heap = [(d, j) for j, d in self._current.items()]
+        heapq.heapify(self._heap)
+
+    def _drop_stale(self) -> None:
+        while self._heap and self._current.get(self._heap[0][1]) != self._heap[0][0]:
+            heapq.heappop(self._heap)
+
+    def peek(self) -> int | None:
+        """The earliest due time (µs), or None when empty."""
+        self._drop_stale()
+        return self._heap[0][0] if self._heap else None
+
+    def pop_due(self, now_us: int) -> list[tuple[int, int]]:
+        """Remove and return (due_us, job_id) for every job due at or before ``now_us``."""
+        out = []
+        while True:
+            self._drop_stale()
+            if not self._heap or self._heap[0][0] > now_us:
+                return out
+            due, job_id = heapq.heappop(self._heap)
+            del self._current[job_id]
+            out.append((due, job_id))

@@ -1,0 +1,196 @@
+"""Turning what a user typed into validated values: names, triggers, env pairs, job specs.
+
+Pure functions: no click, no database. Every problem raises UsageError (exit 2) with a
+one-line message, before anything is written.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from . import durations, triggers
+from .errors import UsageError
+from .models import NAME_RE, Catchup, JobSpec, Overlap, Trigger, TriggerKind
+
+
+def check_text(value: str, what: str) -> str:
+    """Refuse text that cannot be stored as UTF-8 (e.g. undecodable bytes from argv)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"{what} is not valid UTF-8") from None
+    if "\x00" in value:
+        raise UsageError(f"{what} contains a NUL byte")
+    return value
+
+
+def check_name(name: str, what: str = "job name") -> str:
+    check_text(name, what)
+    if not NAME_RE.fullmatch(name):
+        raise UsageError(
+            f"invalid {what} {name!r}: use letters, digits, '.', '_' and '-' "
+            "(first a letter or digit, at most 64)"
+        )
+    return name
+
+
+def parse_env_pairs(pairs: Sequence[str]) -> dict[str, str]:
+    """``KEY=VALUE`` strings -> dict. KEY is a shell identifier."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        check_text(pair, "--env")
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not (key[0].isalpha() or key[0] == "_") or not all(
+            ch.isalnum() or ch == "_" for ch in key
+        ) or not key.isascii():
+            raise UsageError(f"invalid --env {pair!r}: use KEY=VALUE with KEY a shell name")
+        out[key] = value
+    return out
+
+
+def join_command(args: Sequence[str]) -> str:
+    """One argument is a shell string; several are shell-quoted and joined (SPEC §7)."""
+    if not args:
+        raise UsageError("no command given: add -- COMMAND after the options")
+    for a in args:
+        check_text(a, "command")
+    if len(args) == 1:
+        if not args[0].strip():
+            raise UsageError("the command is empty")
+        return args[0]
+    return shlex.join(args)
+
+
+@dataclass
+class TriggerOptions:
+    cron: str | None = None
+    every: str | None = None
+    after_completion: bool = False
+    start: str | None = None
+    at: str | None = None
+    in_: str | None = None
+    manual: bool = False
+    tz: str | None = None
+
+    def given(self) -> bool:
+        return any(
+            v for v in (self.cron, self.every, self.at, self.in_, self.manual)
+        )
+
+
+def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None = None) -> Trigger:
+    """Exactly one of --cron/--every/--at/--in/--manual -> a validated Trigger."""
+    chosen = [
+        flag
+        for flag, v in (
+            ("--cron", opts.cron), ("--every", opts.every), ("--at", opts.at),
+            ("--in", opts.in_), ("--manual", opts.manual),
+        )
+        if v
+    ]
+    if len(chosen) != 1:
+        raise UsageError(
+            "give exactly one trigger: --cron, --every, --at, --in or --manual"
+            + (f" (got {', '.join(chosen)})" if chosen else "")
+        )
+    tz = opts.tz or default_tz or durations.local_zone_name()
+    check_text(tz, "--tz")
+    durations.parse_zone(tz)
+    if opts.after_completion and not opts.every:
+        raise UsageError("--after-completion goes with --every")
+    if opts.start and not opts.every:
+        raise UsageError("--start goes with --every")
+    if opts.cron is not None:
+        expr = check_text(opts.cron.strip(), "--cron")
+        if expr == "@reboot":
+            return Trigger(TriggerKind.REBOOT, tz=tz, expr="@reboot")
+        triggers.parse_cron(expr)
+        return Trigger(TriggerKind.CRON, tz=tz, expr=expr)
+    if opts.every is not None:
+        seconds = durations.parse_duration(opts.every)
+        anchor = durations.parse_time(opts.start, tz, now) if opts.start else now
+        return Trigger(
+            TriggerKind.INTERVAL, tz=tz, expr=durations.format_duration(seconds),
+            every_seconds=seconds, anchor=None if opts.after_completion else anchor,
+            after_completion=opts.after_completion,
+        )
+    if opts.at is not None:
+        at = durations.parse_time(opts.at, tz, now)
+        return Trigger(TriggerKind.ONCE, tz=tz, at=at)
+    if opts.in_ is not None:
+        at = durations.parse_relative(opts.in_, now)
+        return Trigger(TriggerKind.ONCE, tz=tz, at=at)
+    return Trigger(TriggerKind.MANUAL, tz=tz)
+
+
+def _choice(value: str, enum: Any, flag: str) -> Any:
+    try:
+        return enum(value)
+    except ValueError:
+        allowed = "|".join(e.value for e in enum)
+        raise UsageError(f"invalid {flag} {value!r}: use {allowed}") from None
+
+
+def _nonneg_int(value: int, flag: str, minimum: int = 0) -> int:
+    if value < minimum:
+        raise UsageError(f"invalid {flag} {value}: must be at least {minimum}")
+    return value
+
+
+def policy_changes(p: dict[str, Any]) -> dict[str, Any]:
+    """The policy options a user gave (None = not given) -> JobSpec field values."""
+    out: dict[str, Any] = {}
+    if p.get("catchup") is not None:
+        out["catchup"] = _choice(p["catchup"], Catchup, "--catchup")
+    if p.get("catchup_limit") is not None:
+        out["catchup_limit"] = _nonneg_int(p["catchup_limit"], "--catchup-limit", 1)
+    if p.get("overlap") is not None:
+        out["overlap"] = _choice(p["overlap"], Overlap, "--overlap")
+    if p.get("timeout") is not None:
+        out["timeout_seconds"] = durations.parse_duration(p["timeout"])
+    if p.get("retries") is not None:
+        out["retries"] = _nonneg_int(p["retries"], "--retries")
+    if p.get("backoff") is not None:
+        out["backoff_seconds"] = durations.parse_duration(p["backoff"])
+    if p.get("priority") is not None:
+        out["priority"] = p["priority"]
+    if p.get("jitter") is not None:
+        out["jitter_seconds"] = durations.parse_duration(p["jitter"])
+    if p.get("env"):
+        out["env"] = parse_env_pairs(p["env"])
+    if p.get("cwd") is not None:
+        out["cwd"] = check_text(p["cwd"], "--cwd")
+    if p.get("shell") is not None:
+        out["shell"] = check_text(p["shell"], "--shell")
+    if p.get("on_failure") is not None:
+        out["on_failure"] = check_text(p["on_failure"], "--on-failure") or None
+    if p.get("stdin") is not None:
+        out["stdin"] = check_text(p["stdin"], "--stdin")
+    if p.get("description") is not None:
+        out["description"] = check_text(p["description"], "--description")
+    if p.get("lock"):
+        out["locks"] = tuple(sorted({check_lock_name(lk) for lk in p["lock"]}))
+    return out
+
+
+def build_spec(
+    name: str, trig: TriggerOptions, policies: dict[str, Any], command: Sequence[str],
+    now: datetime, *, paused: bool = False,
+) -> JobSpec:
+    """Everything ``add`` was given -> a JobSpec. Raises UsageError."""
+    check_name(name)
+    trigger = build_trigger(trig, now)
+    cmd = join_command(command)
+    return JobSpec(name=name, trigger=trigger, command=cmd, paused=paused, **policy_changes(policies))
+
+
+def check_lock_name(name: str) -> str:
+    """Lock names are freer than job names (``host:example.org``): printable, ≤ 200."""
+    check_text(name, "lock name")
+    if not name or len(name) > 200 or not name.isprintable():
+        raise UsageError(f"invalid lock name {name!r}")
+    return name

@@ -1,0 +1,269 @@
+"""One attempt as a child process: its own session, its environment, its output tail.
+
+The daemon owns the event loop; a :class:`Child` only exposes file descriptors to wait
+on (the output pipe and a pidfd) and methods to call when they are ready. Children are
+handled whole: each runs in a new session (so its process group is its pid), every
+signal goes to the whole group, and every child is reaped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .clock import iso
+from .models import OUTPUT_LIMIT_BYTES, Run, RunSettings
+
+#: SIGTERM first, SIGKILL this long after (SPEC §4 --timeout)
+KILL_GRACE_SECONDS = 5.0
+#: a cancel is acted on within 2 s: SIGTERM, then SIGKILL this long after
+CANCEL_GRACE_SECONDS = 1.0
+READ_CHUNK_BYTES = 65536
+
+
+def build_env(
+    base: Mapping[str, str], run: Run, settings: RunSettings, attempt: int
+) -> dict[str, str]:
+    """The child's environment (SPEC §5): the daemon's, then the job's ``--env``, then the
+    run's payload, then the ``JOBCTL_*`` variables."""
+    env = dict(base)
+    env.update(settings.env)
+    env.update(run.env)
+    env["JOBCTL_JOB"] = run.job_name
+    env["JOBCTL_RUN_ID"] = str(run.id)
+    env["JOBCTL_ATTEMPT"] = str(attempt)
+    env["JOBCTL_SCHEDULED_FOR"] = iso(run.scheduled_for) or ""
+    if run.catchup_from is not None:
+        env["JOBCTL_CATCHUP_FROM"] = iso(run.catchup_from) or ""
+    else:
+        env.pop("JOBCTL_CATCHUP_FROM", None)
+    if run.run_key is not None:
+        env["JOBCTL_RUN_KEY"] = run.run_key
+    else:
+        env.pop("JOBCTL_RUN_KEY", None)
+    return env
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
+    """Signal a whole process group. Returns False when no such group exists."""
+    if pgid <= 1:
+        return False
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+
+
+def group_alive(pgid: int) -> bool:
+    return kill_group(pgid, 0)
+
+
+@dataclass
+class Outcome:
+    exit_code: int | None
+    error: str | None  # None on success; "exit 3", "signal 9", "timeout", "cancelled"
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class OutputTail:
+    """Keeps the last ``limit`` bytes written, and counts them all."""
+
+    def __init__(self, limit: int = OUTPUT_LIMIT_BYTES) -> None:
+        self.limit = limit
+        self.buf = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        self.buf += data
+        if len(self.buf) > 2 * self.limit:
+            del self.buf[: len(self.buf) - self.limit]
+
+    def value(self) -> bytes:
+        return bytes(self.buf[-self.limit:])
+
+
+class Child:
+    """A running command. Create with :meth:`start`; feed it readiness events.
+
+    ``output_fd`` is readable when output arrives; ``pidfd`` when the process exited.
+    The process is finished when :attr:`returncode` is set and the output is closed.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], pidfd: int, deadline: float | None) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.pidfd: int | None = pidfd
+        assert proc.stdout is not None
+        self.output_fd: int | None = proc.stdout.fileno()
+        os.set_blocking(self.output_fd, False)
+        self.tail = OutputTail()
+        self.returncode: int | None = None
+        self.deadline = deadline  # monotonic seconds, for --timeout
+        self.kill_at: float | None = None  # monotonic: SIGKILL the group then
+        self.stop_reason: str | None = None  # "timeout" | "cancelled" | "interrupted" | "lost"
+
+    @classmethod
+    def start(
+        cls,
+        settings: RunSettings,
+        env: dict[str, str],
+        now_monotonic: float,
+        *,
+        default_cwd: str | None = None,
+    ) -> Child:
+        """Spawn ``shell -c command`` in a new session. Raises OSError if it cannot start."""
+        stdin_file = None
+        if settings.stdin is not None:
+            stdin_file = tempfile.TemporaryFile()
+            stdin_file.write(settings.stdin.encode())
+            stdin_file.seek(0)
+        cwd = settings.cwd or default_cwd or env.get("HOME") or "/"
+        try:
+            proc = subprocess.Popen(
+                [settings.shell, "-c", settings.command],
+                stdin=stdin_file if stdin_file is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            if stdin_file is not None:
+                stdin_file.close()
+        pidfd = os.pidfd_open(proc.pid)
+        deadline = (
+            now_monotonic + settings.timeout_seconds if settings.timeout_seconds else None
+        )
+        return cls(proc, pidfd, deadline)
+
+    # -- events
+
+    def on_output(self) -> bool:
+        """Drain what is readable. Returns False at end of file (the fd is then closed)."""
+        if self.output_fd is None:
+            return False
+        while True:
+            try:
+                data = os.read(self.output_fd, READ_CHUNK_BYTES)
+            except BlockingIOError:
+                return True
+            except OSError as e:
+                if e.errno == errno.EINTR:
+                    continue
+                data = b""
+            if not data:
+                self._close_output()
+                return False
+            self.tail.feed(data)
+
+    def on_exit(self) -> None:
+        """The process exited: reap it, kill what is left of its group, drain the pipe.
+
+        Whatever the command left running in its process group is killed (like systemd's
+        KillMode=control-group), so an attempt leaves no stray process behind.
+        """
+        self.returncode = self.proc.wait()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        kill_group(self.pid, signal.SIGKILL)
+        # what is already in the pipe is kept; a process outside the group that still
+        # holds the pipe open does not keep the attempt alive
+        self.on_output()
+        self._close_output()
+
+    def _close_output(self) -> None:
+        if self.output_fd is not None:
+            assert self.proc.stdout is not None
+            with contextlib.suppress(OSError):
+                self.proc.stdout.close()
+            self.output_fd = None
+
+    @property
+    def finished(self) -> bool:
+        return self.returncode is not None and self.output_fd is None
+
+    # -- control
+
+    def stop(self, reason: str, now_monotonic: float, grace_seconds: float) -> None:
+        """SIGTERM the whole group now and SIGKILL it ``grace_seconds`` later."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        kill_group(self.pid, signal.SIGTERM)
+        kill_at = now_monotonic + grace_seconds
+        self.kill_at = kill_at if self.kill_at is None else min(self.kill_at, kill_at)
+
+    def kill_now(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        kill_group(self.pid, signal.SIGKILL)
+        self.kill_at = None
+
+    def tick(self, now_monotonic: float) -> None:
+        """Act on the timeout and the SIGKILL follow-up when their time has come."""
+        if self.returncode is not None:
+            return
+        if self.deadline is not None and now_monotonic >= self.deadline and self.stop_reason is None:
+            self.stop("timeout", now_monotonic, KILL_GRACE_SECONDS)
+        if self.kill_at is not None and now_monotonic >= self.kill_at:
+            kill_group(self.pid, signal.SIGKILL)
+            self.kill_at = None
+
+    def next_deadline(self) -> float | None:
+        """The next monotonic time :meth:`tick` has something to do, or None."""
+        if self.returncode is not None:
+            return None
+        times = [t for t in (self.kill_at,) if t is not None]
+        if self.deadline is not None and self.stop_reason is None:
+            times.append(self.deadline)
+        return min(times) if times else None
+
+    def outcome(self) -> Outcome:
+        rc = self.returncode
+        assert rc is not None
+        if self.stop_reason in ("timeout", "cancelled", "interrupted", "lost"):
+            return Outcome(rc if rc >= 0 else None, self.stop_reason)
+        if rc == 0:
+            return Outcome(0, None)
+        if rc < 0:
+            return Outcome(None, f"signal {-rc}")
+        return Outcome(rc, f"exit {rc}")
+
+
+def spawn_hook(command: str, shell: str, env: dict[str, str], stdin: bytes,
+               cwd: str | None) -> subprocess.Popen[bytes] | None:
+    """Start an ``--on-failure`` command with ``stdin`` as its input (fire and forget;
+    the caller reaps it). Returns None if it cannot start."""
+    stdin_file = tempfile.TemporaryFile()
+    try:
+        stdin_file.write(stdin)
+        stdin_file.seek(0)
+        return subprocess.Popen(
+            [shell, "-c", command],
+            stdin=stdin_file,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=cwd or env.get("HOME") or "/",
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError:
+        return None
+    finally:
+        stdin_file.close()
