@@ -10,11 +10,14 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import durations, triggers
 from .errors import UsageError
 from .models import NAME_RE, Catchup, JobSpec, Overlap, Trigger, TriggerKind
+
+if TYPE_CHECKING:
+    from .crontab import ImportedJob
 
 
 def check_text(value: str, what: str) -> str:
@@ -194,3 +197,24 @@ def check_lock_name(name: str) -> str:
     if not name or len(name) > 200 or not name.isprintable():
         raise UsageError(f"invalid lock name {name!r}")
     return name
+
+
+def spec_from_crontab(job: ImportedJob, now: datetime) -> JobSpec:
+    """One parsed crontab line -> the JobSpec ``import-crontab`` writes (SPEC §8).
+
+    The schedule goes through the same validation as ``add --cron`` (``@reboot`` included),
+    read in ``CRON_TZ`` or the machine's local zone. Raises UsageError.
+    """
+    trigger = build_trigger(TriggerOptions(cron=job.cron, tz=job.tz), now)
+    return JobSpec(
+        name=check_name(job.name),
+        trigger=trigger,
+        command=check_text(job.command, "command"),
+        description=job.description,
+        stdin=job.stdin,
+        env=dict(job.env),
+        cwd=job.cwd,
+        shell=job.shell or JobSpec.shell,
+        jitter_seconds=job.jitter_seconds,
+        on_failure=job.on_failure,
+    )

@@ -1,0 +1,137 @@
+"""Shared helpers: deadline polling, the real CLI in-process, a real daemon process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from jobctl.cli import cli as click_cli
+from jobctl.store import Store
+
+
+def wait_until(cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02,
+               what: str = "condition") -> Any:
+    """Poll ``cond`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Jobctl:
+    """Runs the real CLI in-process against one database file."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.runner = CliRunner()
+
+    def __call__(self, *args: str, ok: bool = True) -> Any:
+        result = self.runner.invoke(click_cli, ["--db", str(self.db), *args], catch_exceptions=False)
+        if ok and result.exit_code != 0:
+            raise AssertionError(f"jobctl {' '.join(args)} exited {result.exit_code}: {result.output}")
+        return result
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self(*args, "--json").stdout)
+
+    def store(self) -> Store:
+        return Store.open(self.db)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "jobctl.db"
+
+
+@pytest.fixture
+def jobctl(db: Path) -> Jobctl:
+    return Jobctl(db)
+
+
+class DaemonProc:
+    def __init__(self, db: Path, log: Path, args: list[str], env: dict[str, str] | None) -> None:
+        self.log_path = log
+        self._log = open(log, "ab")
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from jobctl.cli import main; main()", "--db", str(db),
+             "daemon", *args],
+            stdout=self._log, stderr=self._log, env=full_env, start_new_session=True,
+        )
+        self.pid = self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_log(self, text: str, timeout: float = 10.0) -> None:
+        wait_until(lambda: text in self.log(), timeout, what=f"daemon log line {text!r}")
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.close()
+
+    def close(self) -> None:
+        if not self._log.closed:
+            self._log.close()
+
+
+@pytest.fixture
+def start_daemon(db: Path, tmp_path: Path):
+    procs: list[DaemonProc] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, ready: bool = True) -> DaemonProc:
+        log = tmp_path / f"daemon{len(procs)}.log"
+        d = DaemonProc(db, log, ["--lease", "2s", "--shutdown-grace", "2s", *args], env)
+        procs.append(d)
+        if ready:
+            d.wait_log("started")
+        return d
+
+    yield start
+    for d in procs:
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()
+        d.close()
+        # never leave a daemon's children behind
+        try:
+            os.killpg(d.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,306 @@
+"""End to end: a real ``jobctl daemon`` process, real ``sh`` children, a real database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from conftest import pid_alive, wait_until
+
+from jobctl.models import RunState
+
+
+def _run(jobctl, run_id):
+    return jobctl.store().get_run(run_id)
+
+
+def _runs(jobctl, name):
+    return jobctl.json("runs", name, "--limit", "1000")
+
+
+def _attempts(jobctl, run_id):
+    return jobctl.store().get_attempts(run_id)
+
+
+def test_manual_run_starts_fast_and_records_everything(jobctl, start_daemon, tmp_path):
+    start_daemon()
+    jobctl("add", "hello", "--manual", "--env", "GREETING=hi", "--",
+           'echo "$GREETING $JOBCTL_JOB $JOBCTL_RUN_ID $JOBCTL_ATTEMPT $JOBCTL_SCHEDULED_FOR"; '
+           'echo oops >&2; exit 3')
+    t0 = time.monotonic()
+    run = jobctl.json("run", "hello")
+    started = wait_until(lambda: _attempts(jobctl, run["id"]), 5, what="attempt row")
+    assert time.monotonic() - t0 < 1.0
+    wait_until(lambda: _attempts(jobctl, run["id"])[0].finished_at, 5)
+    att = _attempts(jobctl, run["id"])[0]
+    assert att.exit_code == 3 and att.error == "exit 3"
+    assert att.started_at <= att.finished_at
+    out = jobctl("logs", str(run["id"]), "--attempt", "1").stdout
+    assert out.startswith(f"hi hello {run['id']} 1 {run['scheduled_for']}")
+    assert "oops" in out
+    assert started
+
+
+def test_retries_backoff_dead_on_failure_once_and_retry_dead(jobctl, start_daemon, tmp_path):
+    hook_log = tmp_path / "hook.log"
+    start_daemon()
+    jobctl("add", "flaky", "--manual", "--retries", "2", "--backoff", "0.2s",
+           "--on-failure", f'echo "$JOBCTL_STATE $JOBCTL_ERROR $(cat)" >> {hook_log}',
+           "--", "echo failing; exit 7")
+    run = jobctl.json("run", "flaky")
+    wait_until(lambda: _run(jobctl, run["id"]).state is RunState.DEAD, 15, what="dead")
+    r = _run(jobctl, run["id"])
+    assert r.attempt == 3 and r.last_error == "exit 7" and r.exit_code == 7
+    atts = _attempts(jobctl, run["id"])
+    assert [a.attempt for a in atts] == [1, 2, 3]
+    # exponential backoff: the gap before the second retry is at least half of 0.4 s
+    gap2 = (atts[2].started_at - atts[1].finished_at).total_seconds()
+    assert gap2 >= 0.2
+    wait_until(lambda: hook_log.exists() and hook_log.read_text(), 5, what="on-failure")
+    time.sleep(0.3)
+    assert hook_log.read_text().splitlines() == ["dead exit 7 failing"]
+    jobctl("retry-dead", "flaky")
+    wait_until(lambda: _run(jobctl, run["id"]).state is RunState.DEAD and
+               _run(jobctl, run["id"]).attempt == 6, 15, what="dead again")
+    assert [a.attempt for a in _attempts(jobctl, run["id"])] == [1, 2, 3, 4, 5, 6]
+
+
+def test_timeout_kills_grandchild(jobctl, start_daemon, tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    start_daemon()
+    jobctl("add", "slow", "--manual", "--timeout", "1s", "--retries", "0", "--",
+           f"sleep 300 & echo $! > {pidfile}; wait")
+    run = jobctl.json("run", "slow")
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 5)
+    grandchild = int(pidfile.read_text())
+    wait_until(lambda: _run(jobctl, run["id"]).state is RunState.DEAD, 10, what="dead")
+    assert _run(jobctl, run["id"]).last_error == "timeout"
+    wait_until(lambda: not pid_alive(grandchild), 5, what="grandchild gone")
+
+
+def test_cancel_kills_running_child_within_2s(jobctl, start_daemon, tmp_path):
+    pidfile = tmp_path / "child.pid"
+    start_daemon()
+    jobctl("add", "long", "--manual", "--", f"echo $$ > {pidfile}; exec sleep 300")
+    run = jobctl.json("run", "long")
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 5)
+    pid = int(pidfile.read_text())
+    t0 = time.monotonic()
+    jobctl("cancel", str(run["id"]))
+    wait_until(lambda: _run(jobctl, run["id"]).state is RunState.CANCELLED, 2.0, what="cancelled")
+    assert time.monotonic() - t0 < 2.0
+    wait_until(lambda: not pid_alive(pid), 1.0)
+
+
+def test_catchup_policies_after_downtime(jobctl, start_daemon):
+    for name, extra in (("skip", ["--catchup", "skip"]), ("once", ["--catchup", "once"]),
+                        ("all", ["--catchup", "all", "--catchup-limit", "2"])):
+        jobctl("add", name, "--every", "2s", *extra, "--", "true")
+    d = start_daemon()
+    for name in ("skip", "once", "all"):
+        wait_until(lambda n=name: any(r["state"] == "succeeded" for r in _runs(jobctl, n)), 10)
+    assert d.terminate() == 0
+    stopped = datetime.now(timezone.utc)
+    time.sleep(9)  # the downtime under test
+    start_daemon()
+    for name in ("skip", "once", "all"):
+        wait_until(lambda n=name: any(r["reason"] == "schedule" and r["scheduled_for"] > stopped.isoformat()
+                                      for r in _runs(jobctl, n)), 10, what=f"{name} resumes")
+    for name in ("skip", "once", "all"):
+        rows = [r for r in _runs(jobctl, name) if r["reason"] == "catchup"]
+        skipped = [r for r in rows if r["state"] == "skipped"]
+        ran = [r for r in rows if r["state"] != "skipped"]
+        missed = len(rows)
+        assert 4 <= missed <= 6, (name, rows)
+        assert all(r["skip_reason"] == "missed" for r in skipped)
+        job = jobctl.json("show", name)
+        if name == "skip":
+            assert ran == [] and job["missed_total"] == missed
+        elif name == "once":
+            assert len(ran) == 1
+            assert ran[0]["catchup_from"] == min(r["scheduled_for"] for r in rows)
+            assert ran[0]["scheduled_for"] == max(r["scheduled_for"] for r in rows)
+            assert job["missed_total"] == missed - 1
+        else:
+            assert len(ran) == 2
+            latest = sorted(r["scheduled_for"] for r in rows)[-2:]
+            assert sorted(r["scheduled_for"] for r in ran) == latest
+        # every window is recorded exactly once
+        windows = [r["scheduled_for"] for r in _runs(jobctl, name)]
+        assert len(windows) == len(set(windows))
+
+
+def _intervals(jobctl, name):
+    out = []
+    store = jobctl.store()
+    for r in _runs(jobctl, name):
+        for a in store.get_attempts(r["id"]):
+            if a.finished_at:
+                out.append((a.started_at, a.finished_at))
+    return sorted(out)
+
+
+def _overlaps(intervals):
+    return any(b[0] < a[1] for a, b in zip(intervals, intervals[1:]))
+
+
+def test_overlap_forbid_allow_replace(jobctl, start_daemon):
+    jobctl("add", "forbid", "--every", "1s", "--overlap", "forbid", "--", "sleep 2.5")
+    jobctl("add", "allow", "--every", "1s", "--overlap", "allow", "--", "sleep 2.5")
+    jobctl("add", "replace", "--every", "1s", "--overlap", "replace", "--", "sleep 2.5")
+    start_daemon("--workers", "8")
+    wait_until(lambda: len(_intervals(jobctl, "allow")) >= 3 and
+               len(_intervals(jobctl, "forbid")) >= 2, 20, what="finished attempts")
+    forbid = _runs(jobctl, "forbid")
+    assert any(r["skip_reason"] == "overlap" for r in forbid)
+    assert not _overlaps(_intervals(jobctl, "forbid"))
+    assert _overlaps(_intervals(jobctl, "allow"))
+    wait_until(lambda: any(r["state"] == "cancelled" and r["attempt"] >= 1
+                           for r in _runs(jobctl, "replace")), 10, what="a replaced run")
+    assert not _overlaps(_intervals(jobctl, "replace"))
+
+
+def test_reserved_worker_runs_urgent_at_once(jobctl, start_daemon):
+    jobctl("add", "bulk", "--manual", "--overlap", "allow", "--", "sleep 5")
+    jobctl("add", "urgent", "--manual", "--priority", "10", "--", "true")
+    start_daemon("--workers", "3", "--reserved", "1", "--reserved-priority", "10")
+    for _ in range(6):
+        jobctl("run", "bulk")
+    wait_until(lambda: len([r for r in _runs(jobctl, "bulk") if r["state"] == "leased"]) == 2, 5)
+    time.sleep(0.3)
+    assert len([r for r in _runs(jobctl, "bulk") if r["state"] == "leased"]) == 2
+    t0 = time.monotonic()
+    run = jobctl.json("run", "urgent")
+    wait_until(lambda: _run(jobctl, run["id"]).state is RunState.SUCCEEDED, 3)
+    assert time.monotonic() - t0 < 1.5
+
+
+def test_sigterm_returns_running_runs_to_pending(jobctl, start_daemon):
+    jobctl("add", "long", "--manual", "--", "sleep 60")
+    d = start_daemon()
+    run = jobctl.json("run", "long")
+    wait_until(lambda: _run(jobctl, run["id"]).state is RunState.LEASED, 5)
+    wait_until(lambda: _attempts(jobctl, run["id"]), 5)
+    assert d.terminate() == 0
+    r = _run(jobctl, run["id"])
+    assert r.state is RunState.PENDING and r.last_error == "interrupted"
+    assert r.max_attempts == 4  # the interrupted attempt did not use up a retry
+    assert "stopped" in d.log()
+
+
+def test_sigkill_loses_nothing_second_daemon_takes_over(jobctl, start_daemon, tmp_path):
+    pidfile = tmp_path / "pids"
+    jobctl("add", "work", "--manual", "--", f"echo $$ $JOBCTL_ATTEMPT >> {pidfile}; exec sleep 60")
+    jobctl("add", "tick", "--every", "1s", "--", "true")
+    first = start_daemon()
+    run = jobctl.json("run", "work")
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 5)
+    old_pid = int(pidfile.read_text().split()[0])
+    first.kill()
+    assert pid_alive(old_pid)  # orphaned, still running
+    start_daemon()
+    wait_until(lambda: len(pidfile.read_text().splitlines()) == 2, 10, what="attempt 2")
+    assert not pid_alive(old_pid)
+    assert pidfile.read_text().splitlines()[1].split()[1] == "2"
+    atts = _attempts(jobctl, run["id"])
+    assert [(a.attempt, a.error) for a in atts][0] == (1, "lost")
+    # the second daemon schedules too
+    before = len(_runs(jobctl, "tick"))
+    wait_until(lambda: len(_runs(jobctl, "tick")) >= before + 2, 5, what="tick goes on")
+
+
+def test_two_daemons_one_leader_no_double_run_failover(jobctl, start_daemon, tmp_path):
+    out = tmp_path / "ran"
+    jobctl("add", "w", "--manual", "--overlap", "allow", "--", f"echo $JOBCTL_RUN_ID.$JOBCTL_ATTEMPT >> {out}")
+    jobctl("add", "tick", "--every", "1s", "--", "true")
+    a = start_daemon()
+    b = start_daemon()
+    wait_until(lambda: len(jobctl.json("status")["daemons"]) == 2, 5)
+    status = jobctl.json("status")
+    assert sum(d["leader"] for d in status["daemons"]) == 1
+    ids = [jobctl.json("run", "w")["id"] for _ in range(40)]
+    wait_until(lambda: all(_run(jobctl, i).state is RunState.SUCCEEDED for i in ids), 20)
+    lines = out.read_text().split()
+    assert sorted(lines) == sorted(f"{i}.1" for i in ids)  # each exactly once
+    leader_pid = next(d["pid"] for d in jobctl.json("status")["daemons"] if d["leader"])
+    (a if a.pid == leader_pid else b).kill()
+    survivor = b if a.pid == leader_pid else a
+    wait_until(lambda: any(d["leader"] and d["pid"] == survivor.pid
+                           for d in jobctl.json("status")["daemons"]), 6, what="failover")
+    before = len(_runs(jobctl, "tick"))
+    wait_until(lambda: len(_runs(jobctl, "tick")) >= before + 2, 5, what="tick after failover")
+
+
+def _fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _children(pid):
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            out += [int(x) for x in f.read().split()]
+    return out
+
+
+def test_forty_runs_leave_no_zombie_and_no_descriptor(jobctl, start_daemon):
+    jobctl("add", "w", "--manual", "--overlap", "allow", "--", "echo out; echo err >&2")
+    d = start_daemon()
+    warm = jobctl.json("run", "w")["id"]
+    wait_until(lambda: _run(jobctl, warm).state is RunState.SUCCEEDED, 5)
+    time.sleep(0.2)
+    fds_before = _fds(d.pid)
+    ids = [jobctl.json("run", "w")["id"] for _ in range(40)]
+    wait_until(lambda: all(_run(jobctl, i).state is RunState.SUCCEEDED for i in ids), 20)
+    wait_until(lambda: _children(d.pid) == [], 3, what="no children left")
+    assert _fds(d.pid) <= fds_before
+
+
+def test_run_wait_exit_code(jobctl, start_daemon):
+    start_daemon()
+    jobctl("add", "good", "--manual", "--", "true")
+    jobctl("add", "bad", "--manual", "--retries", "0", "--", "false")
+    assert jobctl("run", "good", "--wait").exit_code == 0
+    assert jobctl("run", "bad", "--wait", ok=False).exit_code == 1
+
+
+def test_fixed_delay_never_overlaps(jobctl, start_daemon):
+    jobctl("add", "fd", "--every", "1s", "--after-completion", "--", "sleep 1.2")
+    start_daemon()
+    wait_until(lambda: len(_intervals(jobctl, "fd")) >= 2, 15)
+    iv = _intervals(jobctl, "fd")
+    assert not _overlaps(iv)
+    assert (iv[1][0] - iv[0][1]).total_seconds() >= 0.9
+
+
+def test_unsafe_database_is_refused(jobctl, db, start_daemon):
+    jobctl("list")
+    os.chmod(db, 0o666)
+    d = start_daemon(ready=False)
+    assert d.proc.wait(10) == 1
+    assert "Error: refusing to run jobs" in d.log()
+    os.chmod(db, 0o600)
+    os.chmod(Path(db).parent, 0o777)
+    d2 = start_daemon(ready=False)
+    assert d2.proc.wait(10) == 1
+    os.chmod(Path(db).parent, 0o700)
+
+
+def test_reboot_job_once_per_boot(jobctl, start_daemon):
+    jobctl("add", "boot", "--cron", "@reboot", "--", "true")
+    d = start_daemon()
+    wait_until(lambda: len(_runs(jobctl, "boot")) == 1, 5)
+    assert d.terminate() == 0
+    d2 = start_daemon()
+    d2.wait_log("scheduling")
+    assert len(_runs(jobctl, "boot")) == 1  # a daemon restart is not a boot
+    assert d2.terminate() == 0
+    with jobctl.store() as s:
+        with s.write() as c:  # as if the last reboot run was in an earlier boot
+            c.execute("UPDATE jobs SET last_boot_id = 'an-earlier-boot' WHERE name = 'boot'")
+    d3 = start_daemon()
+    wait_until(lambda: len(_runs(jobctl, "boot")) == 2, 5, what="a run for the new boot")
+    d3.terminate()
