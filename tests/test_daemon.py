@@ -304,3 +304,28 @@ def test_reboot_job_once_per_boot(jobctl, start_daemon):
     d3 = start_daemon()
     wait_until(lambda: len(_runs(jobctl, "boot")) == 2, 5, what="a run for the new boot")
     d3.terminate()
+
+
+def test_flood_of_output_keeps_only_the_tail(jobctl, start_daemon, db):
+    start_daemon()
+    jobctl("add", "flood", "--manual", "--",
+           "head -c 20000000 /dev/zero | tr '\\0' 'x'; echo; echo THE-END")
+    run = jobctl.json("run", "flood")
+    wait_until(lambda: _run(jobctl, run["id"]).state is RunState.SUCCEEDED, 30)
+    att = _attempts(jobctl, run["id"])[0]
+    assert att.output_bytes == 20_000_000 + len("\nTHE-END\n")
+    out = jobctl("logs", str(run["id"])).stdout_bytes
+    assert len(out) == 64 * 1024 and out.endswith(b"THE-END\n")
+    assert db.stat().st_size < 5_000_000
+
+
+def test_stdin_cwd_and_journal_log_format(jobctl, start_daemon, tmp_path):
+    d = start_daemon(env={"JOURNAL_STREAM": "8:1234"})
+    jobctl("add", "io", "--manual", "--cwd", str(tmp_path), "--stdin", "line one\nline two",
+           "--env", "SECRET_TOKEN=hunter2", "--", "pwd; cat")
+    run = jobctl.json("run", "io")
+    wait_until(lambda: _run(jobctl, run["id"]).state is RunState.SUCCEEDED, 5)
+    assert jobctl("logs", str(run["id"])).stdout == f"{tmp_path}\nline one\nline two"
+    first = d.log().splitlines()[0]
+    assert first.startswith("daemon ")  # no timestamp under systemd
+    assert "hunter2" not in d.log()

@@ -168,6 +168,36 @@ FROM runs JOIN jobs ON jobs.id = runs.job_id
 """
 
 
+# Claim the single best claimable run (SPEC §5, §9): due, pending or failed, none of its
+# locks held by a leased run, and (forbid/replace) no other run of its job leased. Runs of
+# priority < :rp are eligible only while :low_ok (the reserved-worker quota).
+_CLAIMABLE = """
+    state IN ('pending', 'failed') AND not_before <= :now
+    AND (:low_ok OR priority >= :rp)
+    AND NOT EXISTS (
+        SELECT 1 FROM run_locks mine
+        JOIN run_locks other ON other.name = mine.name AND other.run_id != mine.run_id
+        JOIN runs holder ON holder.id = other.run_id
+        WHERE mine.run_id = runs.id AND holder.state = 'leased'
+    )
+    AND NOT EXISTS (
+        SELECT 1 FROM runs sib JOIN jobs j ON j.id = runs.job_id
+        WHERE sib.job_id = runs.job_id AND sib.id != runs.id
+          AND sib.state = 'leased' AND j.overlap IN ('forbid', 'replace')
+    )
+"""
+
+_CLAIM_ONE = f"""
+UPDATE runs SET state = 'leased', leased_by = :me, lease_until = :until,
+    attempt = attempt + 1, started_at = COALESCE(started_at, :now)
+WHERE id = (
+    SELECT id FROM runs WHERE {_CLAIMABLE}
+    ORDER BY priority DESC, scheduled_for ASC, id ASC LIMIT 1
+) AND {_CLAIMABLE}
+RETURNING id, attempt, pgid, lease_host, priority
+"""
+
+
 def _run_from_row(r: sqlite3.Row) -> Run:
     settings = r["settings"]
     return Run(
@@ -1152,52 +1182,35 @@ class Store:
                         "leased_by = NULL, lease_until = NULL WHERE id = ?",
                         (now_us, r["id"]),
                     )
-            candidates = c.execute(
-                "SELECT runs.id, runs.priority, runs.pgid, runs.lease_host FROM runs "
-                "WHERE state IN ('pending','failed') "
-                "AND not_before <= ? ORDER BY priority DESC, scheduled_for ASC, id ASC LIMIT ?",
-                (now_us, max(limit * 8, 64)),
-            ).fetchall()
-            for cand in candidates:
-                if len(claimed) >= limit:
-                    break
-                low = reserved_priority is not None and cand["priority"] < reserved_priority
-                if low and low_limit is not None and low_used >= low_limit:
-                    continue
-                row = c.execute(
-                    """
-                    UPDATE runs SET state = 'leased', leased_by = :me, lease_until = :until,
-                        lease_host = :host, pgid = NULL, attempt = attempt + 1,
-                        started_at = COALESCE(started_at, :now)
-                    WHERE id = :id AND state IN ('pending','failed') AND not_before <= :now
-                      AND NOT EXISTS (
-                        SELECT 1 FROM run_locks mine
-                        JOIN run_locks other ON other.name = mine.name AND other.run_id != mine.run_id
-                        JOIN runs holder ON holder.id = other.run_id
-                        WHERE mine.run_id = runs.id AND holder.state = 'leased'
-                      )
-                      AND NOT EXISTS (
-                        SELECT 1 FROM runs sib JOIN jobs j ON j.id = runs.job_id
-                        WHERE sib.job_id = runs.job_id AND sib.id != runs.id
-                          AND sib.state = 'leased' AND j.overlap IN ('forbid','replace')
-                      )
-                    RETURNING attempt
-                    """,
-                    {"me": daemon_id, "until": until, "host": host, "now": now_us, "id": cand["id"]},
-                ).fetchone()
+            # One compare-and-set per claim: the UPDATE picks the best run that is due and
+            # whose locks and job are free *now*, inside the same statement, so runs blocked
+            # on a lock never block the runs behind them and two daemons cannot both win.
+            while len(claimed) < limit:
+                low_ok = (
+                    reserved_priority is None or low_limit is None or low_used < low_limit
+                )
+                row = c.execute(_CLAIM_ONE, {
+                    "me": daemon_id, "until": until, "now": now_us,
+                    "low_ok": 1 if low_ok else 0,
+                    "rp": reserved_priority if reserved_priority is not None else -(2**62),
+                }).fetchone()
                 if row is None:
-                    continue
+                    break
+                run_id, attempt, old_pgid, old_host, priority = row
+                c.execute(
+                    "UPDATE runs SET lease_host = ?, pgid = NULL WHERE id = ?", (host, run_id)
+                )
                 c.execute(
                     "INSERT OR REPLACE INTO attempts (run_id, attempt, started_at, daemon_id, host) "
                     "VALUES (?, ?, ?, ?, ?)",
-                    (cand["id"], row[0], now_us, daemon_id, host),
+                    (run_id, attempt, now_us, daemon_id, host),
                 )
-                if low:
+                if reserved_priority is not None and priority < reserved_priority:
                     low_used += 1
                 run = _run_from_row(
-                    c.execute(_RUN_SELECT + " WHERE runs.id = ?", (cand["id"],)).fetchone()
+                    c.execute(_RUN_SELECT + " WHERE runs.id = ?", (run_id,)).fetchone()
                 )
-                stale = cand["pgid"] if cand["lease_host"] == host else None
+                stale = old_pgid if (old_pgid and old_host == host) else None
                 claimed.append(Claimed(run, stale))
         return claimed, dead
 

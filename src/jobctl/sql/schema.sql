@@ -74,6 +74,8 @@ CREATE TABLE runs (
 
 CREATE UNIQUE INDEX runs_job_key ON runs (job_id, run_key) WHERE run_key IS NOT NULL;
 CREATE INDEX runs_claimable ON runs (state, not_before);
+CREATE INDEX runs_queue ON runs (priority DESC, scheduled_for, id)
+    WHERE state IN ('pending', 'failed');
 CREATE INDEX runs_job_state ON runs (job_id, state);
 CREATE INDEX runs_finished ON runs (finished_at);
 
