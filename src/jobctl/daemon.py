@@ -93,6 +93,8 @@ class Daemon:
         self.clock = clock or SystemClock()
         self.log = log or Log()
         self.environ = dict(os.environ if environ is None else environ)
+        # a job that calls jobctl (a fan-out) reaches the daemon's own database
+        self.environ["JOBCTL_DB"] = str(store.path.resolve())
         self.rng = rng or random.Random()
         self.id = new_daemon_id()
         self.host = socket.gethostname()
@@ -496,7 +498,7 @@ class Daemon:
             output_bytes=total, outcome=RunState.DEAD,
         )
         self.log(f"run {run.id} of {run.job_name}: attempt {attempt} failed ({error}); dead")
-        if ok:
+        if ok and self.store.get_run(run.id).state is RunState.DEAD:  # not cancelled meanwhile
             self._on_failure_hook(run, error, tail)
         return job
 
