@@ -149,7 +149,7 @@ def test_keyed_run_is_unique(store):
     b, created_b = store.enqueue_run("digest", T0 + timedelta(seconds=5), key="u1:2026-01-01")
     assert created_a and not created_b and a.id == b.id
     assert b.env == {"USER_ID": "1"}
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(StoreError, match="UNIQUE"):  # a constraint, not a check in Python
         with store.write() as c:
             c.execute(
                 "INSERT INTO runs (job_id, scheduled_for, state, reason, run_key, created_at) "

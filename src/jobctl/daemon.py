@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 from . import planner
 from .clock import SystemClock, from_us, iso, to_us
-from .errors import StoreError
+from .errors import JobctlError, StoreError
 from .models import Job, Run, RunState, TriggerKind
 from .store import Claimed, Store, WindowRow
 from .wake import WakeSocket, new_daemon_id, poke
@@ -49,6 +49,42 @@ class DaemonConfig:
     reserved_priority: int | None = None
     lease_seconds: float = 30.0
     shutdown_grace_seconds: float = 30.0
+    #: become a child subreaper and kill+reap orphans that left their attempt (see
+    #: :meth:`Daemon._sweep_strays`); off only for a daemon driven inside a test process
+    reap_strays: bool = True
+
+
+PR_SET_CHILD_SUBREAPER = 36
+#: after a store error in a turn, wait this long before the next turn
+STORE_ERROR_BACKOFF_SECONDS = 0.5
+
+
+def set_child_subreaper() -> bool:
+    """Make orphaned descendants (a double-forked, setsid'd grandchild) reparent to us."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _child_pids() -> list[int]:
+    out: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/children") as f:
+                out += [int(x) for x in f.read().split()]
+    return out
+
+
+def _pgid_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[2])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class Log:
@@ -102,6 +138,8 @@ class Daemon:
         self.leader = False
         self.held: dict[int, _Held] = {}
         self.hooks: dict[int, subprocess.Popen[bytes]] = {}  # pidfd -> process
+        self.strays: dict[int, int] = {}  # pidfd -> pid of a killed orphan, to reap
+        self.reload_heap = False
         self.stopping = False
         self.stop_deadline: float | None = None
         self.signal_received: int | None = None
@@ -129,6 +167,8 @@ class Daemon:
 
     def run(self) -> int:
         self._install_signals()
+        if self.config.reap_strays and not set_child_subreaper():
+            self.log("cannot become a child subreaper: escaped grandchildren are not reaped")
         self.selector.register(self.wake.fileno(), selectors.EVENT_READ, ("wake", None))
         self.selector.register(self._sig_r, selectors.EVENT_READ, ("signal", None))
         now = self.clock.now()
@@ -141,8 +181,16 @@ class Daemon:
         )
         try:
             while True:
-                if not self._turn():
-                    break
+                try:
+                    if not self._turn():
+                        break
+                except JobctlError as e:
+                    # a busy, full or failing database: nothing half-applied (one
+                    # transaction per write); log, back off, and carry on with the rest
+                    self.log(f"store error: {e}; retrying")
+                    self.reload_heap = True
+                    self.claim_needed = True
+                    time.sleep(STORE_ERROR_BACKOFF_SECONDS)
         finally:
             self._cleanup()
         self.log(f"daemon {self.id} stopped")
@@ -153,6 +201,8 @@ class Daemon:
             self.store.unregister_daemon(self.id)
         for held in self.held.values():
             kill_group(held.child.pid)
+        if self.config.reap_strays:
+            self._sweep_strays()
         with contextlib.suppress(Exception):
             signal.set_wakeup_fd(-1)
         self.wake.close()
@@ -178,9 +228,14 @@ class Daemon:
         if mono >= self.next_heartbeat:
             self._heartbeat(now, mono)
         if self.leader and not self.stopping:
+            if self.reload_heap:
+                self.heap.load(self.store.schedule_heads())
+                self.reload_heap = False
             self._fire_due(now)
         for held in list(self.held.values()):
             held.child.tick(mono)
+            if held.child.finished:  # its end could not be recorded last turn
+                self._maybe_finish(held)
         if self.stopping:
             if self.stop_deadline is not None and mono >= self.stop_deadline:
                 for held in self.held.values():
@@ -232,12 +287,54 @@ class Daemon:
                 if held.child.output_fd is not None:
                     self._unregister(held.child.output_fd)
                 held.child.on_exit()
+                if self.config.reap_strays:
+                    self._sweep_strays()
                 self._maybe_finish(held)
             elif kind == "hook":
                 self._unregister(key.fd)
                 proc = self.hooks.pop(key.fd)
                 proc.wait()
                 os.close(key.fd)
+            elif kind == "stray":
+                self._unregister(key.fd)
+                self.strays.pop(key.fd, None)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(obj, os.WNOHANG)
+                os.close(key.fd)
+
+    def _sweep_strays(self) -> None:
+        """Kill and reap orphans that were reparented to us (we are a child subreaper).
+
+        Only pids read from ``/proc/self/task/*/children`` that are neither a tracked
+        attempt nor a hook: never ``waitpid(-1)``, which would steal the exit status of a
+        tracked child. An orphan still in the process group of a running attempt is left
+        to it (it dies with the group when the attempt ends); one that left with
+        ``setsid``, or whose attempt ended, is killed with its group.
+        """
+        tracked = {h.child.pid for h in self.held.values()}
+        tracked |= {p.pid for p in self.hooks.values()}
+        tracked |= set(self.strays.values())
+        running = {h.child.pid for h in self.held.values() if h.child.returncode is None}
+        for pid in _child_pids():
+            if pid in tracked:
+                continue
+            pgid = _pgid_of(pid)
+            if pgid is None or pgid in running:
+                continue
+            if pgid == pid:
+                kill_group(pid)
+            else:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+                continue
+            self.log(f"killed stray process {pid} (it left its attempt's process group)")
+            self.strays[fd] = pid
+            self.selector.register(fd, selectors.EVENT_READ, ("stray", pid))
 
     def _unregister(self, fd: int) -> None:
         with contextlib.suppress(KeyError, ValueError):
@@ -257,6 +354,8 @@ class Daemon:
             self.next_heartbeat = mono + min(1.0, self.config.lease_seconds / 3)
             return
         self.next_heartbeat = mono + self.config.lease_seconds / 3
+        if self.config.reap_strays:
+            self._sweep_strays()
         for run_id in lost:
             h = self.held.get(run_id)
             if h is not None and h.child.stop_reason is None:
@@ -272,12 +371,31 @@ class Daemon:
             self.log("lost the scheduler lease")
             self.leader = False
             self.heap = planner.FireHeap()
+        elif leader:
+            self._catch_changes(now)
+        if not leader and not self.stopping:
+            # try again right when the holder's lease runs out: failover within one lease
+            with contextlib.suppress(StoreError):
+                expiry = self.store.leader_lease_expiry()
+                if expiry is not None:
+                    wait = (expiry - now).total_seconds() + 0.01
+                    self.next_heartbeat = min(self.next_heartbeat, mono + max(wait, 0.05))
         self.claim_needed = True
+
+    def _catch_changes(self, now: datetime) -> None:
+        """Re-read the jobs changed lately, in case a wake-up was lost."""
+        since = now - timedelta(seconds=2 * self.config.lease_seconds)
+        try:
+            changed = self.store.jobs_changed_since(since)
+        except StoreError:
+            return
+        for job_id, next_us in changed:
+            self.heap.push(job_id, next_us)
 
     def _load_schedule(self, now: datetime) -> None:
         """On taking the lease: every window that already passed was missed (SPEC §6)."""
-        self.heap.load(self.store.schedule_heads())
         self.missed_until_us = to_us(now)
+        self.heap.load(self.store.schedule_heads())
         boot_id = read_boot_id()
         for job in self.store.reboot_jobs():
             if job.last_boot_id == boot_id:
@@ -428,13 +546,15 @@ class Daemon:
         self.held[run.id] = held
         self.selector.register(child.output_fd, selectors.EVENT_READ, ("output", held))
         self.selector.register(child.pidfd, selectors.EVENT_READ, ("exit", held))
-        self.store.set_attempt_process(run.id, run.attempt, self.id, child.pid)
+        try:
+            self.store.set_attempt_process(run.id, run.attempt, self.id, child.pid)
+        except StoreError as e:  # only the takeover kill needs it; the attempt runs on
+            self.log(f"run {run.id}: cannot record its process group: {e}")
         self.log(f"run {run.id} of {run.job_name}: attempt {run.attempt} started, pid {child.pid}")
 
     def _maybe_finish(self, held: _Held) -> None:
         if not held.child.finished:
             return
-        self.held.pop(held.run.id, None)
         now = self.clock.now()
         out = held.child.outcome()
         run = held.run
@@ -469,6 +589,8 @@ class Daemon:
             job_changed = self._finish_failed(
                 run, held.attempt, now, out.exit_code, out.error or "failed", tail, total
             )
+        # only now: a store error above leaves it held, and the next turn records it again
+        self.held.pop(held.run.id, None)
         if job_changed is not None:
             if self.leader:
                 self._reload_job(job_changed.id)

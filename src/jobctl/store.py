@@ -191,7 +191,9 @@ _CLAIM_ONE = f"""
 UPDATE runs SET state = 'leased', leased_by = :me, lease_until = :until,
     attempt = attempt + 1, started_at = COALESCE(started_at, :now)
 WHERE id = (
-    SELECT id FROM runs WHERE {_CLAIMABLE}
+    -- walk the queue in order and stop at the first claimable run; without INDEXED BY
+    -- the planner picks runs_claimable and sorts every due run on each claim (O(n²) burst)
+    SELECT id FROM runs INDEXED BY runs_queue WHERE {_CLAIMABLE}
     ORDER BY priority DESC, scheduled_for ASC, id ASC LIMIT 1
 ) AND {_CLAIMABLE}
 RETURNING id, attempt, pgid, lease_host, priority
@@ -301,10 +303,14 @@ class Store:
         that is not a SQLite database is a StoreError.
         """
         path = Path(path)
-        existed = path.exists()
+        try:
+            existed = path.exists()
+            is_dir = path.is_dir()
+        except OSError as e:
+            raise StoreError(f"cannot open database {path}: {e.strerror or e}") from None
         if not existed and not create:
             raise NotFound(f"no database at {path}")
-        if path.is_dir():
+        if is_dir:
             raise StoreError(f"{path} is a directory, not a database file")
         old_umask = os.umask(0o077)
         try:
@@ -385,6 +391,11 @@ class Store:
             raise StoreError(f"database error: {e}") from None
         try:
             yield c
+        except sqlite3.Error as e:
+            # SQLITE_FULL, SQLITE_IOERR, a busy timeout... mid-transaction: nothing is kept
+            with contextlib.suppress(sqlite3.Error):
+                c.execute("ROLLBACK")
+            raise StoreError(f"database error: {e}") from None
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 c.execute("ROLLBACK")
@@ -971,6 +982,26 @@ class Store:
                     cancel.add(run_id)
         return leader, lost, cancel
 
+    def leader_lease_expiry(self) -> datetime | None:
+        """When the current scheduler lease runs out (None if nobody holds it)."""
+        rows = self._read("SELECT holder, expires_at FROM scheduler_lease WHERE id = 1")
+        if not rows or rows[0][0] is None:
+            return None
+        return from_us(rows[0][1])
+
+    def jobs_changed_since(self, since: datetime) -> list[tuple[int, int | None]]:
+        """(job id, next_run_at µs or None) of jobs a user changed at or after ``since``.
+
+        The scheduler's safety net for a lost wake-up (or a writer on another host):
+        it re-reads only what changed, through the ``jobs_updated`` index.
+        """
+        rows = self._read(
+            "SELECT id, CASE WHEN state = 'active' THEN next_run_at END FROM jobs "
+            "WHERE updated_at >= ?",
+            (to_us(since),),
+        )
+        return [(r[0], r[1]) for r in rows]
+
     def release_leader(self, daemon_id: str) -> None:
         with self.write() as c:
             c.execute(
@@ -1256,12 +1287,15 @@ class Store:
         now_us = to_us(now)
         with self.write() as c:
             row = c.execute(
-                "SELECT job_id FROM runs WHERE id = ? AND attempt = ? AND state = 'leased' AND "
-                "leased_by = ?",
+                "SELECT job_id, cancel_requested FROM runs WHERE id = ? AND attempt = ? AND "
+                "state = 'leased' AND leased_by = ?",
                 (run_id, attempt, daemon_id),
             ).fetchone()
             if row is None:
                 return False, None
+            if row["cancel_requested"] and outcome in (RunState.FAILED, RunState.DEAD):
+                # the user asked to cancel while it ran: a failure is not retried (nor dead)
+                outcome, interrupted = RunState.CANCELLED, False
             c.execute(
                 "UPDATE attempts SET finished_at = ?, exit_code = ?, error = ?, output = ?, "
                 "output_bytes = ? WHERE run_id = ? AND attempt = ?",

@@ -42,6 +42,7 @@ CREATE TABLE jobs (
 );
 
 CREATE INDEX jobs_next_run ON jobs (next_run_at) WHERE state = 'active';
+CREATE INDEX jobs_updated ON jobs (updated_at);
 
 CREATE TABLE runs (
     id INTEGER PRIMARY KEY,
