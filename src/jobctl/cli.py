@@ -860,6 +860,9 @@ def main(argv: list[str] | None = None) -> None:
     except UnicodeEncodeError:
         click.echo("Error: an argument is not valid UTF-8", err=True)
         sys.exit(2)
+    if any("\0" in a for a in args):  # no real argv holds one; paths and sqlite refuse it
+        click.echo("Error: an argument contains a NUL character", err=True)
+        sys.exit(2)
     try:
         rv = cli.main(args=args, prog_name="jobctl", standalone_mode=False)
     except JobctlError as e:
@@ -868,6 +871,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.UsageError as e:
         if type(e).__name__ == "NoArgsIsHelpError" and e.ctx is not None:
             click.echo(e.ctx.get_help())
+            click.echo("Error: missing command", err=True)
             sys.exit(2)
         click.echo(f"Error: {_one_line(e.format_message())}", err=True)
         sys.exit(2)

@@ -28,10 +28,9 @@ def iso(dt: datetime | None) -> str | None:
     """ISO 8601 in UTC with a ``Z`` suffix (SPEC §7), or None."""
     if dt is None:
         return None
-    dt = dt.astimezone(UTC)
-    if dt.microsecond:
-        return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if dt.utcoffset():
+        dt = dt.astimezone(UTC)
+    return dt.replace(tzinfo=None).isoformat() + "Z"
 
 
 def iso_us(us: int | None) -> str | None:

@@ -117,7 +117,19 @@ def daemon_json(d: DaemonInfo) -> dict[str, Any]:
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    """An object indented; an array one element per line (``list --json`` of 1,000 jobs).
+
+    ``indent`` makes ``json`` fall back to its pure-Python encoder, several times slower
+    than the C one; arrays can be long, so each element is encoded compactly on its line.
+    """
+    if isinstance(obj, list):
+        if not obj:
+            sys.stdout.write("[]\n")
+            return
+        dumps = json.JSONEncoder(ensure_ascii=False).encode
+        sys.stdout.write("[\n  " + ",\n  ".join(dumps(x) for x in obj) + "\n]\n")
+    else:
+        sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
 # ---------------------------------------------------------------------- human

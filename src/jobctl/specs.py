@@ -123,6 +123,9 @@ def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None
         )
     if opts.at is not None:
         at = durations.parse_time(opts.at, tz, now)
+        if at <= now:
+            # a one-shot window is the first fire strictly after now: a past one never fires
+            raise UsageError(f"--at {opts.at!r} is in the past")
         return Trigger(TriggerKind.ONCE, tz=tz, at=at)
     if opts.in_ is not None:
         at = durations.parse_relative(opts.in_, now)
@@ -141,6 +144,12 @@ def _choice(value: str, enum: Any, flag: str) -> Any:
 def _nonneg_int(value: int, flag: str, minimum: int = 0) -> int:
     if value < minimum:
         raise UsageError(f"invalid {flag} {value}: must be at least {minimum}")
+    return value
+
+
+def _nonempty(value: str, flag: str) -> str:
+    if not value.strip():
+        raise UsageError(f"{flag} is empty")
     return value
 
 
@@ -166,9 +175,9 @@ def policy_changes(p: dict[str, Any]) -> dict[str, Any]:
     if p.get("env"):
         out["env"] = parse_env_pairs(p["env"])
     if p.get("cwd") is not None:
-        out["cwd"] = check_text(p["cwd"], "--cwd")
+        out["cwd"] = _nonempty(check_text(p["cwd"], "--cwd"), "--cwd")
     if p.get("shell") is not None:
-        out["shell"] = check_text(p["shell"], "--shell")
+        out["shell"] = _nonempty(check_text(p["shell"], "--shell"), "--shell")
     if p.get("on_failure") is not None:
         out["on_failure"] = check_text(p["on_failure"], "--on-failure") or None
     if p.get("stdin") is not None:

@@ -21,7 +21,6 @@ import stat
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,8 @@ OUTPUT_LIMIT_BYTES = 64 * 1024
 
 def _migrations() -> list[tuple[int, str]]:
     """(version, sql) for every numbered migration in ``sql/``, in order."""
+    from importlib import resources  # deferred: it pulls in tempfile, zlib, lzma...
+
     out = []
     for entry in resources.files("jobctl").joinpath("sql").iterdir():
         name = entry.name
@@ -64,6 +65,8 @@ def _migrations() -> list[tuple[int, str]]:
 
 def schema_sql() -> str:
     """The whole current schema, as kept in ``sql/schema.sql``."""
+    from importlib import resources
+
     return resources.files("jobctl").joinpath("sql", "schema.sql").read_text(encoding="utf-8")
 
 
@@ -116,7 +119,7 @@ def _opt_us(dt: datetime | None) -> int | None:
     return None if dt is None else to_us(dt)
 
 
-def _job_from_row(r: sqlite3.Row) -> Job:
+def _job_from_row(r: Any) -> Job:
     trigger = Trigger(
         kind=TriggerKind(r["trigger_kind"]),
         tz=r["trigger_tz"],
@@ -440,7 +443,14 @@ class Store:
         return _job_from_row(rows[0]) if rows else None
 
     def list_jobs(self) -> list[Job]:
-        return [_job_from_row(r) for r in self._read("SELECT * FROM jobs ORDER BY name")]
+        try:
+            cur = self.conn.execute("SELECT * FROM jobs ORDER BY name")
+            cols = [d[0] for d in cur.description]
+            rows = cur.fetchall()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"database error: {e}") from None
+        # plain dicts: a name lookup on sqlite3.Row costs more than building them
+        return [_job_from_row(dict(zip(cols, r))) for r in rows]
 
     def job_names(self) -> list[str]:
         return [r[0] for r in self._read("SELECT name FROM jobs ORDER BY name")]

@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""Generate the shell completions and the man page from jobctl's click command tree.
+
+    python scripts/gen_docs.py [--out DIR]
+
+writes ``completions/jobctl.bash``, ``completions/_jobctl``, ``completions/jobctl.fish``
+and ``man/jobctl.1`` under DIR (default: the repository root). The output depends only
+on the command tree and the package version, never on the date or the machine, so
+``tests/test_docs.py`` can regenerate it and fail when the committed files drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+
+from jobctl import __version__
+from jobctl.cli import cli, completion_script
+
+ROOT = Path(__file__).resolve().parent.parent
+
+COMPLETIONS = {"bash": "jobctl.bash", "zsh": "_jobctl", "fish": "jobctl.fish"}
+
+# ---------------------------------------------------------------------- roff
+
+
+def esc(text: str) -> str:
+    """Text -> roff text: backslashes, hyphens as \\-, non-ASCII as \\[uXXXX].
+
+    Leading dots and apostrophes are guarded per line by :func:`lines`.
+    """
+    out = []
+    for ch in text:
+        if ch == "\\":
+            out.append("\\e")
+        elif ch == "-":
+            out.append("\\-")
+        elif ord(ch) > 127:
+            out.append(f"\\[u{ord(ch):04X}]")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def inline(text: str) -> str:
+    """Escape ``text`` and show `backticked` spans in bold."""
+    parts = text.split("`")
+    return "".join(
+        f"\\fB{esc(p)}\\fR" if i % 2 and p else esc(p) for i, p in enumerate(parts)
+    )
+
+
+def guard(line: str) -> str:
+    """A text line that roff must not read as a request (leading ``.`` or ``'``)."""
+    return "\\&" + line if line.startswith((".", "'")) else line
+
+
+def paragraphs(text: str) -> Iterator[str]:
+    """A help text's paragraphs, each joined into one line (click's ``\\b`` dropped)."""
+    for para in re.split(r"\n\s*\n", text.strip()):
+        para = para.replace("\b", "").strip()
+        if para:
+            yield " ".join(para.split())
+
+
+def prose(text: str) -> list[str]:
+    out: list[str] = []
+    for para in paragraphs(text):
+        out += [".PP", guard(inline(para))]
+    return out
+
+
+# ---------------------------------------------------------------------- the command tree
+
+
+def walk(
+    group: click.Group, ctx: click.Context
+) -> Iterator[tuple[str, click.Command, click.Context]]:
+    """(full name, command, context) for every command under ``group``, in help order."""
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        if cmd is None or cmd.hidden:
+            continue
+        sub = click.Context(cmd, info_name=name, parent=ctx, **cmd.context_settings)
+        yield (sub.command_path, cmd, sub)
+        if isinstance(cmd, click.Group):
+            yield from walk(cmd, sub)
+
+
+def option_records(cmd: click.Command, ctx: click.Context) -> list[tuple[str, str]]:
+    """(option string, help) for each option but --help."""
+    out = []
+    help_option = cmd.get_help_option(ctx)
+    for param in cmd.get_params(ctx):
+        if not isinstance(param, click.Option) or param.hidden or param is help_option:
+            continue
+        record = param.get_help_record(ctx)
+        if record is not None:
+            out.append(record)
+    return out
+
+
+def usage(cmd: click.Command, ctx: click.Context) -> str:
+    pieces = cmd.collect_usage_pieces(ctx)
+    return " ".join([ctx.command_path, *pieces])
+
+
+def command_section(name: str, cmd: click.Command, ctx: click.Context) -> list[str]:
+    out = [f'.SS "{esc(name)}"', ".nf", guard(f"\\fB{esc(usage(cmd, ctx))}\\fR"), ".fi"]
+    out += prose(cmd.help or "")
+    for opts, help_text in option_records(cmd, ctx):
+        out += [".TP", guard(f"\\fB{esc(opts)}\\fR"), guard(inline(" ".join(help_text.split())))]
+    return out
+
+
+# ---------------------------------------------------------------------- fixed sections
+
+DESCRIPTION = """
+jobctl is a cron replacement for one user on one machine. One SQLite file holds the
+truth: the jobs (templates), the runs (one per job and firing window) and every attempt
+of every run, with its exit code and the last 64 KiB of its output.
+
+`jobctl daemon` is the clock and the dispatcher: it turns due windows into runs, claims
+them under a lease, runs each command in its own process group, retries failures with
+backoff and records the result. Every other command edits or reads the database
+directly, so the command line works whether or not a daemon is running. Any number of
+daemons may share one database; one of them holds the scheduler lease.
+
+A job has exactly one trigger: `--cron EXPR` (5 fields, names, macros, `@reboot`),
+`--every DURATION` (fixed rate, or with `--after-completion` fixed delay), `--at TIME`
+or `--in DURATION` (one shot), or `--manual` (runs only from `jobctl run`). A DURATION
+is `90`, `90s`, `5m`, `1h30m`, `2d` or `1w`; a bare number is seconds.
+
+Every reading command takes `--json`: times are ISO 8601 strings in UTC with Z,
+durations are numbers of seconds, absent values are null. Errors are one line on
+standard error starting with `Error:`.
+"""
+
+EXIT_STATUS = [
+    ("0", "Success."),
+    ("1", "An operation failed: a job or run not found, a conflict, a database error, a "
+          "run waited on with `run --wait` that did not succeed, or a systemd call of "
+          "`service` that failed."),
+    ("2", "Bad usage or invalid input: an unknown option, a bad cron expression, duration, "
+          "zone or job name, or any error in a crontab given to `import-crontab` (nothing "
+          "is imported)."),
+]
+
+ENVIRONMENT = [
+    ("JOBCTL_DB", "The database file when `--db` is not given."),
+    ("TZ", "The machine's local zone, the default of `--tz`."),
+    ("XDG_DATA_HOME", "Where the default database lives."),
+    ("XDG_CONFIG_HOME", "Where `service install` writes the unit file."),
+    ("JOBCTL_DEBUG", "When set, an internal error shows its traceback."),
+    ("JOURNAL_STREAM", "Set by systemd when standard error goes to the journal; the daemon "
+                       "then leaves the timestamps off its log lines."),
+]
+
+COMMAND_ENVIRONMENT = [
+    ("JOBCTL_JOB", "The job's name."),
+    ("JOBCTL_RUN_ID", "The run's id, stable across retries: the idempotency key."),
+    ("JOBCTL_ATTEMPT", "The attempt number, from 1."),
+    ("JOBCTL_SCHEDULED_FOR", "The window the run stands for, ISO 8601 UTC."),
+    ("JOBCTL_CATCHUP_FROM", "For a catch-up run: the earliest missed window it stands for."),
+    ("JOBCTL_RUN_KEY", "For a keyed run (`run --key`): its key."),
+    ("JOBCTL_STATE", "For the `--on-failure` command: the run's final state (dead)."),
+    ("JOBCTL_ERROR", "For the `--on-failure` command: the last attempt's error "
+                     "(exit 3, signal 9, timeout, lost)."),
+]
+
+FILES = [
+    ("$XDG_DATA_HOME/jobctl/jobctl.db",
+     "The default database (~/.local/share/jobctl/jobctl.db on Linux), mode 0600 in a "
+     "0700 folder, in WAL mode."),
+    ("$XDG_CONFIG_HOME/systemd/user/jobctl.service",
+     "The systemd user unit written by `service install` (~/.config/systemd/user/ by "
+     "default)."),
+]
+
+CATCHUP_AND_DST = """
+A window is missed when its time passed while no scheduler held the lease: the daemon was
+down or the machine was asleep (a loop that wakes more than 60 seconds after it planned
+to counts the gap as missed). A window that is only late because the machine was busy is
+not missed; it runs.
+
+When a daemon takes the scheduler lease, the missed windows of each job since its last
+recorded window are handled by the job's `--catchup` policy. With `skip`, every missed
+window is recorded skipped (skip_reason missed) and the next run is the next future
+window. With `once` (the default), one pending run is made for the most recent missed
+window, with catchup_from the earliest one, and the others are recorded skipped. With
+`all`, the `--catchup-limit` (default 6) most recent missed windows become pending runs,
+oldest first, and older ones are recorded skipped. At most the 100 most recent missed
+windows of a job are written as skipped rows; the job's missed_total counts all of them.
+Windows of a paused job are neither run nor recorded; `resume` starts from the next
+future window.
+
+A cron expression is read in the job's zone (`--tz`, default the machine's local zone),
+and daylight-saving time follows cron(8). A job at a fixed time that falls in a skipped
+hour fires once, right after the change. A fixed time in a repeated hour fires once, not
+twice. A job with * (or a step over *) in the minute or hour field fires by real elapsed
+time through both changes. `jobctl next` shows the fire times exactly as the daemon
+computes them, DST included.
+
+When both day-of-month and day-of-week are restricted, either one matching is enough;
+a day field whose text starts with * (as */2) counts as unrestricted, so the two are
+then both required, as in vixie cron and cronie.
+"""
+
+
+def tagged(items: list[tuple[str, str]], bold: bool = True) -> list[str]:
+    out = []
+    for tag, text in items:
+        shown = f"\\fB{esc(tag)}\\fR" if bold else esc(tag)
+        out += [".TP", guard(shown), guard(inline(text))]
+    return out
+
+
+def man_page() -> str:
+    root = click.Context(cli, info_name="jobctl", **cli.context_settings)
+    out = [
+        '.\\" Generated by scripts/gen_docs.py from the click command tree. Do not edit.',
+        f'.TH JOBCTL 1 "" "jobctl {esc(__version__)}" "User Commands"',
+        ".SH NAME",
+        "jobctl \\- a cron replacement that never loses a run and shows every run it made",
+        ".SH SYNOPSIS",
+        ".nf",
+        "\\fBjobctl\\fR [\\fB\\-\\-db\\fR \\fIPATH\\fR] \\fICOMMAND\\fR [\\fIARGS\\fR]...",
+        "\\fBjobctl \\-\\-version\\fR",
+        "\\fBjobctl \\-\\-help\\fR",
+        ".fi",
+        ".SH DESCRIPTION",
+        *prose(DESCRIPTION),
+        ".SH OPTIONS",
+    ]
+    out += [
+        line
+        for opts, help_text in option_records(cli, root)
+        for line in (".TP", guard(f"\\fB{esc(opts)}\\fR"), guard(inline(" ".join(help_text.split()))))
+    ]
+    out += [".TP", "\\fB\\-h\\fR, \\fB\\-\\-help\\fR",
+            "Show the help of jobctl or of a command, and exit."]
+    out.append(".SH COMMANDS")
+    for name, cmd, ctx in walk(cli, root):
+        out += command_section(name, cmd, ctx)
+    out += [".SH EXIT STATUS", *tagged(EXIT_STATUS)]
+    out += [".SH ENVIRONMENT", *tagged(ENVIRONMENT),
+            ".PP", "A job's command runs with the daemon's environment, then the job's "
+            "\\fB\\-\\-env\\fR pairs, then these:", *tagged(COMMAND_ENVIRONMENT)]
+    out += [".SH FILES", *tagged(FILES, bold=False)]
+    out += [".SH CATCH\\-UP AND DST", *prose(CATCHUP_AND_DST)]
+    out += [".SH SEE ALSO", "\\fBcrontab\\fR(5), \\fBcron\\fR(8), \\fBsystemd.timer\\fR(5), "
+            "\\fBsystemd.service\\fR(5), \\fBloginctl\\fR(1)"]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------- main
+
+
+def generate() -> dict[str, str]:
+    """Relative path -> content of every generated file."""
+    files = {f"completions/{name}": completion_script(shell) for shell, name in COMPLETIONS.items()}
+    files["man/jobctl.1"] = man_page()
+    return files
+
+
+def write(out_dir: Path) -> list[Path]:
+    written = []
+    for rel, text in generate().items():
+        path = out_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT, help="output root (default: the repo)")
+    args = parser.parse_args()
+    for path in write(args.out):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
