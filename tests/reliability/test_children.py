@@ -1,0 +1,71 @@
+"""Children that misbehave: each ends right and leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+
+from conftest import pid_alive, wait_until
+from rhelpers import children, fd_count, zombies_of
+
+from jobctl.models import RunState
+
+
+def _state(jobctl, run_id):
+    return jobctl.store().get_run(run_id).state
+
+
+def test_misbehaving_children(jobctl, start_daemon, tmp_path):
+    d = start_daemon("--workers", "6")
+    warm = jobctl("add", "warm", "--manual", "--", "true")
+    assert warm.exit_code == 0
+    r0 = jobctl.json("run", "warm")
+    wait_until(lambda: _state(jobctl, r0["id"]) is RunState.SUCCEEDED, 5)
+    wait_until(lambda: children(d.pid) == [], 3)
+    fds_before = fd_count(d.pid)
+
+    gc_pid = tmp_path / "grandchild.pid"
+    closer_pid = tmp_path / "closer.pid"
+    stubborn_pid = tmp_path / "stubborn.pid"
+    jobctl("add", "daemonise", "--manual", "--env", f"MARK={tmp_path}", "--",
+           f"( setsid sh -c 'sleep 300 & echo $! > {gc_pid}' & ); sleep 0.5; exit 0")
+    jobctl("add", "closer", "--manual", "--env", f"MARK={tmp_path}", "--",
+           f"exec >&- 2>&-; echo $$ > {closer_pid}; sleep 1.5; exit 0")
+    jobctl("add", "stubborn", "--manual", "--env", f"MARK={tmp_path}", "--timeout", "1s", "--retries", "0", "--",
+           f"trap '' TERM; echo $$ > {stubborn_pid}; sleep 30; sleep 30")
+    jobctl("add", "flood", "--manual", "--env", f"MARK={tmp_path}", "--", "head -c 100000000 /dev/zero; echo END")
+    runs = {n: jobctl.json("run", n)["id"] for n in ("daemonise", "closer", "stubborn", "flood")}
+
+    wait_until(lambda: _state(jobctl, runs["daemonise"]) is RunState.SUCCEEDED, 10)
+    wait_until(lambda: gc_pid.exists() and gc_pid.read_text().strip(), 5)
+    grandchild = int(gc_pid.read_text())
+    wait_until(lambda: not pid_alive(grandchild), 5, what="daemonised grandchild killed")
+
+    wait_until(lambda: _state(jobctl, runs["closer"]) is RunState.SUCCEEDED, 10)
+    assert not pid_alive(int(closer_pid.read_text()))
+
+    wait_until(lambda: _state(jobctl, runs["flood"]) is RunState.SUCCEEDED, 30)
+    att = jobctl.store().get_attempts(runs["flood"])[0]
+    assert att.output_bytes == 100_000_000 + 4
+
+    wait_until(lambda: _state(jobctl, runs["stubborn"]) is RunState.DEAD, 15)
+    r = jobctl.store().get_run(runs["stubborn"])
+    assert r.last_error == "timeout"
+    assert not pid_alive(int(stubborn_pid.read_text()))
+
+    wait_until(lambda: children(d.pid) == [], 5, what="no children (and no zombie) left")
+    assert zombies_of(d.pid) == []
+    assert fd_count(d.pid) <= fds_before
+    # no stray process anywhere that came from these jobs
+    strays = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if f"MARK={tmp_path}".encode() in env and pid_alive(int(pid)):
+            strays.append(pid)
+    assert strays == []
+    assert d.terminate() == 0
