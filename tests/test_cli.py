@@ -1015,3 +1015,12 @@ def test_entry_point_broken_pipe(tmp_path: Path) -> None:
                        capture_output=True, timeout=30, check=False, env={**os.environ,
                        "JOBCTL_DB": str(db)})
     assert b"Traceback" not in p.stderr
+
+
+def test_logs_on_a_terminal_escapes_control_sequences(capsys):
+    from jobctl import output
+
+    output.print_output(b"ok\n\x1b[31mred\x1b[0m\tx\n", tty=True)
+    assert capsys.readouterr().out == "ok\n\\x1b[31mred\\x1b[0m\tx\n"
+    output.print_output(b"raw\x1b[0m", tty=False)
+    assert capsys.readouterr().out == "raw\x1b[0m"

@@ -329,3 +329,31 @@ def test_stdin_cwd_and_journal_log_format(jobctl, start_daemon, tmp_path):
     first = d.log().splitlines()[0]
     assert first.startswith("daemon ")  # no timestamp under systemd
     assert "hunter2" not in d.log()
+
+
+def test_orphan_without_recorded_group_is_found_and_killed(jobctl, start_daemon):
+    """A daemon that died between starting a child and recording its process group."""
+    import socket
+    import subprocess
+    from datetime import timedelta
+
+    jobctl("add", "work", "--manual", "--", "true")
+    run = jobctl.json("run", "work")
+    store = jobctl.store()
+    now = store.get_run(run["id"]).scheduled_for
+    claimed, _ = store.claim_runs("ghost", socket.gethostname(), now, 0.5, limit=1)
+    assert claimed and claimed[0].run.pgid is None
+    orphan = subprocess.Popen(
+        ["sh", "-c", "exec sleep 60"], start_new_session=True,
+        env={**os.environ, "JOBCTL_RUN_ID": str(run["id"]), "JOBCTL_ATTEMPT": "1"},
+    )
+    try:
+        start_daemon()
+        wait_until(lambda: _run(jobctl, run["id"]).state is RunState.SUCCEEDED, 10)
+        wait_until(lambda: orphan.poll() is not None, 5, what="orphan killed")
+        assert [(a.attempt, a.error) for a in _attempts(jobctl, run["id"])][0] == (1, "lost")
+        assert now + timedelta(seconds=0.5) <= _attempts(jobctl, run["id"])[1].started_at
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+        orphan.wait()

@@ -390,9 +390,7 @@ def logs(obj: Ctx, run_id: int, attempt: int | None, as_json: bool) -> None:
         d["output"] = data.decode("utf-8", "replace")
         output.print_json(d)
     else:
-        sys.stdout.flush()
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+        output.print_output(data, tty=sys.stdout.isatty())
 
 
 @cli.command("run")

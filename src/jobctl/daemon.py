@@ -28,7 +28,15 @@ from .errors import JobctlError, StoreError
 from .models import Job, Run, RunState, TriggerKind
 from .store import Claimed, Store, WindowRow
 from .wake import WakeSocket, new_daemon_id, poke
-from .worker import CANCEL_GRACE_SECONDS, Child, build_env, group_alive, kill_group, spawn_hook
+from .worker import (
+    CANCEL_GRACE_SECONDS,
+    Child,
+    build_env,
+    group_alive,
+    kill_group,
+    kill_run_processes,
+    spawn_hook,
+)
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 MAX_SLEEP_SECONDS = 3600.0
@@ -533,6 +541,11 @@ class Daemon:
         if claimed.stale_pgid and group_alive(claimed.stale_pgid):
             self.log(f"run {run.id}: killing process group {claimed.stale_pgid} of a lost attempt")
             kill_group(claimed.stale_pgid)
+        if claimed.lost_here:
+            # also what a daemon killed before it recorded the process group left behind
+            n = kill_run_processes(run.id)
+            if n:
+                self.log(f"run {run.id}: killed {n} leftover processes of a lost attempt")
         settings = run.settings
         assert settings is not None
         env = build_env(self.environ, run, settings, run.attempt)

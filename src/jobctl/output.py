@@ -269,3 +269,19 @@ def print_status(daemons: Sequence[DaemonInfo], counts: dict[str, int], next_due
 def print_lines(lines: Sequence[str]) -> None:
     for line in lines:
         sys.stdout.write(safe(line) + "\n")
+
+
+def print_output(data: bytes, *, tty: bool) -> None:
+    """A command's captured output: raw bytes into a pipe or file; on a terminal, escape
+    sequences and other control characters are shown escaped, never interpreted."""
+    sys.stdout.flush()
+    if not tty:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    text = data.decode("utf-8", "replace")
+    shown = "".join(
+        ch if ch.isprintable() or ch in "\n\t" else repr(ch)[1:-1] for ch in text
+    )
+    sys.stdout.write(shown)
+    sys.stdout.flush()

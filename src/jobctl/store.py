@@ -268,6 +268,8 @@ class Claimed:
 
     run: Run
     stale_pgid: int | None = None
+    #: the run's previous attempt was lost on this host (its processes may still live)
+    lost_here: bool = False
 
 
 @dataclass(frozen=True)
@@ -1252,7 +1254,8 @@ class Store:
                     c.execute(_RUN_SELECT + " WHERE runs.id = ?", (run_id,)).fetchone()
                 )
                 stale = old_pgid if (old_pgid and old_host == host) else None
-                claimed.append(Claimed(run, stale))
+                lost_here = old_host == host and run.last_error == "lost"
+                claimed.append(Claimed(run, stale, lost_here))
         return claimed, dead
 
     def set_attempt_process(

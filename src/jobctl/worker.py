@@ -67,6 +67,48 @@ def group_alive(pgid: int) -> bool:
     return kill_group(pgid, 0)
 
 
+def processes_of_run(run_id: int, proc_root: str = "/proc") -> list[int]:
+    """Pids on this host whose environment has ``JOBCTL_RUN_ID=run_id``.
+
+    The last resort after a daemon died between starting an attempt and recording its
+    process group: every process of the attempt inherited the variable.
+    """
+    needle = f"JOBCTL_RUN_ID={run_id}".encode()
+    me = os.getpid()
+    found = []
+    try:
+        entries = os.listdir(proc_root)
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"{proc_root}/{entry}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        if needle in env.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+def kill_run_processes(run_id: int) -> int:
+    """SIGKILL the process group of every process left from an earlier attempt of a run.
+    Returns how many processes were found."""
+    pids = processes_of_run(run_id)
+    for pid in pids:
+        try:
+            pgid = os.getpgid(pid)
+        except ProcessLookupError:
+            continue
+        if pgid != os.getpgid(0):
+            kill_group(pgid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return len(pids)
+
+
 @dataclass
 class Outcome:
     exit_code: int | None
