@@ -49,9 +49,7 @@ def esc(text: str) -> str:
 def inline(text: str) -> str:
     """Escape ``text`` and show `backticked` spans in bold."""
     parts = text.split("`")
-    return "".join(
-        f"\\fB{esc(p)}\\fR" if i % 2 and p else esc(p) for i, p in enumerate(parts)
-    )
+    return "".join(f"\\fB{esc(p)}\\fR" if i % 2 and p else esc(p) for i, p in enumerate(parts))
 
 
 def guard(line: str) -> str:
@@ -142,12 +140,18 @@ standard error starting with `Error:`.
 
 EXIT_STATUS = [
     ("0", "Success."),
-    ("1", "An operation failed: a job or run not found, a conflict, a database error, a "
-          "run waited on with `run --wait` that did not succeed, or a systemd call of "
-          "`service` that failed."),
-    ("2", "Bad usage or invalid input: an unknown option, a bad cron expression, duration, "
-          "zone or job name, or any error in a crontab given to `import-crontab` (nothing "
-          "is imported)."),
+    (
+        "1",
+        "An operation failed: a job or run not found, a conflict, a database error, a "
+        "run waited on with `run --wait` that did not succeed, or a systemd call of "
+        "`service` that failed.",
+    ),
+    (
+        "2",
+        "Bad usage or invalid input: an unknown option, a bad cron expression, duration, "
+        "zone or job name, or any error in a crontab given to `import-crontab` (nothing "
+        "is imported).",
+    ),
 ]
 
 ENVIRONMENT = [
@@ -156,8 +160,11 @@ ENVIRONMENT = [
     ("XDG_DATA_HOME", "Where the default database lives."),
     ("XDG_CONFIG_HOME", "Where `service install` writes the unit file."),
     ("JOBCTL_DEBUG", "When set, an internal error shows its traceback."),
-    ("JOURNAL_STREAM", "Set by systemd when standard error goes to the journal; the daemon "
-                       "then leaves the timestamps off its log lines."),
+    (
+        "JOURNAL_STREAM",
+        "Set by systemd when standard error goes to the journal; the daemon "
+        "then leaves the timestamps off its log lines.",
+    ),
 ]
 
 COMMAND_ENVIRONMENT = [
@@ -168,17 +175,23 @@ COMMAND_ENVIRONMENT = [
     ("JOBCTL_CATCHUP_FROM", "For a catch-up run: the earliest missed window it stands for."),
     ("JOBCTL_RUN_KEY", "For a keyed run (`run --key`): its key."),
     ("JOBCTL_STATE", "For the `--on-failure` command: the run's final state (dead)."),
-    ("JOBCTL_ERROR", "For the `--on-failure` command: the last attempt's error "
-                     "(exit 3, signal 9, timeout, lost)."),
+    (
+        "JOBCTL_ERROR",
+        "For the `--on-failure` command: the last attempt's error "
+        "(exit 3, signal 9, timeout, lost).",
+    ),
 ]
 
 FILES = [
-    ("$XDG_DATA_HOME/jobctl/jobctl.db",
-     "The default database (~/.local/share/jobctl/jobctl.db on Linux), mode 0600 in a "
-     "0700 folder, in WAL mode."),
-    ("$XDG_CONFIG_HOME/systemd/user/jobctl.service",
-     "The systemd user unit written by `service install` (~/.config/systemd/user/ by "
-     "default)."),
+    (
+        "$XDG_DATA_HOME/jobctl/jobctl.db",
+        "The default database (~/.local/share/jobctl/jobctl.db on Linux), mode 0600 in a "
+        "0700 folder, in WAL mode.",
+    ),
+    (
+        "$XDG_CONFIG_HOME/systemd/user/jobctl.service",
+        "The systemd user unit written by `service install` (~/.config/systemd/user/ by default).",
+    ),
 ]
 
 CATCHUP_AND_DST = """
@@ -239,21 +252,36 @@ def man_page() -> str:
     out += [
         line
         for opts, help_text in option_records(cli, root)
-        for line in (".TP", guard(f"\\fB{esc(opts)}\\fR"), guard(inline(" ".join(help_text.split()))))
+        for line in (
+            ".TP",
+            guard(f"\\fB{esc(opts)}\\fR"),
+            guard(inline(" ".join(help_text.split()))),
+        )
     ]
-    out += [".TP", "\\fB\\-h\\fR, \\fB\\-\\-help\\fR",
-            "Show the help of jobctl or of a command, and exit."]
+    out += [
+        ".TP",
+        "\\fB\\-h\\fR, \\fB\\-\\-help\\fR",
+        "Show the help of jobctl or of a command, and exit.",
+    ]
     out.append(".SH COMMANDS")
     for name, cmd, ctx in walk(cli, root):
         out += command_section(name, cmd, ctx)
     out += [".SH EXIT STATUS", *tagged(EXIT_STATUS)]
-    out += [".SH ENVIRONMENT", *tagged(ENVIRONMENT),
-            ".PP", "A job's command runs with the daemon's environment, then the job's "
-            "\\fB\\-\\-env\\fR pairs, then these:", *tagged(COMMAND_ENVIRONMENT)]
+    out += [
+        ".SH ENVIRONMENT",
+        *tagged(ENVIRONMENT),
+        ".PP",
+        "A job's command runs with the daemon's environment, then the job's "
+        "\\fB\\-\\-env\\fR pairs, then these:",
+        *tagged(COMMAND_ENVIRONMENT),
+    ]
     out += [".SH FILES", *tagged(FILES, bold=False)]
     out += [".SH CATCH\\-UP AND DST", *prose(CATCHUP_AND_DST)]
-    out += [".SH SEE ALSO", "\\fBcrontab\\fR(5), \\fBcron\\fR(8), \\fBsystemd.timer\\fR(5), "
-            "\\fBsystemd.service\\fR(5), \\fBloginctl\\fR(1)"]
+    out += [
+        ".SH SEE ALSO",
+        "\\fBcrontab\\fR(5), \\fBcron\\fR(8), \\fBsystemd.timer\\fR(5), "
+        "\\fBsystemd.service\\fR(5), \\fBloginctl\\fR(1)",
+    ]
     return "\n".join(out) + "\n"
 
 

@@ -19,8 +19,9 @@ from jobctl.cli import cli as click_cli
 from jobctl.store import Store
 
 
-def wait_until(cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02,
-               what: str = "condition") -> Any:
+def wait_until(
+    cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = "condition"
+) -> Any:
     """Poll ``cond`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -40,9 +41,13 @@ class Jobctl:
         self.runner = CliRunner()
 
     def __call__(self, *args: str, ok: bool = True) -> Any:
-        result = self.runner.invoke(click_cli, ["--db", str(self.db), *args], catch_exceptions=False)
+        result = self.runner.invoke(
+            click_cli, ["--db", str(self.db), *args], catch_exceptions=False
+        )
         if ok and result.exit_code != 0:
-            raise AssertionError(f"jobctl {' '.join(args)} exited {result.exit_code}: {result.output}")
+            raise AssertionError(
+                f"jobctl {' '.join(args)} exited {result.exit_code}: {result.output}"
+            )
         return result
 
     def json(self, *args: str) -> Any:
@@ -69,9 +74,19 @@ class DaemonProc:
         full_env = dict(os.environ)
         full_env.update(env or {})
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from jobctl.cli import main; main()", "--db", str(db),
-             "daemon", *args],
-            stdout=self._log, stderr=self._log, env=full_env, start_new_session=True,
+            [
+                sys.executable,
+                "-c",
+                "from jobctl.cli import main; main()",
+                "--db",
+                str(db),
+                "daemon",
+                *args,
+            ],
+            stdout=self._log,
+            stderr=self._log,
+            env=full_env,
+            start_new_session=True,
         )
         self.pid = self.proc.pid
 

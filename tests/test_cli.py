@@ -12,7 +12,7 @@ import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +22,74 @@ from jobctl.cli import main
 from jobctl.models import RunState
 from jobctl.store import Store
 
-UTC = timezone.utc
+UTC = UTC
 
 JOB_FIELDS = {
-    "id", "name", "description", "trigger", "command", "stdin", "env", "cwd", "shell",
-    "paused", "state", "catchup", "catchup_limit", "overlap", "timeout", "retries",
-    "backoff", "priority", "jitter", "on_failure", "next_run_at", "missed_total", "last_run",
+    "id",
+    "name",
+    "description",
+    "trigger",
+    "command",
+    "stdin",
+    "env",
+    "cwd",
+    "shell",
+    "paused",
+    "state",
+    "catchup",
+    "catchup_limit",
+    "overlap",
+    "timeout",
+    "retries",
+    "backoff",
+    "priority",
+    "jitter",
+    "on_failure",
+    "next_run_at",
+    "missed_total",
+    "last_run",
 }
 TRIGGER_FIELDS = {"kind", "expr", "tz", "after_completion"}
 RUN_FIELDS = {
-    "id", "job", "scheduled_for", "state", "skip_reason", "attempt", "not_before",
-    "leased_by", "lease_until", "started_at", "finished_at", "exit_code", "last_error",
-    "reason", "catchup_from", "priority", "run_key", "env", "locks",
+    "id",
+    "job",
+    "scheduled_for",
+    "state",
+    "skip_reason",
+    "attempt",
+    "not_before",
+    "leased_by",
+    "lease_until",
+    "started_at",
+    "finished_at",
+    "exit_code",
+    "last_error",
+    "reason",
+    "catchup_from",
+    "priority",
+    "run_key",
+    "env",
+    "locks",
 }
-ATTEMPT_FIELDS = {"run_id", "attempt", "started_at", "finished_at", "exit_code", "error",
-                  "output_bytes"}
+ATTEMPT_FIELDS = {
+    "run_id",
+    "attempt",
+    "started_at",
+    "finished_at",
+    "exit_code",
+    "error",
+    "output_bytes",
+}
 DAEMON_FIELDS = {"id", "pid", "host", "leader", "started_at", "heartbeat_at"}
 JOB_TIME_FIELDS = ("next_run_at",)
-RUN_TIME_FIELDS = ("scheduled_for", "not_before", "lease_until", "started_at", "finished_at",
-                   "catchup_from")
+RUN_TIME_FIELDS = (
+    "scheduled_for",
+    "not_before",
+    "lease_until",
+    "started_at",
+    "finished_at",
+    "catchup_from",
+)
 
 
 @dataclass
@@ -85,7 +134,9 @@ class Jobctl:
 
 
 @pytest.fixture
-def jobctl(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Jobctl:
+def jobctl(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Jobctl:
     monkeypatch.delenv("JOBCTL_DB", raising=False)
     monkeypatch.setenv("TZ", "UTC")
     return Jobctl(tmp_path / "jobctl.db", capsys)
@@ -106,7 +157,7 @@ def check_job_json(job: dict[str, Any]) -> None:
     for k in JOB_TIME_FIELDS:
         assert job[k] is None or job[k].endswith("Z")
     for k in ("timeout", "backoff", "jitter"):
-        assert job[k] is None or isinstance(job[k], (int, float)) and not isinstance(job[k], bool)
+        assert job[k] is None or (isinstance(job[k], (int, float)) and not isinstance(job[k], bool))
     assert isinstance(job["paused"], bool)
     assert job["state"] in {"active", "paused", "cancelled", "done"}
     assert job["trigger"]["kind"] in {"cron", "interval", "once", "reboot", "manual"}
@@ -127,22 +178,30 @@ def check_run_json(run: dict[str, Any]) -> None:
 def lease(db: Path, limit: int = 10) -> list[Any]:
     """Make due runs ``leased`` the way a daemon would (a claim through the store)."""
     with Store.open(db) as store:
-        claimed, _dead = store.claim_runs("test-daemon", "test-host", now() + timedelta(seconds=1),
-                                          30, limit=limit)
+        claimed, _dead = store.claim_runs(
+            "test-daemon", "test-host", now() + timedelta(seconds=1), 30, limit=limit
+        )
     return [c.run for c in claimed]
 
 
 def make_dead(db: Path, *run_ids: int) -> None:
     """Claim the runs and finish their attempt ``dead``, as a daemon does after the last try."""
     with Store.open(db) as store:
-        claimed, _ = store.claim_runs("test-daemon", "test-host", now() + timedelta(seconds=1),
-                                      30, limit=50)
+        claimed, _ = store.claim_runs(
+            "test-daemon", "test-host", now() + timedelta(seconds=1), 30, limit=50
+        )
         attempts = {c.run.id: c.run.attempt for c in claimed}
         assert set(run_ids) <= set(attempts), "a run could not be claimed"
         for run_id in run_ids:
             applied, _ = store.finish_attempt(
-                run_id, attempts[run_id], "test-daemon", now() + timedelta(seconds=1),
-                exit_code=3, error="exit 3", output=b"boom\n", output_bytes=5,
+                run_id,
+                attempts[run_id],
+                "test-daemon",
+                now() + timedelta(seconds=1),
+                exit_code=3,
+                error="exit 3",
+                output=b"boom\n",
+                output_bytes=5,
                 outcome=RunState.DEAD,
             )
             assert applied
@@ -182,7 +241,10 @@ def test_add_trigger_kinds(jobctl: Jobctl, args: list[str], kind: str, expr: str
 def test_add_cron_next_run_is_in_its_zone(jobctl: Jobctl) -> None:
     jobctl.ok("add", "j", "--cron", "30 2 * * *", "--tz", "Europe/Berlin", "--", "true")
     nxt = parse_z(jobctl.json("show", "j")["next_run_at"])
-    assert nxt.astimezone(__import__("zoneinfo").ZoneInfo("Europe/Berlin")).strftime("%H:%M") == "02:30"
+    assert (
+        nxt.astimezone(__import__("zoneinfo").ZoneInfo("Europe/Berlin")).strftime("%H:%M")
+        == "02:30"
+    )
 
 
 def test_add_every_without_start_anchors_at_add(jobctl: Jobctl) -> None:
@@ -228,11 +290,42 @@ def test_add_in(jobctl: Jobctl) -> None:
 
 def test_add_policies(jobctl: Jobctl) -> None:
     jobctl.ok(
-        "add", "j", "--manual", "--catchup", "all", "--catchup-limit", "3", "--overlap", "allow",
-        "--timeout", "1h30m", "--retries", "5", "--backoff", "1m", "--priority", "7",
-        "--jitter", "30s", "--env", "A=1", "--env", "B=x=y", "--cwd", "/tmp", "--shell",
-        "/bin/bash", "--on-failure", "echo failed", "--stdin", "hello", "--description",
-        "a note", "--paused", "--", "true",
+        "add",
+        "j",
+        "--manual",
+        "--catchup",
+        "all",
+        "--catchup-limit",
+        "3",
+        "--overlap",
+        "allow",
+        "--timeout",
+        "1h30m",
+        "--retries",
+        "5",
+        "--backoff",
+        "1m",
+        "--priority",
+        "7",
+        "--jitter",
+        "30s",
+        "--env",
+        "A=1",
+        "--env",
+        "B=x=y",
+        "--cwd",
+        "/tmp",
+        "--shell",
+        "/bin/bash",
+        "--on-failure",
+        "echo failed",
+        "--stdin",
+        "hello",
+        "--description",
+        "a note",
+        "--paused",
+        "--",
+        "true",
     )
     job = jobctl.json("show", "j")
     check_job_json(job)
@@ -327,8 +420,9 @@ def test_edit_policy_keeps_schedule(jobctl: Jobctl) -> None:
 def test_edit_runs_already_created_keep_their_settings(jobctl: Jobctl) -> None:
     jobctl.ok("add", "j", "--manual", "--retries", "1", "--priority", "3", "--", "echo old")
     run = jobctl.json("run", "j")
-    jobctl.ok("edit", "j", "--retries", "7", "--priority", "9", "--command", "echo new",
-              "--env", "X=1")
+    jobctl.ok(
+        "edit", "j", "--retries", "7", "--priority", "9", "--command", "echo new", "--env", "X=1"
+    )
     after = jobctl.json("runs", "j")[0]
     assert after["id"] == run["id"]
     assert after["priority"] == 3
@@ -360,9 +454,15 @@ def test_edit_rename(jobctl: Jobctl) -> None:
 def test_edit_bad_input_changes_nothing(jobctl: Jobctl) -> None:
     jobctl.ok("add", "j", "--cron", "@daily", "--", "true")
     before = jobctl.json("list")
-    for args in (["--cron", "5-3 * * * *"], ["--retries", "-1"], ["--every", "0"],
-                 ["--tz", "Nowhere/Land"], ["--cron", "@daily", "--every", "1h"],
-                 ["--rename", "-x"], ["--env", "=x"]):
+    for args in (
+        ["--cron", "5-3 * * * *"],
+        ["--retries", "-1"],
+        ["--every", "0"],
+        ["--tz", "Nowhere/Land"],
+        ["--cron", "@daily", "--every", "1h"],
+        ["--rename", "-x"],
+        ["--env", "=x"],
+    ):
         r = jobctl("edit", "j", *args)
         assert r.code == 2, (args, r)
         assert_one_error_line(r)
@@ -486,14 +586,32 @@ def test_status_lists_live_daemons(jobctl: Jobctl) -> None:
 
 
 def test_next_dst_spring_skip_hour(jobctl: Jobctl) -> None:
-    got = jobctl.json("next", "--cron", "30 2 * * *", "--tz", "Europe/Berlin",
-                      "--from", "2025-03-29T12:00", "-n", "2")
+    got = jobctl.json(
+        "next",
+        "--cron",
+        "30 2 * * *",
+        "--tz",
+        "Europe/Berlin",
+        "--from",
+        "2025-03-29T12:00",
+        "-n",
+        "2",
+    )
     assert got == ["2025-03-30T01:00:00Z", "2025-03-31T00:30:00Z"]
 
 
 def test_next_dst_fall_repeated_hour_fires_once(jobctl: Jobctl) -> None:
-    got = jobctl.json("next", "--cron", "30 2 * * *", "--tz", "Europe/Berlin",
-                      "--from", "2025-10-25T12:00", "-n", "2")
+    got = jobctl.json(
+        "next",
+        "--cron",
+        "30 2 * * *",
+        "--tz",
+        "Europe/Berlin",
+        "--from",
+        "2025-10-25T12:00",
+        "-n",
+        "2",
+    )
     assert got == ["2025-10-26T00:30:00Z", "2025-10-27T01:30:00Z"]
 
 
@@ -505,14 +623,24 @@ def test_next_every_and_count(jobctl: Jobctl) -> None:
 def test_next_default_count_and_human(jobctl: Jobctl) -> None:
     got = jobctl.json("next", "--cron", "0 * * * *", "--tz", "UTC", "--from", "2025-01-01T00:00Z")
     assert got == [f"2025-01-01T0{h}:00:00Z" for h in range(1, 6)]
-    r = jobctl.ok("next", "--cron", "0 12 * * *", "--tz", "Europe/Berlin",
-                  "--from", "2025-01-01T00:00Z", "-n", "1")
+    r = jobctl.ok(
+        "next",
+        "--cron",
+        "0 12 * * *",
+        "--tz",
+        "Europe/Berlin",
+        "--from",
+        "2025-01-01T00:00Z",
+        "-n",
+        "1",
+    )
     assert r.out == "2025-01-01T12:00:00+01:00\n"
 
 
 def test_next_strictly_after_from(jobctl: Jobctl) -> None:
-    got = jobctl.json("next", "--cron", "0 0 * * *", "--tz", "UTC", "--from",
-                      "2025-01-01T00:00Z", "-n", "1")
+    got = jobctl.json(
+        "next", "--cron", "0 0 * * *", "--tz", "UTC", "--from", "2025-01-01T00:00Z", "-n", "1"
+    )
     assert got == ["2025-01-02T00:00:00Z"]
 
 
@@ -562,8 +690,18 @@ def test_run_prints_id(jobctl: Jobctl) -> None:
 
 def test_run_json_key_env_lock(jobctl: Jobctl) -> None:
     jobctl.ok("add", "digest", "--manual", "--lock", "job-lock", "--", "true")
-    first = jobctl.json("run", "digest", "--key", "u1:2025-01-01", "--env", "USER_ID=u1",
-                        "--lock", "host:example.org", "--priority", "5")
+    first = jobctl.json(
+        "run",
+        "digest",
+        "--key",
+        "u1:2025-01-01",
+        "--env",
+        "USER_ID=u1",
+        "--lock",
+        "host:example.org",
+        "--priority",
+        "5",
+    )
     check_run_json(first)
     assert first["created"] is True
     assert first["run_key"] == "u1:2025-01-01"
@@ -787,8 +925,11 @@ def test_prune_cli_deletes_finished_runs_only(jobctl: Jobctl) -> None:
     jobctl.ok("run", "j")
     jobctl.ok("cancel", str(done))
     with Store.open(jobctl.db) as store:  # age the cancelled run by two days
-        store.conn.execute("UPDATE runs SET finished_at = finished_at - 172800000000, "
-                           "scheduled_for = scheduled_for - 172800000000 WHERE id = ?", (done,))
+        store.conn.execute(
+            "UPDATE runs SET finished_at = finished_at - 172800000000, "
+            "scheduled_for = scheduled_for - 172800000000 WHERE id = ?",
+            (done,),
+        )
     assert jobctl.ok("prune", "--older-than", "1d").out == "pruned 1 runs\n"
     assert [r["state"] for r in jobctl.json("runs")] == ["pending"]
 
@@ -803,8 +944,9 @@ def test_prune_needs_a_valid_duration(jobctl: Jobctl) -> None:
 # ---------------------------------------------------------------------- completion / help / version
 
 
-@pytest.mark.parametrize(("shell", "marker"), [("bash", "complete"), ("zsh", "compdef"),
-                                               ("fish", "complete")])
+@pytest.mark.parametrize(
+    ("shell", "marker"), [("bash", "complete"), ("zsh", "compdef"), ("fish", "complete")]
+)
 def test_completion(jobctl: Jobctl, shell: str, marker: str) -> None:
     r = jobctl.ok("completion", shell)
     assert marker in r.out and "_JOBCTL_COMPLETE" in r.out
@@ -822,8 +964,25 @@ def test_version_and_help(jobctl: Jobctl) -> None:
     assert r.code == 0 and r.out.startswith("jobctl ")
     r = jobctl("--help", db=False)
     assert r.code == 0
-    for cmd in ("add", "edit", "list", "show", "next", "runs", "logs", "run", "cancel", "pause",
-                "resume", "rm", "retry-dead", "prune", "status", "daemon", "completion"):
+    for cmd in (
+        "add",
+        "edit",
+        "list",
+        "show",
+        "next",
+        "runs",
+        "logs",
+        "run",
+        "cancel",
+        "pause",
+        "resume",
+        "rm",
+        "retry-dead",
+        "prune",
+        "status",
+        "daemon",
+        "completion",
+    ):
         assert cmd in r.out
 
 
@@ -899,9 +1058,7 @@ def test_add_bad_input(jobctl: Jobctl, args: list[str], code: int) -> None:
     assert jobctl.json("list") == before
 
 
-@pytest.mark.parametrize(
-    "command", [["caf\udce9"], ["echo", "\udcff"], [""], ["   "]]
-)
+@pytest.mark.parametrize("command", [["caf\udce9"], ["echo", "\udcff"], [""], ["   "]])
 def test_add_bad_command(jobctl: Jobctl, command: list[str]) -> None:
     r = jobctl("add", "ok", "--manual", "--", *command)
     assert r.code == 2, r
@@ -918,9 +1075,18 @@ def test_add_without_command(jobctl: Jobctl) -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["show", "nope"], ["edit", "nope", "--retries", "1"], ["rm", "nope"], ["pause", "nope"],
-        ["resume", "nope"], ["run", "nope"], ["next", "nope"], ["runs", "nope"], ["logs", "999"],
-        ["cancel", "999"], ["retry-dead", "999"], ["cancel", "nope"],
+        ["show", "nope"],
+        ["edit", "nope", "--retries", "1"],
+        ["rm", "nope"],
+        ["pause", "nope"],
+        ["resume", "nope"],
+        ["run", "nope"],
+        ["next", "nope"],
+        ["runs", "nope"],
+        ["logs", "999"],
+        ["cancel", "999"],
+        ["retry-dead", "999"],
+        ["cancel", "nope"],
     ],
 )
 def test_not_found_is_exit_1(jobctl: Jobctl, args: list[str]) -> None:
@@ -935,9 +1101,14 @@ def test_not_found_is_exit_1(jobctl: Jobctl, args: list[str]) -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["logs", "abc"], ["logs", "1", "--attempt", "x"], ["runs", "--state", "bogus"],
-        ["runs", "--limit", "0"], ["show", "j", "--limit", "0"], ["nosuchcommand"],
-        ["list", "--bogus"], ["completion"],
+        ["logs", "abc"],
+        ["logs", "1", "--attempt", "x"],
+        ["runs", "--state", "bogus"],
+        ["runs", "--limit", "0"],
+        ["show", "j", "--limit", "0"],
+        ["nosuchcommand"],
+        ["list", "--bogus"],
+        ["completion"],
     ],
 )
 def test_usage_errors_are_exit_2(jobctl: Jobctl, args: list[str]) -> None:
@@ -952,8 +1123,12 @@ def test_usage_errors_are_exit_2(jobctl: Jobctl, args: list[str]) -> None:
 def test_non_utf8_argument_anywhere(jobctl: Jobctl) -> None:
     jobctl.ok("add", "j", "--manual", "--", "true")
     before = jobctl.json("list")
-    for args in (["show", "\udcff"], ["run", "j", "--key", "k\udcff"], ["edit", "j",
-                 "--description", "\udcff"], ["next", "--cron", "\udcff"]):
+    for args in (
+        ["show", "\udcff"],
+        ["run", "j", "--key", "k\udcff"],
+        ["edit", "j", "--description", "\udcff"],
+        ["next", "--cron", "\udcff"],
+    ):
         r = jobctl(*args)
         assert r.code == 2, (args, r)
         assert_one_error_line(r)
@@ -969,12 +1144,19 @@ def test_no_arguments_prints_help(jobctl: Jobctl) -> None:
 # ---------------------------------------------------------------------- the installed entry point
 
 
-def _run_jobctl(db: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+def _run_jobctl(
+    db: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
     exe = Path(sys.executable).with_name("jobctl")
     full_env = {**os.environ, "TZ": "UTC", **(env or {})}
     full_env.pop("JOBCTL_DEBUG", None)
-    return subprocess.run([str(exe), "--db", str(db), *args], capture_output=True,
-                          env=full_env, timeout=30, check=False)
+    return subprocess.run(
+        [str(exe), "--db", str(db), *args],
+        capture_output=True,
+        env=full_env,
+        timeout=30,
+        check=False,
+    )
 
 
 def test_entry_point_round_trip(tmp_path: Path) -> None:
@@ -1000,9 +1182,22 @@ def test_entry_point_non_utf8_bytes(tmp_path: Path) -> None:
     db = tmp_path / "x.db"
     exe = Path(sys.executable).with_name("jobctl")
     env = {**os.environ, "LC_ALL": "C.UTF-8"}
-    p = subprocess.run([os.fsencode(str(exe)), b"--db", os.fsencode(str(db)), b"add", b"j\xff",
-                        b"--manual", b"--", b"true"], capture_output=True, env=env, timeout=30,
-                       check=False)
+    p = subprocess.run(
+        [
+            os.fsencode(str(exe)),
+            b"--db",
+            os.fsencode(str(db)),
+            b"add",
+            b"j\xff",
+            b"--manual",
+            b"--",
+            b"true",
+        ],
+        capture_output=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
     assert p.returncode == 2, p
     assert p.stderr.startswith(b"Error: ") and len(p.stderr.splitlines()) == 1
     assert b"Traceback" not in p.stderr
@@ -1011,9 +1206,14 @@ def test_entry_point_non_utf8_bytes(tmp_path: Path) -> None:
 def test_entry_point_broken_pipe(tmp_path: Path) -> None:
     db = tmp_path / "x.db"
     exe = Path(sys.executable).with_name("jobctl")
-    p = subprocess.run(f"{shlex.quote(str(exe))} --help | head -c 1 >/dev/null", shell=True,
-                       capture_output=True, timeout=30, check=False, env={**os.environ,
-                       "JOBCTL_DB": str(db)})
+    p = subprocess.run(
+        f"{shlex.quote(str(exe))} --help | head -c 1 >/dev/null",
+        shell=True,
+        capture_output=True,
+        timeout=30,
+        check=False,
+        env={**os.environ, "JOBCTL_DB": str(db)},
+    )
     assert b"Traceback" not in p.stderr
 
 

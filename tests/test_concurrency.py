@@ -52,14 +52,24 @@ def _jobctl() -> Path:
 
 def _check_db(db: Path, workers: int, per_worker: int) -> None:
     exe, env = _jobctl(), _env()
-    listed = subprocess.run([str(exe), "--db", str(db), "list", "--json"], env=env,
-                            capture_output=True, timeout=60, check=True)
+    listed = subprocess.run(
+        [str(exe), "--db", str(db), "list", "--json"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
     jobs = json.loads(listed.stdout)
     names = {j["name"] for j in jobs}
     assert len(jobs) == workers * per_worker
     assert names == {f"w{w}-j{i}" for w in range(workers) for i in range(per_worker)}
-    runs = subprocess.run([str(exe), "--db", str(db), "runs", "--limit", "1000", "--json"],
-                          env=env, capture_output=True, timeout=60, check=True)
+    runs = subprocess.run(
+        [str(exe), "--db", str(db), "runs", "--limit", "1000", "--json"],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
     run_rows = json.loads(runs.stdout)
     assert len(run_rows) == workers * per_worker
     assert len({r["id"] for r in run_rows}) == len(run_rows)
@@ -83,7 +93,9 @@ def test_six_processes_add_and_run_at_once(tmp_path: Path) -> None:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", WORKER, str(db), str(w), str(JOBS_PER_WORKER)],
-            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         for w in range(WORKERS)
     ]
@@ -108,9 +120,15 @@ def test_six_jobctl_executables_at_once_on_a_new_file(tmp_path: Path) -> None:
     procs = [
         subprocess.Popen(
             ["sh", "-c", script],
-            env={**_env(), "JOBCTL": str(_jobctl()), "DB": str(db), "W": str(w),
-                 "N": str(per_worker)},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={
+                **_env(),
+                "JOBCTL": str(_jobctl()),
+                "DB": str(db),
+                "W": str(w),
+                "N": str(per_worker),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         for w in range(WORKERS)
     ]

@@ -16,8 +16,16 @@ DATA = Path(__file__).parent / "data" / "crontabs"
 
 _FIELD_RE = re.compile(r"^[0-9*/,a-zA-Z-]+$")
 _BOUNDS = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 7)]
-_MACROS = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly",
-           "@reboot"}
+_MACROS = {
+    "@yearly",
+    "@annually",
+    "@monthly",
+    "@weekly",
+    "@daily",
+    "@midnight",
+    "@hourly",
+    "@reboot",
+}
 
 
 def validate(expr: str) -> str | None:
@@ -59,8 +67,7 @@ def test_debian_etc_crontab_system_format() -> None:
     assert report.errors == []
     assert report.notices == []
     assert [j.name for j in report.jobs] == ["cron-1", "cron-2", "cron-3", "cron-4"]
-    assert [j.cron for j in report.jobs] == ["17 * * * *", "25 6 * * *", "47 6 * * 7",
-                                             "52 6 1 * *"]
+    assert [j.cron for j in report.jobs] == ["17 * * * *", "25 6 * * *", "47 6 * * 7", "52 6 1 * *"]
     hourly, daily = report.jobs[0], report.jobs[1]
     assert hourly.command == "cd / && run-parts --report /etc/cron.hourly"
     assert hourly.user == "root"
@@ -87,8 +94,10 @@ def test_system_crontab_without_system_flag_is_flagged() -> None:
     report = parse_file("debian-etc-crontab")
     assert report.errors == []
     assert report.jobs[0].command.startswith("root")
-    assert (16, "the command starts with 'root': if this is a system crontab, use --system") \
-        in report.notices
+    assert (
+        16,
+        "the command starts with 'root': if this is a system crontab, use --system",
+    ) in report.notices
 
 
 def test_cronie_example_user_crontab() -> None:
@@ -108,8 +117,12 @@ def test_cronie_example_user_crontab() -> None:
     assert jobs[4].cron == "5 4 * * sun"
     assert jobs[5].cron == "@reboot"
     assert jobs[5].command == "$HOME/bin/start-agent"
-    assert report.env == {"SHELL": "/bin/sh", "MAILTO": "paul", "CRON_TZ": "Japan",
-                          "RANDOM_DELAY": "10"}
+    assert report.env == {
+        "SHELL": "/bin/sh",
+        "MAILTO": "paul",
+        "CRON_TZ": "Japan",
+        "RANDOM_DELAY": "10",
+    }
 
 
 def test_debian_user_example() -> None:
@@ -117,8 +130,9 @@ def test_debian_user_example() -> None:
     assert report.errors == []
     assert report.notices == [(4, "MAILTO=paul: sendmail not found, failures will not be mailed")]
     assert len(report.jobs) == 8
-    assert all(j.shell == "/bin/bash" and j.on_failure is None and j.tz is None
-               for j in report.jobs)
+    assert all(
+        j.shell == "/bin/bash" and j.on_failure is None and j.tz is None for j in report.jobs
+    )
     saturday = report.jobs[-1]
     assert saturday.cron == "0 4 8-14 * *"
     assert saturday.command == 'test $(date +%u) -eq 6 && echo "2nd Saturday"'
@@ -193,9 +207,13 @@ def test_env_applies_only_to_lines_below() -> None:
 
 
 def test_env_value_quotes_are_stripped() -> None:
-    text = "A=\"  two words  \"\nB='single'\nC=\"mismatched'\nD=\"\"\n0 * * * * true\n"
-    assert only_job(text).env == {"A": "  two words  ", "B": "single", "C": "\"mismatched'",
-                                  "D": ""}
+    text = 'A="  two words  "\nB=\'single\'\nC="mismatched\'\nD=""\n0 * * * * true\n'
+    assert only_job(text).env == {
+        "A": "  two words  ",
+        "B": "single",
+        "C": "\"mismatched'",
+        "D": "",
+    }
 
 
 def test_env_blanks_around_equals() -> None:
@@ -263,10 +281,14 @@ def test_mailto_with_sendmail_mails_the_output_tail(tmp_path: Path) -> None:
     assert report.notices == [(1, f"MAILTO={address}: failures are mailed with sendmail")]
     on_failure = report.jobs[0].on_failure
     assert on_failure is not None
-    env = {"PATH": os.environ["PATH"], "JOBCTL_JOB": "cron-1; rm -rf /",
-           "JOBCTL_STATE": "dead"}
-    subprocess.run(["/bin/sh", "-c", on_failure], input=b"line 1\n.\nlast line\n",
-                   env=env, check=True, timeout=10)
+    env = {"PATH": os.environ["PATH"], "JOBCTL_JOB": "cron-1; rm -rf /", "JOBCTL_STATE": "dead"}
+    subprocess.run(
+        ["/bin/sh", "-c", on_failure],
+        input=b"line 1\n.\nlast line\n",
+        env=env,
+        check=True,
+        timeout=10,
+    )
     message = outbox.read_text()
     assert message.startswith(f"To: {address}\nSubject: jobctl: cron-1; rm -rf / dead\n")
     assert message.endswith("\n\nline 1\n.\nlast line\n")
@@ -339,7 +361,7 @@ def test_last_line_without_newline() -> None:
 
 
 def test_crlf_line_endings() -> None:
-    report = parse("SHELL=/bin/bash\r\nA = \"x\"\r\n0 * * * * echo hi%in\r\n@daily two\r\n")
+    report = parse('SHELL=/bin/bash\r\nA = "x"\r\n0 * * * * echo hi%in\r\n@daily two\r\n')
     assert report.errors == []
     assert [(j.command, j.stdin) for j in report.jobs] == [("echo hi", "in"), ("two", None)]
     assert report.jobs[0].shell == "/bin/bash"
@@ -357,8 +379,9 @@ def test_system_user_field_and_notice() -> None:
 
 
 def test_system_missing_user_or_command() -> None:
-    report = parse("0 * * * *\n0 * * * * root\n0 * * * * /usr/bin/x y\n", system=True,
-                   current_user="root")
+    report = parse(
+        "0 * * * *\n0 * * * * root\n0 * * * * /usr/bin/x y\n", system=True, current_user="root"
+    )
     assert report.errors[0] == (1, "missing user and command")
     assert report.errors[1] == (2, "missing command")
     assert report.errors[2][0] == 3 and "not a user name" in report.errors[2][1]

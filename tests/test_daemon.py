@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import os
-import signal
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from conftest import pid_alive, wait_until
@@ -27,9 +27,16 @@ def _attempts(jobctl, run_id):
 
 def test_manual_run_starts_fast_and_records_everything(jobctl, start_daemon, tmp_path):
     start_daemon()
-    jobctl("add", "hello", "--manual", "--env", "GREETING=hi", "--",
-           'echo "$GREETING $JOBCTL_JOB $JOBCTL_RUN_ID $JOBCTL_ATTEMPT $JOBCTL_SCHEDULED_FOR"; '
-           'echo oops >&2; exit 3')
+    jobctl(
+        "add",
+        "hello",
+        "--manual",
+        "--env",
+        "GREETING=hi",
+        "--",
+        'echo "$GREETING $JOBCTL_JOB $JOBCTL_RUN_ID $JOBCTL_ATTEMPT $JOBCTL_SCHEDULED_FOR"; '
+        "echo oops >&2; exit 3",
+    )
     t0 = time.monotonic()
     run = jobctl.json("run", "hello")
     started = wait_until(lambda: _attempts(jobctl, run["id"]), 5, what="attempt row")
@@ -47,9 +54,19 @@ def test_manual_run_starts_fast_and_records_everything(jobctl, start_daemon, tmp
 def test_retries_backoff_dead_on_failure_once_and_retry_dead(jobctl, start_daemon, tmp_path):
     hook_log = tmp_path / "hook.log"
     start_daemon()
-    jobctl("add", "flaky", "--manual", "--retries", "2", "--backoff", "0.2s",
-           "--on-failure", f'echo "$JOBCTL_STATE $JOBCTL_ERROR $(cat)" >> {hook_log}',
-           "--", "echo failing; exit 7")
+    jobctl(
+        "add",
+        "flaky",
+        "--manual",
+        "--retries",
+        "2",
+        "--backoff",
+        "0.2s",
+        "--on-failure",
+        f'echo "$JOBCTL_STATE $JOBCTL_ERROR $(cat)" >> {hook_log}',
+        "--",
+        "echo failing; exit 7",
+    )
     run = jobctl.json("run", "flaky")
     wait_until(lambda: _run(jobctl, run["id"]).state is RunState.DEAD, 15, what="dead")
     r = _run(jobctl, run["id"])
@@ -63,16 +80,30 @@ def test_retries_backoff_dead_on_failure_once_and_retry_dead(jobctl, start_daemo
     time.sleep(0.3)
     assert hook_log.read_text().splitlines() == ["dead exit 7 failing"]
     jobctl("retry-dead", "flaky")
-    wait_until(lambda: _run(jobctl, run["id"]).state is RunState.DEAD and
-               _run(jobctl, run["id"]).attempt == 6, 15, what="dead again")
+    wait_until(
+        lambda: (
+            _run(jobctl, run["id"]).state is RunState.DEAD and _run(jobctl, run["id"]).attempt == 6
+        ),
+        15,
+        what="dead again",
+    )
     assert [a.attempt for a in _attempts(jobctl, run["id"])] == [1, 2, 3, 4, 5, 6]
 
 
 def test_timeout_kills_grandchild(jobctl, start_daemon, tmp_path):
     pidfile = tmp_path / "grandchild.pid"
     start_daemon()
-    jobctl("add", "slow", "--manual", "--timeout", "1s", "--retries", "0", "--",
-           f"sleep 300 & echo $! > {pidfile}; wait")
+    jobctl(
+        "add",
+        "slow",
+        "--manual",
+        "--timeout",
+        "1s",
+        "--retries",
+        "0",
+        "--",
+        f"sleep 300 & echo $! > {pidfile}; wait",
+    )
     run = jobctl.json("run", "slow")
     wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 5)
     grandchild = int(pidfile.read_text())
@@ -96,19 +127,28 @@ def test_cancel_kills_running_child_within_2s(jobctl, start_daemon, tmp_path):
 
 
 def test_catchup_policies_after_downtime(jobctl, start_daemon):
-    for name, extra in (("skip", ["--catchup", "skip"]), ("once", ["--catchup", "once"]),
-                        ("all", ["--catchup", "all", "--catchup-limit", "2"])):
+    for name, extra in (
+        ("skip", ["--catchup", "skip"]),
+        ("once", ["--catchup", "once"]),
+        ("all", ["--catchup", "all", "--catchup-limit", "2"]),
+    ):
         jobctl("add", name, "--every", "2s", *extra, "--", "true")
     d = start_daemon()
     for name in ("skip", "once", "all"):
         wait_until(lambda n=name: any(r["state"] == "succeeded" for r in _runs(jobctl, n)), 10)
     assert d.terminate() == 0
-    stopped = datetime.now(timezone.utc)
+    stopped = datetime.now(UTC)
     time.sleep(9)  # the downtime under test
     start_daemon()
     for name in ("skip", "once", "all"):
-        wait_until(lambda n=name: any(r["reason"] == "schedule" and r["scheduled_for"] > stopped.isoformat()
-                                      for r in _runs(jobctl, n)), 10, what=f"{name} resumes")
+        wait_until(
+            lambda n=name: any(
+                r["reason"] == "schedule" and r["scheduled_for"] > stopped.isoformat()
+                for r in _runs(jobctl, n)
+            ),
+            10,
+            what=f"{name} resumes",
+        )
     for name in ("skip", "once", "all"):
         rows = [r for r in _runs(jobctl, name) if r["reason"] == "catchup"]
         skipped = [r for r in rows if r["state"] == "skipped"]
@@ -144,7 +184,7 @@ def _intervals(jobctl, name):
 
 
 def _overlaps(intervals):
-    return any(b[0] < a[1] for a, b in zip(intervals, intervals[1:]))
+    return any(b[0] < a[1] for a, b in itertools.pairwise(intervals))
 
 
 def test_overlap_forbid_allow_replace(jobctl, start_daemon):
@@ -152,14 +192,22 @@ def test_overlap_forbid_allow_replace(jobctl, start_daemon):
     jobctl("add", "allow", "--every", "1s", "--overlap", "allow", "--", "sleep 2.5")
     jobctl("add", "replace", "--every", "1s", "--overlap", "replace", "--", "sleep 2.5")
     start_daemon("--workers", "8")
-    wait_until(lambda: len(_intervals(jobctl, "allow")) >= 3 and
-               len(_intervals(jobctl, "forbid")) >= 2, 20, what="finished attempts")
+    wait_until(
+        lambda: len(_intervals(jobctl, "allow")) >= 3 and len(_intervals(jobctl, "forbid")) >= 2,
+        20,
+        what="finished attempts",
+    )
     forbid = _runs(jobctl, "forbid")
     assert any(r["skip_reason"] == "overlap" for r in forbid)
     assert not _overlaps(_intervals(jobctl, "forbid"))
     assert _overlaps(_intervals(jobctl, "allow"))
-    wait_until(lambda: any(r["state"] == "cancelled" and r["attempt"] >= 1
-                           for r in _runs(jobctl, "replace")), 10, what="a replaced run")
+    wait_until(
+        lambda: any(
+            r["state"] == "cancelled" and r["attempt"] >= 1 for r in _runs(jobctl, "replace")
+        ),
+        10,
+        what="a replaced run",
+    )
     assert not _overlaps(_intervals(jobctl, "replace"))
 
 
@@ -206,7 +254,7 @@ def test_sigkill_loses_nothing_second_daemon_takes_over(jobctl, start_daemon, tm
     assert not pid_alive(old_pid)
     assert pidfile.read_text().splitlines()[1].split()[1] == "2"
     atts = _attempts(jobctl, run["id"])
-    assert [(a.attempt, a.error) for a in atts][0] == (1, "lost")
+    assert next((a.attempt, a.error) for a in atts) == (1, "lost")
     # the second daemon schedules too
     before = len(_runs(jobctl, "tick"))
     wait_until(lambda: len(_runs(jobctl, "tick")) >= before + 2, 5, what="tick goes on")
@@ -214,7 +262,15 @@ def test_sigkill_loses_nothing_second_daemon_takes_over(jobctl, start_daemon, tm
 
 def test_two_daemons_one_leader_no_double_run_failover(jobctl, start_daemon, tmp_path):
     out = tmp_path / "ran"
-    jobctl("add", "w", "--manual", "--overlap", "allow", "--", f"echo $JOBCTL_RUN_ID.$JOBCTL_ATTEMPT >> {out}")
+    jobctl(
+        "add",
+        "w",
+        "--manual",
+        "--overlap",
+        "allow",
+        "--",
+        f"echo $JOBCTL_RUN_ID.$JOBCTL_ATTEMPT >> {out}",
+    )
     jobctl("add", "tick", "--every", "1s", "--", "true")
     a = start_daemon()
     b = start_daemon()
@@ -228,8 +284,13 @@ def test_two_daemons_one_leader_no_double_run_failover(jobctl, start_daemon, tmp
     leader_pid = next(d["pid"] for d in jobctl.json("status")["daemons"] if d["leader"])
     (a if a.pid == leader_pid else b).kill()
     survivor = b if a.pid == leader_pid else a
-    wait_until(lambda: any(d["leader"] and d["pid"] == survivor.pid
-                           for d in jobctl.json("status")["daemons"]), 6, what="failover")
+    wait_until(
+        lambda: any(
+            d["leader"] and d["pid"] == survivor.pid for d in jobctl.json("status")["daemons"]
+        ),
+        6,
+        what="failover",
+    )
     before = len(_runs(jobctl, "tick"))
     wait_until(lambda: len(_runs(jobctl, "tick")) >= before + 2, 5, what="tick after failover")
 
@@ -308,8 +369,13 @@ def test_reboot_job_once_per_boot(jobctl, start_daemon):
 
 def test_flood_of_output_keeps_only_the_tail(jobctl, start_daemon, db):
     start_daemon()
-    jobctl("add", "flood", "--manual", "--",
-           "head -c 20000000 /dev/zero | tr '\\0' 'x'; echo; echo THE-END")
+    jobctl(
+        "add",
+        "flood",
+        "--manual",
+        "--",
+        "head -c 20000000 /dev/zero | tr '\\0' 'x'; echo; echo THE-END",
+    )
     run = jobctl.json("run", "flood")
     wait_until(lambda: _run(jobctl, run["id"]).state is RunState.SUCCEEDED, 30)
     att = _attempts(jobctl, run["id"])[0]
@@ -321,8 +387,19 @@ def test_flood_of_output_keeps_only_the_tail(jobctl, start_daemon, db):
 
 def test_stdin_cwd_and_journal_log_format(jobctl, start_daemon, tmp_path):
     d = start_daemon(env={"JOURNAL_STREAM": "8:1234"})
-    jobctl("add", "io", "--manual", "--cwd", str(tmp_path), "--stdin", "line one\nline two",
-           "--env", "SECRET_TOKEN=hunter2", "--", "pwd; cat")
+    jobctl(
+        "add",
+        "io",
+        "--manual",
+        "--cwd",
+        str(tmp_path),
+        "--stdin",
+        "line one\nline two",
+        "--env",
+        "SECRET_TOKEN=hunter2",
+        "--",
+        "pwd; cat",
+    )
     run = jobctl.json("run", "io")
     wait_until(lambda: _run(jobctl, run["id"]).state is RunState.SUCCEEDED, 5)
     assert jobctl("logs", str(run["id"])).stdout == f"{tmp_path}\nline one\nline two"
@@ -344,14 +421,15 @@ def test_orphan_without_recorded_group_is_found_and_killed(jobctl, start_daemon)
     claimed, _ = store.claim_runs("ghost", socket.gethostname(), now, 0.5, limit=1)
     assert claimed and claimed[0].run.pgid is None
     orphan = subprocess.Popen(
-        ["sh", "-c", "exec sleep 60"], start_new_session=True,
+        ["sh", "-c", "exec sleep 60"],
+        start_new_session=True,
         env={**os.environ, "JOBCTL_RUN_ID": str(run["id"]), "JOBCTL_ATTEMPT": "1"},
     )
     try:
         start_daemon()
         wait_until(lambda: _run(jobctl, run["id"]).state is RunState.SUCCEEDED, 10)
         wait_until(lambda: orphan.poll() is not None, 5, what="orphan killed")
-        assert [(a.attempt, a.error) for a in _attempts(jobctl, run["id"])][0] == (1, "lost")
+        assert next((a.attempt, a.error) for a in _attempts(jobctl, run["id"])) == (1, "lost")
         assert now + timedelta(seconds=0.5) <= _attempts(jobctl, run["id"])[1].started_at
     finally:
         if orphan.poll() is None:

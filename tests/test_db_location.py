@@ -100,8 +100,9 @@ def test_env_beats_default_and_option_beats_env(
 # ---------------------------------------------------------------------- permissions
 
 
-def test_file_0600_folder_0700_under_umask_0(home: Path, umask0: None,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_file_0600_folder_0700_under_umask_0(
+    home: Path, umask0: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = home / "new" / "deeper" / "j.db"
     code, _, err = run(capsys, "--db", str(db), "add", "j", "--manual", "--", "true")
     assert code == 0, err
@@ -131,7 +132,9 @@ def test_wal_mode_and_schema_version(tmp_path: Path, capsys: pytest.CaptureFixtu
         conn.close()
 
 
-def test_existing_file_mode_is_left_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_existing_file_mode_is_left_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "j.db"
     assert run(capsys, "--db", str(db), "list")[0] == 0
     os.chmod(db, 0o640)
@@ -168,7 +171,9 @@ def test_uncreatable_folder_is_an_error(tmp_path: Path, capsys: pytest.CaptureFi
     assert_error(err)
 
 
-def test_newer_schema_is_refused_untouched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_newer_schema_is_refused_untouched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "future.db"
     conn = sqlite3.connect(db)
     conn.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, name TEXT)")

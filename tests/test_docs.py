@@ -16,8 +16,12 @@ from jobctl.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gen_docs.py"
-GENERATED = ["completions/jobctl.bash", "completions/_jobctl", "completions/jobctl.fish",
-             "man/jobctl.1"]
+GENERATED = [
+    "completions/jobctl.bash",
+    "completions/_jobctl",
+    "completions/jobctl.fish",
+    "man/jobctl.1",
+]
 MAN = ROOT / "man" / "jobctl.1"
 
 
@@ -26,8 +30,9 @@ def roff(text: str) -> str:
 
 
 def commands() -> Iterator[tuple[str, click.Command, click.Context]]:
-    def walk(group: click.Group, ctx: click.Context) -> Iterator[tuple[str, click.Command,
-                                                                       click.Context]]:
+    def walk(
+        group: click.Group, ctx: click.Context
+    ) -> Iterator[tuple[str, click.Command, click.Context]]:
         for name in group.list_commands(ctx):
             cmd = group.get_command(ctx, name)
             assert cmd is not None
@@ -47,8 +52,12 @@ def options(cmd: click.Command, ctx: click.Context) -> Iterator[click.Option]:
 
 
 def test_generated_files_are_in_sync(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path)], check=True,
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     for rel in GENERATED:
         committed = ROOT / rel
         assert committed.exists(), f"{rel} is missing: run `python scripts/gen_docs.py`"
@@ -85,12 +94,31 @@ def test_man_page_covers_every_command_and_option() -> None:
 
 def test_man_page_has_the_sections() -> None:
     text = MAN.read_text()
-    for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "COMMANDS", "EXIT STATUS",
-                    "ENVIRONMENT", "FILES", "CATCH\\-UP AND DST", "SEE ALSO"):
+    for section in (
+        "NAME",
+        "SYNOPSIS",
+        "DESCRIPTION",
+        "OPTIONS",
+        "COMMANDS",
+        "EXIT STATUS",
+        "ENVIRONMENT",
+        "FILES",
+        "CATCH\\-UP AND DST",
+        "SEE ALSO",
+    ):
         assert f"\n.SH {section}\n" in text, section
-    for var in ("JOBCTL_DB", "JOBCTL_JOB", "JOBCTL_RUN_ID", "JOBCTL_ATTEMPT",
-                "JOBCTL_SCHEDULED_FOR", "JOBCTL_CATCHUP_FROM", "JOBCTL_RUN_KEY", "JOBCTL_STATE",
-                "JOBCTL_ERROR", "JOURNAL_STREAM"):
+    for var in (
+        "JOBCTL_DB",
+        "JOBCTL_JOB",
+        "JOBCTL_RUN_ID",
+        "JOBCTL_ATTEMPT",
+        "JOBCTL_SCHEDULED_FOR",
+        "JOBCTL_CATCHUP_FROM",
+        "JOBCTL_RUN_KEY",
+        "JOBCTL_STATE",
+        "JOBCTL_ERROR",
+        "JOURNAL_STREAM",
+    ):
         assert var in text, var
     assert text.isascii()
     assert not any(line.startswith(("'", ". ")) for line in text.splitlines())
@@ -104,8 +132,7 @@ def test_man_page_renders_without_warnings() -> None:
     else:
         pytest.skip("neither groff nor man is installed")
     env = {**os.environ, "MANWIDTH": "80", "MANPAGER": "cat", "PAGER": "cat"}
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60,
-                          check=False)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
 
@@ -121,10 +148,17 @@ def test_job_names_complete_from_the_database(tmp_path: Path) -> None:
     db = str(tmp_path / "j.db")
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBCTL_")}
     for name in ("backup", "beta", "other"):
-        subprocess.run([jobctl, "--db", db, "add", name, "--manual", "--", "true"], check=True,
-                       capture_output=True, env=env, timeout=30)
-    env.update(_JOBCTL_COMPLETE="bash_complete", COMP_WORDS=f"jobctl --db {db} show b",
-               COMP_CWORD="4")
-    proc = subprocess.run([jobctl], capture_output=True, text=True, env=env, timeout=30,
-                          check=False)
+        subprocess.run(
+            [jobctl, "--db", db, "add", name, "--manual", "--", "true"],
+            check=True,
+            capture_output=True,
+            env=env,
+            timeout=30,
+        )
+    env.update(
+        _JOBCTL_COMPLETE="bash_complete", COMP_WORDS=f"jobctl --db {db} show b", COMP_CWORD="4"
+    )
+    proc = subprocess.run(
+        [jobctl], capture_output=True, text=True, env=env, timeout=30, check=False
+    )
     assert proc.stdout.split() == ["plain,backup", "plain,beta"]

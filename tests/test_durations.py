@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
@@ -20,7 +20,7 @@ from jobctl.durations import (
 )
 from jobctl.errors import UsageError
 
-UTC = timezone.utc
+UTC = UTC
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 
@@ -46,8 +46,31 @@ def test_parse_duration_valid(text: str, seconds: float) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "  ", "0", "0s", "0m0s", "-5", "-5m", "5x", "m", "1m1h", "1h1h", "5 m", "1.5.2",
-     "abc", "5M", "1e3", "\u0663", "inf", "nan", "1h 30m", "h30m", "30m1h", ".5"],
+    [
+        "",
+        "  ",
+        "0",
+        "0s",
+        "0m0s",
+        "-5",
+        "-5m",
+        "5x",
+        "m",
+        "1m1h",
+        "1h1h",
+        "5 m",
+        "1.5.2",
+        "abc",
+        "5M",
+        "1e3",
+        "\u0663",
+        "inf",
+        "nan",
+        "1h 30m",
+        "h30m",
+        "30m1h",
+        ".5",
+    ],
 )
 def test_parse_duration_invalid(text: str) -> None:
     with pytest.raises(UsageError, match="invalid duration .*: use e.g. 90, 90s, 5m"):
@@ -56,8 +79,16 @@ def test_parse_duration_invalid(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(5400, "1h30m"), (45, "45s"), (172_800, "2d"), (0.5, "0.5s"), (90, "1m30s"),
-     (604_800, "1w"), (3600.0, "1h"), (0, "0s")],
+    [
+        (5400, "1h30m"),
+        (45, "45s"),
+        (172_800, "2d"),
+        (0.5, "0.5s"),
+        (90, "1m30s"),
+        (604_800, "1w"),
+        (3600.0, "1h"),
+        (0, "0s"),
+    ],
 )
 def test_format_duration(seconds: float, text: str) -> None:
     assert format_duration(seconds) == text
@@ -88,8 +119,20 @@ def test_parse_zone_valid(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["", "Nowhere/City", "../etc/passwd", "/etc/localtime", "Europe/", "Europe", "a\0b",
-     "\udcff", " Europe/Berlin", "Europe/../Europe/Berlin", "zone.tab", "Europe\\Berlin"],
+    [
+        "",
+        "Nowhere/City",
+        "../etc/passwd",
+        "/etc/localtime",
+        "Europe/",
+        "Europe",
+        "a\0b",
+        "\udcff",
+        " Europe/Berlin",
+        "Europe/../Europe/Berlin",
+        "zone.tab",
+        "Europe\\Berlin",
+    ],
 )
 def test_parse_zone_invalid(name: str) -> None:
     with pytest.raises(UsageError, match="unknown time zone"):

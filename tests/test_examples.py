@@ -21,8 +21,14 @@ def _env(db: Path, **extra: str) -> dict[str, str]:
 
 
 def _sh(script: str, env: dict[str, str], *args: str, stdin: str | None = None) -> None:
-    subprocess.run(["sh", str(ROOT / script), *args], env=env, check=True, input=stdin,
-                   text=True, capture_output=True)
+    subprocess.run(
+        ["sh", str(ROOT / script), *args],
+        env=env,
+        check=True,
+        input=stdin,
+        text=True,
+        capture_output=True,
+    )
 
 
 def test_digest_example(jobctl, start_daemon, db, tmp_path):
@@ -38,6 +44,7 @@ def test_digest_example(jobctl, start_daemon, db, tmp_path):
     def done():
         runs = jobctl.json("runs", "digest")
         return len(runs) == 3 and all(r["state"] in ("succeeded", "dead") for r in runs)
+
     wait_until(done, 20, what="digests delivered")
     states = {r["env"]["USER_ID"]: r["state"] for r in jobctl.json("runs", "digest")}
     assert states == {"alice": "succeeded", "bob": "succeeded", "broken-carol": "dead"}
@@ -48,8 +55,15 @@ def test_digest_example(jobctl, start_daemon, db, tmp_path):
 def test_crawler_example(jobctl, start_daemon, db, tmp_path):
     env = _env(db, CRAWL_DRY_RUN="1", CRAWL_DIR=str(tmp_path / "crawl"))
     _sh("examples/crawler/setup.sh", env)
-    urls = "\n".join(["https://a.example/1", "https://a.example/2", "https://b.example/1",
-                      "!https://b.example/urgent", "https://a.example/1"])
+    urls = "\n".join(
+        [
+            "https://a.example/1",
+            "https://a.example/2",
+            "https://b.example/1",
+            "!https://b.example/urgent",
+            "https://a.example/1",
+        ]
+    )
     _sh("examples/crawler/enqueue.sh", env, stdin=urls + "\n")
     runs = jobctl.json("runs", "fetch")
     assert len(runs) == 4  # the duplicate URL was enqueued once

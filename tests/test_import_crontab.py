@@ -20,8 +20,13 @@ def jobctl(db: Path, *args: str, stdin: str | None = None) -> subprocess.Complet
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBCTL_")}
     env["TZ"] = "UTC"
     return subprocess.run(
-        [JOBCTL, "--db", str(db), *args], input=stdin, capture_output=True, text=True,
-        env=env, timeout=30, check=False,
+        [JOBCTL, "--db", str(db), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=False,
     )
 
 
@@ -48,8 +53,12 @@ def test_cronie_example_maps_every_setting(db: Path) -> None:
     jobs = {j["name"]: j for j in report["jobs"]}
     assert list(jobs) == [f"cron-{n}" for n in range(1, 7)]
     daily = jobs["cron-1"]
-    assert daily["trigger"] == {"kind": "cron", "expr": "5 0 * * *", "tz": "Japan",
-                                "after_completion": False}
+    assert daily["trigger"] == {
+        "kind": "cron",
+        "expr": "5 0 * * *",
+        "tz": "Japan",
+        "after_completion": False,
+    }
     assert daily["shell"] == "/bin/sh"
     assert daily["jitter"] == 600
     assert daily["id"] is not None
@@ -88,7 +97,9 @@ def _updated_at(db: Path) -> list[tuple[Any, ...]]:
 
     con = sqlite3.connect(db)
     try:
-        return con.execute("SELECT name, updated_at, next_run_at FROM jobs ORDER BY name").fetchall()
+        return con.execute(
+            "SELECT name, updated_at, next_run_at FROM jobs ORDER BY name"
+        ).fetchall()
     finally:
         con.close()
 
@@ -148,8 +159,12 @@ def test_stdin_dash(db: Path) -> None:
 def test_system_debian_etc_crontab(db: Path) -> None:
     report = imported(db, "--system", str(DATA / "debian-etc-crontab"))
     jobs = report["jobs"]
-    assert [j["trigger"]["expr"] for j in jobs] == ["17 * * * *", "25 6 * * *", "47 6 * * 7",
-                                                    "52 6 1 * *"]
+    assert [j["trigger"]["expr"] for j in jobs] == [
+        "17 * * * *",
+        "25 6 * * *",
+        "47 6 * * 7",
+        "52 6 1 * *",
+    ]
     assert jobs[0]["command"] == "cd / && run-parts --report /etc/cron.hourly"
     assert all("(user: root)" in j["description"] for j in jobs)
     if getpass.getuser() != "root":
@@ -158,8 +173,7 @@ def test_system_debian_etc_crontab(db: Path) -> None:
 
 def test_cron_d_files_import_with_system(db: Path) -> None:
     for name in ("cron.d-certbot", "cron.d-php", "cron.d-sysstat"):
-        report = imported(db, "--system", "--prefix", name.replace("cron.d-", ""),
-                          str(DATA / name))
+        report = imported(db, "--system", "--prefix", name.replace("cron.d-", ""), str(DATA / name))
         assert report["errors"] == []
     assert len(listed(db)) == 4
 
@@ -181,8 +195,14 @@ def test_not_utf8_is_an_error(db: Path, tmp_path: Path) -> None:
 def test_no_argument_without_crontab_command(db: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBCTL_")}
     env["PATH"] = str(tmp_path)  # no crontab here
-    proc = subprocess.run([JOBCTL, "--db", str(db), "import-crontab"], capture_output=True,
-                          text=True, env=env, timeout=30, check=False)
+    proc = subprocess.run(
+        [JOBCTL, "--db", str(db), "import-crontab"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("Error: no FILE given")
 
@@ -193,7 +213,13 @@ def test_no_argument_reads_crontab_l(db: Path, tmp_path: Path) -> None:
     fake.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBCTL_")}
     env["PATH"] = f"{tmp_path}:/usr/bin:/bin"
-    proc = subprocess.run([JOBCTL, "--db", str(db), "import-crontab", "--json"],
-                          capture_output=True, text=True, env=env, timeout=30, check=False)
+    proc = subprocess.run(
+        [JOBCTL, "--db", str(db), "import-crontab", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["jobs"][0]["command"] == "echo from-crontab"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import shlex
 import sys
@@ -26,19 +27,39 @@ def _runs(jobctl, name):
 
 def test_digest_fan_out_one_run_per_user_and_day(jobctl, start_daemon, db, tmp_path):
     out = tmp_path / "sent"
-    jobctl("add", "digest", "--manual", "--overlap", "allow", "--retries", "1",
-           "--backoff", "0.2s", "--",
-           f'[ "$USER_ID" = u3 ] && {{ echo "no mailbox for u3"; exit 1; }}; '
-           f'echo "$USER_ID $JOBCTL_RUN_KEY" >> {out}')
+    jobctl(
+        "add",
+        "digest",
+        "--manual",
+        "--overlap",
+        "allow",
+        "--retries",
+        "1",
+        "--backoff",
+        "0.2s",
+        "--",
+        f'[ "$USER_ID" = u3 ] && {{ echo "no mailbox for u3"; exit 1; }}; '
+        f'echo "$USER_ID $JOBCTL_RUN_KEY" >> {out}',
+    )
     jobctl_cmd = f"{shlex.quote(sys.executable)} -m jobctl --db {shlex.quote(str(db))}"
-    jobctl("add", "fanout", "--manual", "--",
-           f'for u in u1 u2 u3 u4; do {jobctl_cmd} run digest --key "$u:$(date -u +%F)" '
-           f'--env USER_ID=$u || exit 1; done')
+    jobctl(
+        "add",
+        "fanout",
+        "--manual",
+        "--",
+        f'for u in u1 u2 u3 u4; do {jobctl_cmd} run digest --key "$u:$(date -u +%F)" '
+        f"--env USER_ID=$u || exit 1; done",
+    )
     start_daemon(env=_env_with_jobctl())
     for _ in range(3):  # the fan-out retried: still one digest per user and day
         assert jobctl("run", "fanout", "--wait").exit_code == 0
-    wait_until(lambda: len(_runs(jobctl, "digest")) == 4 and
-               all(r["state"] in FINAL for r in _runs(jobctl, "digest")), 20)
+    wait_until(
+        lambda: (
+            len(_runs(jobctl, "digest")) == 4
+            and all(r["state"] in FINAL for r in _runs(jobctl, "digest"))
+        ),
+        20,
+    )
     runs = {r["env"]["USER_ID"]: r for r in _runs(jobctl, "digest")}
     assert sorted(runs) == ["u1", "u2", "u3", "u4"]
     assert runs["u3"]["state"] == "dead" and runs["u3"]["attempt"] == 2
@@ -66,8 +87,10 @@ def _overlap(a, b):
     return a[1] < b[2] and b[1] < a[2]
 
 
-FETCH = ('echo start $HOST $JOBCTL_RUN_ID $(date +%s.%N) >> {log}; sleep {secs}; '
-         'echo end $HOST $JOBCTL_RUN_ID $(date +%s.%N) >> {log}')
+FETCH = (
+    "echo start $HOST $JOBCTL_RUN_ID $(date +%s.%N) >> {log}; sleep {secs}; "
+    "echo end $HOST $JOBCTL_RUN_ID $(date +%s.%N) >> {log}"
+)
 
 
 def test_crawler_per_host_lock_parallel_hosts(jobctl, start_daemon, tmp_path):
@@ -77,13 +100,23 @@ def test_crawler_per_host_lock_parallel_hosts(jobctl, start_daemon, tmp_path):
     ids = []
     for i in range(3):
         for host in ("a.example", "b.example"):
-            ids.append(jobctl.json("run", "fetch", "--key", f"https://{host}/{i}",
-                                   "--lock", f"host:{host}", "--env", f"HOST={host}")["id"])
+            ids.append(
+                jobctl.json(
+                    "run",
+                    "fetch",
+                    "--key",
+                    f"https://{host}/{i}",
+                    "--lock",
+                    f"host:{host}",
+                    "--env",
+                    f"HOST={host}",
+                )["id"]
+            )
     wait_until(lambda: all(r["state"] == "succeeded" for r in _runs(jobctl, "fetch")), 20)
     spans = _intervals(log)
     assert len(spans) == 6
     for i, a in enumerate(spans):
-        for b in spans[i + 1:]:
+        for b in spans[i + 1 :]:
             if a[0] == b[0]:
                 assert not _overlap(a, b), (a, b)
     assert any(_overlap(a, b) for a in spans for b in spans if a[0] != b[0])
@@ -109,9 +142,16 @@ def test_hanging_fetch_with_timeout_frees_its_host(jobctl, start_daemon, tmp_pat
 
 def test_lock_of_a_killed_daemon_is_free_after_its_lease(jobctl, start_daemon, tmp_path):
     log = tmp_path / "fetch.log"
-    jobctl("add", "fetch", "--manual", "--overlap", "allow", "--",
-           f'[ "$JOBCTL_ATTEMPT" = 1 ] && [ "$HOST" = stuck ] && exec sleep 60; '
-           + FETCH.format(log=log, secs=0))
+    jobctl(
+        "add",
+        "fetch",
+        "--manual",
+        "--overlap",
+        "allow",
+        "--",
+        '[ "$JOBCTL_ATTEMPT" = 1 ] && [ "$HOST" = stuck ] && exec sleep 60; '
+        + FETCH.format(log=log, secs=0),
+    )
     first = start_daemon()
     held = jobctl.json("run", "fetch", "--lock", "host:d", "--env", "HOST=stuck")
     wait_until(lambda: jobctl.store().get_run(held["id"]).state is RunState.LEASED, 5)
@@ -132,6 +172,6 @@ def test_two_daemons_never_hold_one_lock_at_once(jobctl, start_daemon, tmp_path)
     wait_until(lambda: all(r["state"] == "succeeded" for r in _runs(jobctl, "fetch")), 30)
     spans = sorted(_intervals(log), key=lambda s: s[1])
     assert len(spans) == 30
-    assert all(a[2] <= b[1] for a, b in zip(spans, spans[1:]))
+    assert all(a[2] <= b[1] for a, b in itertools.pairwise(spans))
     daemons = {r[0] for r in jobctl.store().conn.execute("SELECT daemon_id FROM attempts")}
     assert len(daemons) == 2  # both daemons took turns at the lock

@@ -9,10 +9,21 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "jobctl"
 
 # lower number = lower layer; a module may import only from strictly lower layers
 LAYERS = {
-    "errors": 0, "models": 1, "clock": 1, "paths": 1,
-    "durations": 2, "triggers": 3, "crontab": 3, "specs": 4,
-    "store": 5, "planner": 5, "worker": 5, "wake": 5, "service": 5,
-    "daemon": 6, "output": 6,
+    "errors": 0,
+    "models": 1,
+    "clock": 1,
+    "paths": 1,
+    "durations": 2,
+    "triggers": 3,
+    "crontab": 3,
+    "specs": 4,
+    "store": 5,
+    "planner": 5,
+    "worker": 5,
+    "wake": 5,
+    "service": 5,
+    "daemon": 6,
+    "output": 6,
     "cli": 7,
 }
 

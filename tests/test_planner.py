@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,22 +22,30 @@ from jobctl.models import (
 )
 from jobctl.planner import FireHeap, plan_due, retry_delay_seconds
 
-T0 = datetime(2026, 3, 1, 8, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
 
 
 def every_job(seconds: float, catchup: Catchup, limit: int = 6, next_run=None) -> Job:
     trig = Trigger(TriggerKind.INTERVAL, tz="UTC", every_seconds=seconds, anchor=T0)
     spec = JobSpec(name="j", trigger=trig, command="true", catchup=catchup, catchup_limit=limit)
     return Job(
-        id=1, spec=spec, state=JobState.ACTIVE, created_at=T0, schedule_from=T0,
-        next_run_at=next_run or T0 + timedelta(seconds=seconds), last_window_at=None,
-        missed_total=0, last_boot_id=None,
+        id=1,
+        spec=spec,
+        state=JobState.ACTIVE,
+        created_at=T0,
+        schedule_from=T0,
+        next_run_at=next_run or T0 + timedelta(seconds=seconds),
+        last_window_at=None,
+        missed_total=0,
+        last_boot_id=None,
     )
 
 
 def cron_job(expr: str, catchup: Catchup, next_run: datetime, tz: str = "UTC") -> Job:
     spec = JobSpec(
-        name="c", trigger=Trigger(TriggerKind.CRON, tz=tz, expr=expr), command="true",
+        name="c",
+        trigger=Trigger(TriggerKind.CRON, tz=tz, expr=expr),
+        command="true",
         catchup=catchup,
     )
     return Job(1, spec, JobState.ACTIVE, T0, T0, next_run, None, 0, None)
@@ -49,7 +57,10 @@ def states(plan):
 
 def test_nothing_due_before_next_run():
     clock = FakeClock(T0)
-    assert plan_due(every_job(2, Catchup.ONCE), clock.now(), missed=False, rng=random.Random(1)) is None
+    assert (
+        plan_due(every_job(2, Catchup.ONCE), clock.now(), missed=False, rng=random.Random(1))
+        is None
+    )
 
 
 def test_on_time_window_runs_and_moves_on():
@@ -63,8 +74,12 @@ def test_on_time_window_runs_and_moves_on():
 def test_downtime_skip_records_every_window_skipped():
     now = T0 + timedelta(seconds=9)  # windows 2,4,6,8 missed
     plan = plan_due(every_job(2, Catchup.SKIP), now, missed=True, rng=random.Random(1))
-    assert [w.scheduled_for for w in plan.windows] == [T0 + timedelta(seconds=s) for s in (2, 4, 6, 8)]
-    assert all(w.state is RunState.SKIPPED and w.skip_reason is SkipReason.MISSED for w in plan.windows)
+    assert [w.scheduled_for for w in plan.windows] == [
+        T0 + timedelta(seconds=s) for s in (2, 4, 6, 8)
+    ]
+    assert all(
+        w.state is RunState.SKIPPED and w.skip_reason is SkipReason.MISSED for w in plan.windows
+    )
     assert plan.missed_increment == 4
     assert plan.next_run_at == T0 + timedelta(seconds=10)
 
@@ -97,9 +112,11 @@ def test_long_downtime_writes_at_most_100_skipped_rows_and_counts_the_rest():
 
 
 def test_cron_missed_over_a_week_once():
-    first = datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc)
+    first = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
     now = first + timedelta(days=6, hours=1)
-    plan = plan_due(cron_job("0 8 * * *", Catchup.ONCE, first), now, missed=True, rng=random.Random(1))
+    plan = plan_due(
+        cron_job("0 8 * * *", Catchup.ONCE, first), now, missed=True, rng=random.Random(1)
+    )
     pending = [w for w in plan.windows if w.state is RunState.PENDING]
     assert pending[0].scheduled_for == first + timedelta(days=6)
     assert pending[0].catchup_from == first

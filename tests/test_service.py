@@ -37,12 +37,17 @@ def fake_systemctl(bin_dir: Path, log: Path, exit_code: int = 0) -> None:
     script.chmod(0o755)
 
 
-def run(home: Path, *args: str, path: str, extra_env: dict[str, str] | None = None,
-        ) -> subprocess.CompletedProcess[str]:
+def run(
+    home: Path,
+    *args: str,
+    path: str,
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JOBCTL_", "XDG_"))}
     env.update(HOME=str(home), PATH=path, **(extra_env or {}))
-    return subprocess.run([JOBCTL, *args], capture_output=True, text=True, env=env, timeout=30,
-                          check=False)
+    return subprocess.run(
+        [JOBCTL, *args], capture_output=True, text=True, env=env, timeout=30, check=False
+    )
 
 
 def calls(log: Path) -> list[str]:
@@ -66,8 +71,15 @@ def test_install_respects_xdg_config_home_and_db(home: Path, tmp_path: Path) -> 
     log = tmp_path / "calls.log"
     fake_systemctl(tmp_path / "bin", log)
     xdg = tmp_path / "xdg"
-    proc = run(home, "--db", "rel dir/my.db", "service", "install",
-               path=f"{tmp_path / 'bin'}:/usr/bin:/bin", extra_env={"XDG_CONFIG_HOME": str(xdg)})
+    proc = run(
+        home,
+        "--db",
+        "rel dir/my.db",
+        "service",
+        "install",
+        path=f"{tmp_path / 'bin'}:/usr/bin:/bin",
+        extra_env={"XDG_CONFIG_HOME": str(xdg)},
+    )
     assert proc.returncode == 0, proc.stderr
     unit = (xdg / "systemd/user/jobctl.service").read_text()
     db = os.path.abspath("rel dir/my.db")
@@ -76,8 +88,14 @@ def test_install_respects_xdg_config_home_and_db(home: Path, tmp_path: Path) -> 
 
 
 def test_jobctl_db_goes_into_the_unit(home: Path, tmp_path: Path) -> None:
-    proc = run(home, "service", "install", "--print", path="/usr/bin:/bin",
-               extra_env={"JOBCTL_DB": str(tmp_path / "x.db")})
+    proc = run(
+        home,
+        "service",
+        "install",
+        "--print",
+        path="/usr/bin:/bin",
+        extra_env={"JOBCTL_DB": str(tmp_path / "x.db")},
+    )
     assert f"ExecStart={JOBCTL} --db {tmp_path / 'x.db'} daemon\n" in proc.stdout
 
 
@@ -134,8 +152,12 @@ def test_status_reports_unit_systemd_and_daemons(home: Path, tmp_path: Path) -> 
     proc = run(home, "--db", db, "service", "status", "--json", path=path)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert data == {"unit_file": str(home / ".config/systemd/user/jobctl.service"),
-                    "installed": False, "active": "inactive", "daemons": []}
+    assert data == {
+        "unit_file": str(home / ".config/systemd/user/jobctl.service"),
+        "installed": False,
+        "active": "inactive",
+        "daemons": [],
+    }
     assert calls(log) == ["--user is-active jobctl.service"]
     assert not Path(db).exists()
     text = run(home, "--db", db, "service", "status", path=path).stdout
@@ -167,8 +189,9 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path, home: Path) -> 
         pytest.skip("systemd-analyze is not installed")
     unit = tmp_path / "jobctl.service"
     unit.write_text(service.unit_text(JOBCTL, str(tmp_path / "a b%$.db")))
-    proc = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True,
-                          timeout=60, check=False)
+    proc = subprocess.run(
+        [tool, "verify", str(unit)], capture_output=True, text=True, timeout=60, check=False
+    )
     if "Failed to initialize manager" in proc.stderr or "Failed to connect" in proc.stderr:
         pytest.skip(f"systemd-analyze verify cannot run here: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr

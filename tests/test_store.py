@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -11,7 +11,7 @@ from jobctl.errors import Conflict, NotFound, StoreError
 from jobctl.models import JobSpec, Overlap, RunReason, RunState, Trigger, TriggerKind
 from jobctl.store import SCHEMA_VERSION, Store, WindowRow, _migrations, schema_sql, split_statements
 
-T0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
 def manual(name: str, **kw) -> JobSpec:
@@ -100,16 +100,30 @@ def test_claim_is_exclusive_and_fenced(store):
     taken, _ = _claim(store, "d2", now=later)
     assert taken[0].attempt == 2
     ok, _ = store.finish_attempt(
-        run.id, 1, "d1", later, exit_code=0, error=None, output=b"", output_bytes=0,
+        run.id,
+        1,
+        "d1",
+        later,
+        exit_code=0,
+        error=None,
+        output=b"",
+        output_bytes=0,
         outcome=RunState.SUCCEEDED,
     )
     assert not ok
-    leader, lost, _ = store.heartbeat("d1", later, 30, want_leader=False, held=[(run.id, 1)])
+    _leader, lost, _ = store.heartbeat("d1", later, 30, want_leader=False, held=[(run.id, 1)])
     assert lost == {run.id}
     attempts = store.get_attempts(run.id)
     assert [(a.attempt, a.error) for a in attempts] == [(1, "lost"), (2, None)]
     ok, _ = store.finish_attempt(
-        run.id, 2, "d2", later, exit_code=0, error=None, output=b"hi", output_bytes=2,
+        run.id,
+        2,
+        "d2",
+        later,
+        exit_code=0,
+        error=None,
+        output=b"hi",
+        output_bytes=2,
         outcome=RunState.SUCCEEDED,
     )
     assert ok and store.get_run(run.id).state is RunState.SUCCEEDED
@@ -160,21 +174,32 @@ def test_keyed_run_is_unique(store):
 
 def test_record_windows_unique_and_compare_and_set(store):
     spec = JobSpec(
-        name="tick", trigger=Trigger(TriggerKind.INTERVAL, tz="UTC", every_seconds=60, anchor=T0),
+        name="tick",
+        trigger=Trigger(TriggerKind.INTERVAL, tz="UTC", every_seconds=60, anchor=T0),
         command="true",
     )
     job = store.add_job(spec, T0)
     assert job.next_run_at == T0 + timedelta(seconds=60)
     w = WindowRow(job.next_run_at, RunState.PENDING, RunReason.SCHEDULE)
     ids = store.record_windows(
-        job.id, job.next_run_at, [w], next_run_at=job.next_run_at + timedelta(seconds=60),
-        last_window_at=job.next_run_at, missed_increment=0, now=job.next_run_at,
+        job.id,
+        job.next_run_at,
+        [w],
+        next_run_at=job.next_run_at + timedelta(seconds=60),
+        last_window_at=job.next_run_at,
+        missed_increment=0,
+        now=job.next_run_at,
     )
     assert ids and len(ids) == 1
     # a second writer with the old expectation is refused; nothing doubles
     again = store.record_windows(
-        job.id, job.next_run_at, [w], next_run_at=job.next_run_at + timedelta(seconds=60),
-        last_window_at=job.next_run_at, missed_increment=0, now=job.next_run_at,
+        job.id,
+        job.next_run_at,
+        [w],
+        next_run_at=job.next_run_at + timedelta(seconds=60),
+        last_window_at=job.next_run_at,
+        missed_increment=0,
+        now=job.next_run_at,
     )
     assert again is None
     assert len(store.list_runs("tick")) == 1
@@ -184,8 +209,17 @@ def test_retry_dead_numbers_attempts_on(store):
     store.add_job(manual("a", retries=0), T0)
     run, _ = store.enqueue_run("a", T0)
     _claim(store)
-    store.finish_attempt(run.id, 1, "d1", T0, exit_code=3, error="exit 3", output=b"",
-                         output_bytes=0, outcome=RunState.DEAD)
+    store.finish_attempt(
+        run.id,
+        1,
+        "d1",
+        T0,
+        exit_code=3,
+        error="exit 3",
+        output=b"",
+        output_bytes=0,
+        outcome=RunState.DEAD,
+    )
     assert store.get_run(run.id).state is RunState.DEAD
     [back] = store.retry_dead(T0, job_name="a")
     assert back.state is RunState.PENDING and back.max_attempts == 2

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -22,7 +22,7 @@ from jobctl.triggers import (
     validate_cron_expr,
 )
 
-UTC = timezone.utc
+UTC = UTC
 MINUTE = timedelta(minutes=1)
 
 
@@ -162,7 +162,11 @@ def test_dom_star_step_means_and() -> None:
     got = fires("0 0 */2 * mon", "UTC", z(2025, 8, 31), z(2025, 10, 31))
     assert got and all(f.weekday() == 0 and f.day % 2 == 1 for f in got)
     assert [f.date().isoformat() for f in got] == [
-        "2025-09-01", "2025-09-15", "2025-09-29", "2025-10-13", "2025-10-27",
+        "2025-09-01",
+        "2025-09-15",
+        "2025-09-29",
+        "2025-10-13",
+        "2025-10-27",
     ]
 
 
@@ -257,8 +261,13 @@ def test_hourly_wildcard_counts_real_hours(
 
 def test_new_york_fall_wildcard_fires_both_occurrences() -> None:
     got = fires("*/30 * * * *", "America/New_York", z(2026, 11, 1, 4, 50), z(2026, 11, 1, 7, 0))
-    assert got == [z(2026, 11, 1, 5, 0), z(2026, 11, 1, 5, 30), z(2026, 11, 1, 6, 0),
-                   z(2026, 11, 1, 6, 30), z(2026, 11, 1, 7, 0)]
+    assert got == [
+        z(2026, 11, 1, 5, 0),
+        z(2026, 11, 1, 5, 30),
+        z(2026, 11, 1, 6, 0),
+        z(2026, 11, 1, 6, 30),
+        z(2026, 11, 1, 7, 0),
+    ]
 
 
 def test_wildcard_after_in_first_occurrence_goes_back_in_wall_time() -> None:
@@ -401,8 +410,10 @@ def test_reboot_and_manual_never_fire(kind: TriggerKind) -> None:
     [
         (cron("30 2 * * *", "Europe/Berlin"), "30 2 * * * (Europe/Berlin)"),
         (Trigger(TriggerKind.INTERVAL, "UTC", every_seconds=300, anchor=z(2025, 1, 1)), "every 5m"),
-        (Trigger(TriggerKind.INTERVAL, "UTC", every_seconds=300, after_completion=True),
-         "every 5m after completion"),
+        (
+            Trigger(TriggerKind.INTERVAL, "UTC", every_seconds=300, after_completion=True),
+            "every 5m after completion",
+        ),
         (Trigger(TriggerKind.ONCE, "UTC", at=z(2026, 12, 1, 8)), "at 2026-12-01T08:00:00Z"),
         (Trigger(TriggerKind.REBOOT, "UTC", expr="@reboot"), "@reboot"),
         (Trigger(TriggerKind.MANUAL, "UTC"), "manual"),
@@ -416,8 +427,14 @@ def test_describe(trigger: Trigger, text: str) -> None:
 
 ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "UTC", "Asia/Kathmandu"]
 # Offset changes in 2025, to start searches near them often.
-CHANGES = [z(2025, 3, 30, 1), z(2025, 10, 26, 1), z(2025, 3, 9, 7), z(2025, 11, 2, 6),
-           z(2025, 4, 5, 15), z(2025, 10, 4, 15, 30)]
+CHANGES = [
+    z(2025, 3, 30, 1),
+    z(2025, 10, 26, 1),
+    z(2025, 3, 9, 7),
+    z(2025, 11, 2, 6),
+    z(2025, 4, 5, 15),
+    z(2025, 10, 4, 15, 30),
+]
 
 
 def _field(draw: st.DrawFn, lo: int, hi: int, names: list[str] | None = None) -> str:
@@ -444,20 +461,27 @@ def _field(draw: st.DrawFn, lo: int, hi: int, names: list[str] | None = None) ->
 
 @st.composite
 def cron_exprs(draw: st.DrawFn) -> str:
-    return " ".join([
-        _field(draw, 0, 59),
-        _field(draw, 0, 23),
-        _field(draw, 1, 31),
-        _field(draw, 1, 12, ["jan", "Feb", "MAR", "oct", "nov"]),
-        _field(draw, 0, 7, ["sun", "Mon", "SAT"]),
-    ])
+    return " ".join(
+        [
+            _field(draw, 0, 59),
+            _field(draw, 0, 23),
+            _field(draw, 1, 31),
+            _field(draw, 1, 12, ["jan", "Feb", "MAR", "oct", "nov"]),
+            _field(draw, 0, 7, ["sun", "Mon", "SAT"]),
+        ]
+    )
 
 
 starts = st.one_of(
     st.datetimes(min_value=datetime(2024, 1, 1), max_value=datetime(2030, 12, 31)).map(
-        lambda d: d.replace(tzinfo=UTC)),
-    st.builds(lambda c, m, s: c + timedelta(minutes=m, seconds=s),
-              st.sampled_from(CHANGES), st.integers(-36 * 60, 12 * 60), st.integers(0, 59)),
+        lambda d: d.replace(tzinfo=UTC)
+    ),
+    st.builds(
+        lambda c, m, s: c + timedelta(minutes=m, seconds=s),
+        st.sampled_from(CHANGES),
+        st.integers(-36 * 60, 12 * 60),
+        st.integers(0, 59),
+    ),
 )
 
 

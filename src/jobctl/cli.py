@@ -131,15 +131,34 @@ def cli(ctx: click.Context, db: str | None) -> None:
 
 def trigger_options(f: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
-        click.option("--cron", metavar="EXPR", help="5-field cron expression, a macro like @daily, or @reboot."),
-        click.option("--every", metavar="DURATION", help="Fixed rate: windows at start + k·DURATION."),
-        click.option("--after-completion", is_flag=True, default=None,
-                     help="With --every: the next window is DURATION after the previous run ends."),
+        click.option(
+            "--cron",
+            metavar="EXPR",
+            help="5-field cron expression, a macro like @daily, or @reboot.",
+        ),
+        click.option(
+            "--every", metavar="DURATION", help="Fixed rate: windows at start + k·DURATION."
+        ),
+        click.option(
+            "--after-completion",
+            is_flag=True,
+            default=None,
+            help="With --every: the next window is DURATION after the previous run ends.",
+        ),
         click.option("--start", metavar="TIME", help="With --every: the anchor (default: now)."),
         click.option("--at", metavar="TIME", help="One shot at an ISO 8601 time (naive = --tz)."),
         click.option("--in", "in_", metavar="DURATION", help="One shot DURATION from now."),
-        click.option("--manual", is_flag=True, default=None, help="Never fires by itself; runs come from `jobctl run`."),
-        click.option("--tz", metavar="ZONE", help="IANA zone the cron expression is read in (default: local)."),
+        click.option(
+            "--manual",
+            is_flag=True,
+            default=None,
+            help="Never fires by itself; runs come from `jobctl run`.",
+        ),
+        click.option(
+            "--tz",
+            metavar="ZONE",
+            help="IANA zone the cron expression is read in (default: local).",
+        ),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -148,21 +167,65 @@ def trigger_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def policy_options(f: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
-        click.option("--catchup", metavar="skip|once|all", help="Missed windows: skip, run once, or run all (default once)."),
-        click.option("--catchup-limit", type=int, metavar="N", help="With --catchup all: at most N missed windows run (default 6)."),
-        click.option("--overlap", metavar="forbid|allow|replace", help="A window while a run is leased: skip it, run both, or replace (default forbid)."),
-        click.option("--timeout", metavar="DURATION", help="Kill the attempt's process group after DURATION."),
-        click.option("--retries", type=int, metavar="N", help="Retry a failed attempt up to N times (default 2)."),
-        click.option("--backoff", metavar="DURATION", help="Retry k waits min(backoff·2^(k-1), 1h), jittered (default 10s)."),
-        click.option("--priority", type=int, metavar="N", help="Higher runs first among due runs (default 0)."),
-        click.option("--jitter", metavar="DURATION", help="Start each window a random delay in [0, DURATION) late."),
-        click.option("--env", multiple=True, metavar="KEY=VALUE", help="Environment variable for the command (repeatable)."),
+        click.option(
+            "--catchup",
+            metavar="skip|once|all",
+            help="Missed windows: skip, run once, or run all (default once).",
+        ),
+        click.option(
+            "--catchup-limit",
+            type=int,
+            metavar="N",
+            help="With --catchup all: at most N missed windows run (default 6).",
+        ),
+        click.option(
+            "--overlap",
+            metavar="forbid|allow|replace",
+            help="A window while a run is leased: skip it, run both, or replace (default forbid).",
+        ),
+        click.option(
+            "--timeout", metavar="DURATION", help="Kill the attempt's process group after DURATION."
+        ),
+        click.option(
+            "--retries",
+            type=int,
+            metavar="N",
+            help="Retry a failed attempt up to N times (default 2).",
+        ),
+        click.option(
+            "--backoff",
+            metavar="DURATION",
+            help="Retry k waits min(backoff·2^(k-1), 1h), jittered (default 10s).",
+        ),
+        click.option(
+            "--priority",
+            type=int,
+            metavar="N",
+            help="Higher runs first among due runs (default 0).",
+        ),
+        click.option(
+            "--jitter",
+            metavar="DURATION",
+            help="Start each window a random delay in [0, DURATION) late.",
+        ),
+        click.option(
+            "--env",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Environment variable for the command (repeatable).",
+        ),
         click.option("--cwd", metavar="DIR", help="Working directory (default $HOME)."),
-        click.option("--shell", metavar="PATH", help="Shell that runs the command (default /bin/sh)."),
-        click.option("--on-failure", metavar="COMMAND", help="Shell command run once when a run ends dead."),
+        click.option(
+            "--shell", metavar="PATH", help="Shell that runs the command (default /bin/sh)."
+        ),
+        click.option(
+            "--on-failure", metavar="COMMAND", help="Shell command run once when a run ends dead."
+        ),
         click.option("--stdin", metavar="TEXT", help="Text fed to the command's standard input."),
         click.option("--description", metavar="TEXT", help="A note shown by `show`."),
-        click.option("--lock", multiple=True, metavar="NAME", help="Every run holds this lock (repeatable)."),
+        click.option(
+            "--lock", multiple=True, metavar="NAME", help="Every run holds this lock (repeatable)."
+        ),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -170,8 +233,21 @@ def policy_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 POLICY_KEYS = (
-    "catchup", "catchup_limit", "overlap", "timeout", "retries", "backoff", "priority",
-    "jitter", "env", "cwd", "shell", "on_failure", "stdin", "description", "lock",
+    "catchup",
+    "catchup_limit",
+    "overlap",
+    "timeout",
+    "retries",
+    "backoff",
+    "priority",
+    "jitter",
+    "env",
+    "cwd",
+    "shell",
+    "on_failure",
+    "stdin",
+    "description",
+    "lock",
 )
 TRIGGER_KEYS = ("cron", "every", "after_completion", "start", "at", "in_", "manual", "tz")
 
@@ -208,8 +284,15 @@ def _emit_job(obj: Ctx, job: Any, as_json: bool, verb: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @click.argument("command", nargs=-1, required=True)
 @pass_ctx
-def add(obj: Ctx, name: str, command: tuple[str, ...], paused: bool, replace_: bool,
-        as_json: bool, **kwargs: Any) -> None:
+def add(
+    obj: Ctx,
+    name: str,
+    command: tuple[str, ...],
+    paused: bool,
+    replace_: bool,
+    as_json: bool,
+    **kwargs: Any,
+) -> None:
     """Create a job: NAME, one trigger, policies, then -- COMMAND.
 
     One COMMAND argument is a shell string; several are shell-quoted and joined.
@@ -232,8 +315,9 @@ def add(obj: Ctx, name: str, command: tuple[str, ...], paused: bool, replace_: b
 @click.option("--rename", metavar="NEW", help="A new name.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @pass_ctx
-def edit(obj: Ctx, name: str, new_command: str | None, rename: str | None, as_json: bool,
-         **kwargs: Any) -> None:
+def edit(
+    obj: Ctx, name: str, new_command: str | None, rename: str | None, as_json: bool, **kwargs: Any
+) -> None:
     """Change a job. Runs already created keep their settings."""
     from .specs import build_trigger, check_name, check_text, policy_changes
 
@@ -284,7 +368,13 @@ def list_(obj: Ctx, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("name", shell_complete=_complete_jobs)
-@click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True, help="Recent runs to show.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Recent runs to show.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the job and its runs as JSON.")
 @pass_ctx
 def show(obj: Ctx, name: str, limit: int, as_json: bool) -> None:
@@ -306,14 +396,33 @@ def show(obj: Ctx, name: str, limit: int, as_json: bool) -> None:
 @cli.command("next")
 @click.argument("name", required=False, shell_complete=_complete_jobs)
 @click.option("--cron", metavar="EXPR", help="A cron expression instead of a job.")
-@click.option("--every", metavar="DURATION", help="An interval instead of a job (anchored at --from).")
+@click.option(
+    "--every", metavar="DURATION", help="An interval instead of a job (anchored at --from)."
+)
 @click.option("--tz", metavar="ZONE", help="With --cron: the zone (default local).")
-@click.option("-n", "count", type=click.IntRange(min=1, max=10000), default=5, show_default=True, help="How many fire times.")
-@click.option("--from", "from_", metavar="TIME", help="Fire times strictly after TIME (default now).")
+@click.option(
+    "-n",
+    "count",
+    type=click.IntRange(min=1, max=10000),
+    default=5,
+    show_default=True,
+    help="How many fire times.",
+)
+@click.option(
+    "--from", "from_", metavar="TIME", help="Fire times strictly after TIME (default now)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of times.")
 @pass_ctx
-def next_(obj: Ctx, name: str | None, cron: str | None, every: str | None, tz: str | None,
-          count: int, from_: str | None, as_json: bool) -> None:
+def next_(
+    obj: Ctx,
+    name: str | None,
+    cron: str | None,
+    every: str | None,
+    tz: str | None,
+    count: int,
+    from_: str | None,
+    as_json: bool,
+) -> None:
     """The next N fire times, computed exactly as the daemon fires them (DST included)."""
     from . import durations, output, triggers
     from .clock import iso
@@ -352,7 +461,9 @@ def next_(obj: Ctx, name: str | None, cron: str | None, every: str | None, tz: s
 @cli.command()
 @click.argument("name", required=False, shell_complete=_complete_jobs)
 @click.option("--state", metavar="STATE", help="Only runs in this state.")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most N runs.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most N runs."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of runs.")
 @pass_ctx
 def runs(obj: Ctx, name: str | None, state: str | None, limit: int, as_json: bool) -> None:
@@ -397,13 +508,25 @@ def logs(obj: Ctx, run_id: int, attempt: int | None, as_json: bool) -> None:
 @click.argument("name", shell_complete=_complete_jobs)
 @click.option("--wait", is_flag=True, help="Block until the run ends; exit 0 only if it succeeded.")
 @click.option("--key", metavar="K", help="Idempotency key: one run per (job, key).")
-@click.option("--env", multiple=True, metavar="KEY=VALUE", help="Payload for this run (repeatable).")
+@click.option(
+    "--env", multiple=True, metavar="KEY=VALUE", help="Payload for this run (repeatable)."
+)
 @click.option("--lock", multiple=True, metavar="NAME", help="A lock this run holds (repeatable).")
-@click.option("--priority", type=int, metavar="N", help="Priority of this run (default: the job's).")
+@click.option(
+    "--priority", type=int, metavar="N", help="Priority of this run (default: the job's)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 @pass_ctx
-def run_(obj: Ctx, name: str, wait: bool, key: str | None, env: tuple[str, ...],
-         lock: tuple[str, ...], priority: int | None, as_json: bool) -> None:
+def run_(
+    obj: Ctx,
+    name: str,
+    wait: bool,
+    key: str | None,
+    env: tuple[str, ...],
+    lock: tuple[str, ...],
+    priority: int | None,
+    as_json: bool,
+) -> None:
     """Force a run now and print its id."""
     from . import output
     from .specs import check_lock_name, check_text, parse_env_pairs
@@ -445,8 +568,9 @@ def _wait_for(store: Store, run_id: int) -> Any:
 
 
 @cli.command()
-@click.argument("targets", nargs=-1, required=True, metavar="RUN_ID... | NAME",
-                shell_complete=_complete_jobs)
+@click.argument(
+    "targets", nargs=-1, required=True, metavar="RUN_ID... | NAME", shell_complete=_complete_jobs
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the affected runs as JSON.")
 @pass_ctx
 def cancel(obj: Ctx, targets: tuple[str, ...], as_json: bool) -> None:
@@ -462,8 +586,10 @@ def cancel(obj: Ctx, targets: tuple[str, ...], as_json: bool) -> None:
             output.print_json([output.run_json(r) for r in runs])
         else:
             output.print_lines(
-                [f"run {r.id}: {'cancelling' if r.state.value == 'leased' else r.state.value}"
-                 for r in runs]
+                [
+                    f"run {r.id}: {'cancelling' if r.state.value == 'leased' else r.state.value}"
+                    for r in runs
+                ]
             )
         return
     if len(targets) != 1:
@@ -541,7 +667,9 @@ def retry_dead(obj: Ctx, targets: tuple[str, ...], all_: bool, as_json: bool) ->
 
 
 @cli.command()
-@click.option("--older-than", required=True, metavar="DURATION", help="Delete finished runs older than this.")
+@click.option(
+    "--older-than", required=True, metavar="DURATION", help="Delete finished runs older than this."
+)
 @pass_ctx
 def prune(obj: Ctx, older_than: str) -> None:
     """Delete finished runs (and their attempts) older than DURATION."""
@@ -574,14 +702,49 @@ def status(obj: Ctx, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True, help="Attempts run at once.")
-@click.option("--reserved", type=click.IntRange(min=0), default=0, show_default=True, help="Workers kept for runs with priority >= --reserved-priority.")
-@click.option("--reserved-priority", type=int, metavar="P", help="Runs below P may hold at most workers-reserved workers.")
-@click.option("--lease", default="30s", show_default=True, metavar="DURATION", help="Lease on runs and on the scheduler; renewed every third.")
-@click.option("--shutdown-grace", default="30s", show_default=True, metavar="DURATION", help="On SIGTERM, how long running attempts may finish.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Attempts run at once.",
+)
+@click.option(
+    "--reserved",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Workers kept for runs with priority >= --reserved-priority.",
+)
+@click.option(
+    "--reserved-priority",
+    type=int,
+    metavar="P",
+    help="Runs below P may hold at most workers-reserved workers.",
+)
+@click.option(
+    "--lease",
+    default="30s",
+    show_default=True,
+    metavar="DURATION",
+    help="Lease on runs and on the scheduler; renewed every third.",
+)
+@click.option(
+    "--shutdown-grace",
+    default="30s",
+    show_default=True,
+    metavar="DURATION",
+    help="On SIGTERM, how long running attempts may finish.",
+)
 @pass_ctx
-def daemon(obj: Ctx, workers: int, reserved: int, reserved_priority: int | None, lease: str,
-           shutdown_grace: str) -> None:
+def daemon(
+    obj: Ctx,
+    workers: int,
+    reserved: int,
+    reserved_priority: int | None,
+    lease: str,
+    shutdown_grace: str,
+) -> None:
     """Run the scheduler and workers in the foreground; logs to stderr."""
     from .daemon import Daemon, DaemonConfig
     from .durations import parse_duration
@@ -592,8 +755,11 @@ def daemon(obj: Ctx, workers: int, reserved: int, reserved_priority: int | None,
     if reserved and reserved_priority is None:
         raise UsageError("--reserved needs --reserved-priority")
     config = DaemonConfig(
-        workers=workers, reserved=reserved, reserved_priority=reserved_priority,
-        lease_seconds=parse_duration(lease), shutdown_grace_seconds=parse_duration(shutdown_grace),
+        workers=workers,
+        reserved=reserved,
+        reserved_priority=reserved_priority,
+        lease_seconds=parse_duration(lease),
+        shutdown_grace_seconds=parse_duration(shutdown_grace),
     )
     store = obj.store()
     check_ownership(store.path)
@@ -637,11 +803,14 @@ def _read_crontab_source(source: str | None) -> str:
     else:
         crontab_cmd = shutil.which("crontab")
         if crontab_cmd is None:
-            raise UsageError("no FILE given and no `crontab` command found: give FILE, or - for stdin")
+            raise UsageError(
+                "no FILE given and no `crontab` command found: give FILE, or - for stdin"
+            )
         proc = subprocess.run([crontab_cmd, "-l"], capture_output=True, check=False)
         if proc.returncode != 0:
             raise JobctlError(
-                "crontab -l failed: " + (proc.stderr.decode("utf-8", "replace").strip() or f"exit {proc.returncode}")
+                "crontab -l failed: "
+                + (proc.stderr.decode("utf-8", "replace").strip() or f"exit {proc.returncode}")
             )
         data = proc.stdout
         what = "crontab -l"
@@ -662,13 +831,24 @@ def _sendmail_path() -> str | None:
 
 @cli.command("import-crontab")
 @click.argument("source", required=False, metavar="[FILE | -]")
-@click.option("--system", is_flag=True, help="System format (/etc/crontab, /etc/cron.d): a user field before the command.")
+@click.option(
+    "--system",
+    is_flag=True,
+    help="System format (/etc/crontab, /etc/cron.d): a user field before the command.",
+)
 @click.option("--dry-run", is_flag=True, help="Show what would be imported; write nothing.")
-@click.option("--prefix", default="cron", show_default=True, metavar="P", help="Jobs are named P-N, N the job's ordinal in the file.")
+@click.option(
+    "--prefix",
+    default="cron",
+    show_default=True,
+    metavar="P",
+    help="Jobs are named P-N, N the job's ordinal in the file.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print {jobs, env, notices, errors} as JSON.")
 @pass_ctx
-def import_crontab(obj: Ctx, source: str | None, system: bool, dry_run: bool, prefix: str,
-                   as_json: bool) -> None:
+def import_crontab(
+    obj: Ctx, source: str | None, system: bool, dry_run: bool, prefix: str, as_json: bool
+) -> None:
     """Migrate a crontab: FILE, - for stdin, or (no argument) `crontab -l`.
 
     With any error nothing is imported and it exits 2. Importing the same file again
@@ -680,8 +860,11 @@ def import_crontab(obj: Ctx, source: str | None, system: bool, dry_run: bool, pr
     from .specs import spec_from_crontab
 
     report = crontab.parse_crontab(
-        _read_crontab_source(source), prefix=prefix, system=system,
-        current_user=getpass.getuser(), sendmail=_sendmail_path(),
+        _read_crontab_source(source),
+        prefix=prefix,
+        system=system,
+        current_user=getpass.getuser(),
+        sendmail=_sendmail_path(),
         validate_cron=triggers.validate_cron_expr,
     )
     now = obj.now()
@@ -694,22 +877,30 @@ def import_crontab(obj: Ctx, source: str | None, system: bool, dry_run: bool, pr
             errors.append((job.line, str(e)))
     errors.sort(key=lambda e: e[0])
     if errors or dry_run:
-        jobs = [(_unsaved_job(spec, now), None, "would import") for spec in specs] if not errors else []
+        jobs = (
+            [(_unsaved_job(spec, now), None, "would import") for spec in specs]
+            if not errors
+            else []
+        )
     else:
         jobs = _save_imported(obj, specs, now)
     if as_json:
-        output.print_json({
-            "jobs": [_imported_json(job, last, dry_run) for job, last, _ in jobs],
-            "env": report.env,
-            "notices": [{"line": n, "message": m} for n, m in report.notices],
-            "errors": [{"line": n, "message": m} for n, m in errors],
-        })
+        output.print_json(
+            {
+                "jobs": [_imported_json(job, last, dry_run) for job, last, _ in jobs],
+                "env": report.env,
+                "notices": [{"line": n, "message": m} for n, m in report.notices],
+                "errors": [{"line": n, "message": m} for n, m in errors],
+            }
+        )
     else:
         for n, m in report.notices:
             click.echo(f"notice: line {n}: {_one_line(m)}", err=True)
         output.print_lines(
-            [f"{verb} {job.name}  {output.schedule_text(job)}  {job.spec.command}"
-             for job, _, verb in jobs]
+            [
+                f"{verb} {job.name}  {output.schedule_text(job)}  {job.spec.command}"
+                for job, _, verb in jobs
+            ]
         )
     if errors:
         for n, m in errors:
@@ -726,8 +917,11 @@ def _save_imported(obj: Ctx, specs: list[Any], now: datetime) -> list[tuple[Any,
         obj.poke("all")
     last = store.last_runs([job.id for job, _ in saved])
     return [
-        (job, last.get(job.id),
-         "unchanged" if not changed else "updated" if job.name in existing else "added")
+        (
+            job,
+            last.get(job.id),
+            "unchanged" if not changed else "updated" if job.name in existing else "added",
+        )
         for job, changed in saved
     ]
 
@@ -738,8 +932,14 @@ def _unsaved_job(spec: Any, now: datetime) -> Any:
     from .triggers import next_fire
 
     return Job(
-        id=0, spec=spec, state=JobState.ACTIVE, created_at=now, schedule_from=now,
-        next_run_at=next_fire(spec.trigger, now), last_window_at=None, missed_total=0,
+        id=0,
+        spec=spec,
+        state=JobState.ACTIVE,
+        created_at=now,
+        schedule_from=now,
+        next_run_at=next_fire(spec.trigger, now),
+        last_window_at=None,
+        missed_total=0,
         last_boot_id=None,
     )
 
@@ -789,7 +989,9 @@ def service_install(obj: Ctx, print_: bool) -> None:
     click.echo(f"wrote {path}")
     failure = svc.run_calls(svc.install_calls(), svc.run_command)
     if failure is not None:
-        raise JobctlError(f"{failure.stderr}; {svc.NO_MANAGER_HINT} (the unit file stays at {path})")
+        raise JobctlError(
+            f"{failure.stderr}; {svc.NO_MANAGER_HINT} (the unit file stays at {path})"
+        )
     click.echo(f"enabled and started {svc.UNIT_NAME}")
 
 
@@ -814,7 +1016,9 @@ def service_uninstall(obj: Ctx) -> None:
 
 
 @service.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print {unit_file, installed, active, daemons} as JSON.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print {unit_file, installed, active, daemons} as JSON."
+)
 @pass_ctx
 def service_status(obj: Ctx, as_json: bool) -> None:
     """Whether the unit is installed and active, and the daemons the database knows."""
@@ -832,18 +1036,27 @@ def service_status(obj: Ctx, as_json: bool) -> None:
         with Store.open(db, create=False) as store:
             daemons = store.live_daemons(obj.now())
     if as_json:
-        output.print_json({
-            "unit_file": str(path), "installed": path.exists(), "active": active,
-            "daemons": [output.daemon_json(d) for d in daemons],
-        })
+        output.print_json(
+            {
+                "unit_file": str(path),
+                "installed": path.exists(),
+                "active": active,
+                "daemons": [output.daemon_json(d) for d in daemons],
+            }
+        )
         return
-    output.print_lines([
-        f"unit file: {path} ({'installed' if path.exists() else 'not installed'})",
-        f"systemd: {active or 'unknown (' + _one_line(result.stderr or 'no answer') + ')'}",
-        f"live daemons: {len(daemons)}",
-        *(f"  pid {d.pid} on {d.host}{' (leader)' if d.leader else ''}, "
-          f"heartbeat {output.local_time(d.heartbeat_at)}" for d in daemons),
-    ])
+    output.print_lines(
+        [
+            f"unit file: {path} ({'installed' if path.exists() else 'not installed'})",
+            f"systemd: {active or 'unknown (' + _one_line(result.stderr or 'no answer') + ')'}",
+            f"live daemons: {len(daemons)}",
+            *(
+                f"  pid {d.pid} on {d.host}{' (leader)' if d.leader else ''}, "
+                f"heartbeat {output.local_time(d.heartbeat_at)}"
+                for d in daemons
+            ),
+        ]
+    )
 
 
 # ---------------------------------------------------------------------- entry point

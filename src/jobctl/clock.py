@@ -7,9 +7,9 @@ keeps them as integer microseconds since the epoch (see :func:`to_us` / :func:`f
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-UTC = timezone.utc
+UTC = UTC
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 

@@ -146,8 +146,14 @@ def parse_crontab(
             continue
         ordinal += 1
         job = _parse_job(
-            line, number, f"{prefix}-{ordinal}", settings, report,
-            system=system, current_user=current_user, validate_cron=validate_cron,
+            line,
+            number,
+            f"{prefix}-{ordinal}",
+            settings,
+            report,
+            system=system,
+            current_user=current_user,
+            validate_cron=validate_cron,
         )
         if job is not None:
             report.jobs.append(job)
@@ -191,9 +197,7 @@ def _assign(
             )
         else:
             settings.on_failure = mail_command(value, sendmail)
-            report.notices.append(
-                (number, f"MAILTO={value}: failures are mailed with sendmail")
-            )
+            report.notices.append((number, f"MAILTO={value}: failures are mailed with sendmail"))
     else:
         settings.env[name] = value
 
@@ -224,7 +228,7 @@ def mail_command(address: str, sendmail: str) -> str:
     """
     header = "To: %s\\nSubject: jobctl: %s %s\\nContent-Type: text/plain; charset=UTF-8\\n\\n"
     return (
-        f"{{ printf '{header}' {shlex.quote(address)} \"$JOBCTL_JOB\" \"$JOBCTL_STATE\"; cat; }}"
+        f'{{ printf \'{header}\' {shlex.quote(address)} "$JOBCTL_JOB" "$JOBCTL_STATE"; cat; }}'
         f" | {shlex.quote(sendmail)} -t -i"
     )
 

@@ -10,12 +10,12 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from jobctl.errors import UsageError
 
-UTC = timezone.utc
+UTC = UTC
 
 _NUMBER = r"[0-9]+(?:\.[0-9]+)?"
 _DURATION_RE = re.compile(

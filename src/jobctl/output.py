@@ -45,7 +45,9 @@ def run_json(run: Run) -> dict[str, Any]:
         "skip_reason": run.skip_reason.value if run.skip_reason else None,
         "attempt": run.attempt,
         "max_attempts": run.max_attempts,
-        "not_before": iso(run.not_before) if run.state in (RunState.PENDING, RunState.FAILED) else None,
+        "not_before": iso(run.not_before)
+        if run.state in (RunState.PENDING, RunState.FAILED)
+        else None,
         "leased_by": run.leased_by,
         "lease_until": iso(run.lease_until),
         "started_at": iso(run.started_at),
@@ -249,12 +251,16 @@ def print_job(job: Job, runs: Sequence[Run]) -> None:
     print_runs(runs)
 
 
-def print_status(daemons: Sequence[DaemonInfo], counts: dict[str, int], next_due: datetime | None) -> None:
+def print_status(
+    daemons: Sequence[DaemonInfo], counts: dict[str, int], next_due: datetime | None
+) -> None:
     if daemons:
         _table(
             ["DAEMON", "PID", "HOST", "LEADER", "HEARTBEAT"],
-            [[d.id, str(d.pid), d.host, "yes" if d.leader else "", local_time(d.heartbeat_at)]
-             for d in daemons],
+            [
+                [d.id, str(d.pid), d.host, "yes" if d.leader else "", local_time(d.heartbeat_at)]
+                for d in daemons
+            ],
         )
     else:
         sys.stdout.write("no daemon is running\n")
@@ -280,8 +286,6 @@ def print_output(data: bytes, *, tty: bool) -> None:
         sys.stdout.buffer.flush()
         return
     text = data.decode("utf-8", "replace")
-    shown = "".join(
-        ch if ch.isprintable() or ch in "\n\t" else repr(ch)[1:-1] for ch in text
-    )
+    shown = "".join(ch if ch.isprintable() or ch in "\n\t" else repr(ch)[1:-1] for ch in text)
     sys.stdout.write(shown)
     sys.stdout.flush()

@@ -37,8 +37,7 @@ Runner = Callable[[Sequence[str]], Result]
 def run_command(argv: Sequence[str]) -> Result:
     """The real runner: run ``argv``, capture its output, never raise for a bad exit."""
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, check=False,
-                              timeout=60)
+        proc = subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=60)
     except FileNotFoundError as e:
         return Result(127, "", str(e))
     except subprocess.TimeoutExpired:
@@ -51,7 +50,9 @@ def unit_path(environ: Mapping[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     config = env.get("XDG_CONFIG_HOME") or ""
     # The XDG spec says a relative XDG_CONFIG_HOME is invalid and must be ignored.
-    base = Path(config) if os.path.isabs(config) else Path(env.get("HOME") or Path.home()) / ".config"
+    base = (
+        Path(config) if os.path.isabs(config) else Path(env.get("HOME") or Path.home()) / ".config"
+    )
     return base / "systemd" / "user" / UNIT_NAME
 
 
@@ -142,7 +143,8 @@ def run_calls(calls: Sequence[Sequence[str]], runner: Runner) -> Result | None:
         result = systemctl(call, runner)
         if result.returncode != 0:
             return Result(
-                result.returncode, result.stdout,
+                result.returncode,
+                result.stdout,
                 f"systemctl --user {' '.join(call)}: "
                 + (" ".join(result.stderr.split()) or f"exit {result.returncode}"),
             )

@@ -47,9 +47,13 @@ def parse_env_pairs(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         check_text(pair, "--env")
         key, sep, value = pair.partition("=")
-        if not sep or not key or not (key[0].isalpha() or key[0] == "_") or not all(
-            ch.isalnum() or ch == "_" for ch in key
-        ) or not key.isascii():
+        if (
+            not sep
+            or not key
+            or not (key[0].isalpha() or key[0] == "_")
+            or not all(ch.isalnum() or ch == "_" for ch in key)
+            or not key.isascii()
+        ):
             raise UsageError(f"invalid --env {pair!r}: use KEY=VALUE with KEY a shell name")
         out[key] = value
     return out
@@ -80,9 +84,7 @@ class TriggerOptions:
     tz: str | None = None
 
     def given(self) -> bool:
-        return any(
-            v for v in (self.cron, self.every, self.at, self.in_, self.manual)
-        )
+        return any(v for v in (self.cron, self.every, self.at, self.in_, self.manual))
 
 
 def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None = None) -> Trigger:
@@ -90,8 +92,11 @@ def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None
     chosen = [
         flag
         for flag, v in (
-            ("--cron", opts.cron), ("--every", opts.every), ("--at", opts.at),
-            ("--in", opts.in_), ("--manual", opts.manual),
+            ("--cron", opts.cron),
+            ("--every", opts.every),
+            ("--at", opts.at),
+            ("--in", opts.in_),
+            ("--manual", opts.manual),
         )
         if v
     ]
@@ -117,8 +122,11 @@ def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None
         seconds = durations.parse_duration(opts.every)
         anchor = durations.parse_time(opts.start, tz, now) if opts.start else now
         return Trigger(
-            TriggerKind.INTERVAL, tz=tz, expr=durations.format_duration(seconds),
-            every_seconds=seconds, anchor=None if opts.after_completion else anchor,
+            TriggerKind.INTERVAL,
+            tz=tz,
+            expr=durations.format_duration(seconds),
+            every_seconds=seconds,
+            anchor=None if opts.after_completion else anchor,
             after_completion=opts.after_completion,
         )
     if opts.at is not None:
@@ -190,14 +198,21 @@ def policy_changes(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_spec(
-    name: str, trig: TriggerOptions, policies: dict[str, Any], command: Sequence[str],
-    now: datetime, *, paused: bool = False,
+    name: str,
+    trig: TriggerOptions,
+    policies: dict[str, Any],
+    command: Sequence[str],
+    now: datetime,
+    *,
+    paused: bool = False,
 ) -> JobSpec:
     """Everything ``add`` was given -> a JobSpec. Raises UsageError."""
     check_name(name)
     trigger = build_trigger(trig, now)
     cmd = join_command(command)
-    return JobSpec(name=name, trigger=trigger, command=cmd, paused=paused, **policy_changes(policies))
+    return JobSpec(
+        name=name, trigger=trigger, command=cmd, paused=paused, **policy_changes(policies)
+    )
 
 
 def check_lock_name(name: str) -> str:

@@ -19,7 +19,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
@@ -28,7 +28,7 @@ from jobctl.durations import first_offset_change, format_duration, parse_zone
 from jobctl.errors import UsageError
 from jobctl.models import Trigger, TriggerKind
 
-UTC = timezone.utc
+UTC = UTC
 
 SEARCH_YEARS = 50
 """How far ahead (in years of wall time) a cron search looks before giving up."""
@@ -51,9 +51,14 @@ MACROS = {
     "@hourly": "0 * * * *",
 }
 
-_MONTH_NAMES = {name: i for i, name in enumerate(
-    "jan feb mar apr may jun jul aug sep oct nov dec".split(), start=1)}
-_DOW_NAMES = {name: i for i, name in enumerate("sun mon tue wed thu fri sat".split())}
+_MONTH_NAMES = {
+    name: i
+    for i, name in enumerate(
+        ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"],
+        start=1,
+    )
+}
+_DOW_NAMES = {name: i for i, name in enumerate(["sun", "mon", "tue", "wed", "thu", "fri", "sat"])}
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,7 @@ class CronSchedule:
         if self.dom_star or self.dow_star:
             all_weekdays = len(weekdays) == 7
             sorted_days = self._sorted[2]
-            for day in sorted_days[bisect_left(sorted_days, first_day):]:
+            for day in sorted_days[bisect_left(sorted_days, first_day) :]:
                 if day > ndays:
                     return
                 if all_weekdays or (wd1 + day - 1) % 7 in weekdays:
@@ -206,9 +211,7 @@ def _parse_value(tok: str, spec: _FieldSpec, expr: str) -> int:
     else:
         raise _cron_error(expr, f"unknown {spec.name} value {tok!r}")
     if not spec.lo <= value <= spec.hi:
-        raise _cron_error(
-            expr, f"{spec.name} value {value} out of range {spec.lo}-{spec.hi}"
-        )
+        raise _cron_error(expr, f"{spec.name} value {value} out of range {spec.lo}-{spec.hi}")
     return value
 
 
@@ -236,9 +239,7 @@ def _parse_field(text: str, spec: _FieldSpec, expr: str) -> frozenset[int]:
             else:
                 hi = _parse_value(end, spec, expr)
                 if lo > hi:
-                    raise _cron_error(
-                        expr, f"wrapping range {item!r} in {spec.name} field"
-                    )
+                    raise _cron_error(expr, f"wrapping range {item!r} in {spec.name} field")
         step = int(step_text) if step_text is not None else 1
         if step == 0:
             raise _cron_error(expr, f"zero step in {spec.name} field {text!r}")
@@ -271,8 +272,8 @@ def parse_cron(expr: str) -> CronSchedule:
             raise _cron_error(expr, "@reboot is not a time schedule")
         if text not in MACROS:
             raise _cron_error(
-                expr, "unknown macro (use @yearly @annually @monthly @weekly "
-                "@daily @midnight @hourly)"
+                expr,
+                "unknown macro (use @yearly @annually @monthly @weekly @daily @midnight @hourly)",
             )
         text = MACROS[text]
     parts = re.split(r"[ \t]+", text)
@@ -282,7 +283,7 @@ def parse_cron(expr: str) -> CronSchedule:
             f"expected 5 fields (minute hour day-of-month month day-of-week), got {len(parts)}",
         )
     minutes, hours, days, months, weekdays = (
-        _parse_field(part, spec, expr) for part, spec in zip(parts, _FIELDS)
+        _parse_field(part, spec, expr) for part, spec in zip(parts, _FIELDS, strict=False)
     )
     return CronSchedule(
         expr=" ".join(parts),

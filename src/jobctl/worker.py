@@ -134,7 +134,7 @@ class OutputTail:
             del self.buf[: len(self.buf) - self.limit]
 
     def value(self) -> bytes:
-        return bytes(self.buf[-self.limit:])
+        return bytes(self.buf[-self.limit :])
 
 
 class Child:
@@ -169,7 +169,7 @@ class Child:
         """Spawn ``shell -c command`` in a new session. Raises OSError if it cannot start."""
         stdin_file = None
         if settings.stdin is not None:
-            stdin_file = tempfile.TemporaryFile()
+            stdin_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed below)
             stdin_file.write(settings.stdin.encode())
             stdin_file.seek(0)
         cwd = settings.cwd or default_cwd or env.get("HOME") or "/"
@@ -188,9 +188,7 @@ class Child:
             if stdin_file is not None:
                 stdin_file.close()
         pidfd = os.pidfd_open(proc.pid)
-        deadline = (
-            now_monotonic + settings.timeout_seconds if settings.timeout_seconds else None
-        )
+        deadline = now_monotonic + settings.timeout_seconds if settings.timeout_seconds else None
         return cls(proc, pidfd, deadline)
 
     # -- events
@@ -260,7 +258,11 @@ class Child:
         """Act on the timeout and the SIGKILL follow-up when their time has come."""
         if self.returncode is not None:
             return
-        if self.deadline is not None and now_monotonic >= self.deadline and self.stop_reason is None:
+        if (
+            self.deadline is not None
+            and now_monotonic >= self.deadline
+            and self.stop_reason is None
+        ):
             self.stop("timeout", now_monotonic, KILL_GRACE_SECONDS)
         if self.kill_at is not None and now_monotonic >= self.kill_at:
             kill_group(self.pid, signal.SIGKILL)
@@ -287,11 +289,12 @@ class Child:
         return Outcome(rc, f"exit {rc}")
 
 
-def spawn_hook(command: str, shell: str, env: dict[str, str], stdin: bytes,
-               cwd: str | None) -> subprocess.Popen[bytes] | None:
+def spawn_hook(
+    command: str, shell: str, env: dict[str, str], stdin: bytes, cwd: str | None
+) -> subprocess.Popen[bytes] | None:
     """Start an ``--on-failure`` command with ``stdin`` as its input (fire and forget;
     the caller reaps it). Returns None if it cannot start."""
-    stdin_file = tempfile.TemporaryFile()
+    stdin_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed below)
     try:
         stdin_file.write(stdin)
         stdin_file.seek(0)

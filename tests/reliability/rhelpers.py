@@ -30,8 +30,11 @@ def cli_main(argv: list[str]) -> tuple[int, str, str]:
         sys.stdout, sys.stderr, sys.stdin = old
     if code is None:
         code = 0
-    return int(code) if isinstance(code, int) else 1, out.getvalue().decode("utf-8", "replace"), \
-        err.getvalue().decode("utf-8", "replace")
+    return (
+        int(code) if isinstance(code, int) else 1,
+        out.getvalue().decode("utf-8", "replace"),
+        err.getvalue().decode("utf-8", "replace"),
+    )
 
 
 def dump(db: Path) -> list[str]:

@@ -26,13 +26,46 @@ def test_misbehaving_children(jobctl, start_daemon, tmp_path):
     gc_pid = tmp_path / "grandchild.pid"
     closer_pid = tmp_path / "closer.pid"
     stubborn_pid = tmp_path / "stubborn.pid"
-    jobctl("add", "daemonise", "--manual", "--env", f"MARK={tmp_path}", "--",
-           f"( setsid sh -c 'sleep 300 & echo $! > {gc_pid}' & ); sleep 0.5; exit 0")
-    jobctl("add", "closer", "--manual", "--env", f"MARK={tmp_path}", "--",
-           f"exec >&- 2>&-; echo $$ > {closer_pid}; sleep 1.5; exit 0")
-    jobctl("add", "stubborn", "--manual", "--env", f"MARK={tmp_path}", "--timeout", "1s", "--retries", "0", "--",
-           f"trap '' TERM; echo $$ > {stubborn_pid}; sleep 30; sleep 30")
-    jobctl("add", "flood", "--manual", "--env", f"MARK={tmp_path}", "--", "head -c 100000000 /dev/zero; echo END")
+    jobctl(
+        "add",
+        "daemonise",
+        "--manual",
+        "--env",
+        f"MARK={tmp_path}",
+        "--",
+        f"( setsid sh -c 'sleep 300 & echo $! > {gc_pid}' & ); sleep 0.5; exit 0",
+    )
+    jobctl(
+        "add",
+        "closer",
+        "--manual",
+        "--env",
+        f"MARK={tmp_path}",
+        "--",
+        f"exec >&- 2>&-; echo $$ > {closer_pid}; sleep 1.5; exit 0",
+    )
+    jobctl(
+        "add",
+        "stubborn",
+        "--manual",
+        "--env",
+        f"MARK={tmp_path}",
+        "--timeout",
+        "1s",
+        "--retries",
+        "0",
+        "--",
+        f"trap '' TERM; echo $$ > {stubborn_pid}; sleep 30; sleep 30",
+    )
+    jobctl(
+        "add",
+        "flood",
+        "--manual",
+        "--env",
+        f"MARK={tmp_path}",
+        "--",
+        "head -c 100000000 /dev/zero; echo END",
+    )
     runs = {n: jobctl.json("run", n)["id"] for n in ("daemonise", "closer", "stubborn", "flood")}
 
     wait_until(lambda: _state(jobctl, runs["daemonise"]) is RunState.SUCCEEDED, 10)

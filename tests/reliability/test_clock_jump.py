@@ -14,22 +14,33 @@ from jobctl.store import Store
 
 def test_suspend_is_missed_windows_by_policy_busy_is_not(tmp_path):
     db = tmp_path / "clock.db"
-    for name, extra in (("skip", ["--catchup", "skip"]), ("once", ["--catchup", "once"]),
-                        ("all", ["--catchup", "all", "--catchup-limit", "2"])):
-        code, _, err = cli_main(["--db", str(db), "add", name, "--every", "10s", *extra, "--", "true"])
+    for name, extra in (
+        ("skip", ["--catchup", "skip"]),
+        ("once", ["--catchup", "once"]),
+        ("all", ["--catchup", "all", "--catchup-limit", "2"]),
+    ):
+        code, _, err = cli_main(
+            ["--db", str(db), "add", name, "--every", "10s", *extra, "--", "true"]
+        )
         assert code == 0, err
     clock = FakeClock(SystemClock().now())
     store = Store.open(db)
     logs: list[str] = []
-    d = Daemon(store, DaemonConfig(workers=1, lease_seconds=30, reap_strays=False),
-               clock=clock, log=logs.append)
+    d = Daemon(
+        store,
+        DaemonConfig(workers=1, lease_seconds=30, reap_strays=False),
+        clock=clock,
+        log=logs.append,
+    )
     d.selector.select = lambda timeout: []  # the fake clock is the only time that passes
     d._claim = lambda now, mono: setattr(d, "claim_needed", False)  # record, never run
     store.register_daemon(d.id, os.getpid(), d.host, None, clock.now(), 30)
 
     def runs():
-        return {n: Counter((r.state.value, r.reason.value) for r in store.list_runs(n, limit=1000))
-                for n in ("skip", "once", "all")}
+        return {
+            n: Counter((r.state.value, r.reason.value) for r in store.list_runs(n, limit=1000))
+            for n in ("skip", "once", "all")
+        }
 
     try:
         d._turn()

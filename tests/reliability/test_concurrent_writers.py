@@ -55,9 +55,15 @@ def test_eight_writers_while_a_daemon_runs(jobctl, start_daemon, db, tmp_path):
     procs = []
     for i in range(8):
         out = tmp_path / f"w{i}.json"
-        procs.append((out, subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(db), f"w{i}", "12", str(out)],
-            stderr=subprocess.PIPE)))
+        procs.append(
+            (
+                out,
+                subprocess.Popen(
+                    [sys.executable, "-c", WRITER, str(db), f"w{i}", "12", str(out)],
+                    stderr=subprocess.PIPE,
+                ),
+            )
+        )
     results = []
     for out, p in procs:
         _, err = p.communicate(timeout=150)
@@ -89,9 +95,18 @@ def test_eight_writers_while_a_daemon_runs(jobctl, start_daemon, db, tmp_path):
     total = sum(len(r["runs"]) for res in results for r in res["expect"].values() if r)
     assert total >= 200
     # the daemon drains them all: no run stuck
-    wait_until(lambda: not [r for r in store.list_runs(limit=100000)
-                            if r.state.value in ("pending", "leased", "failed")
-                            and r.job_name != "bulk"], 60, interval=0.5, what="runs drained")
+    wait_until(
+        lambda: (
+            not [
+                r
+                for r in store.list_runs(limit=100000)
+                if r.state.value in ("pending", "leased", "failed") and r.job_name != "bulk"
+            ]
+        ),
+        60,
+        interval=0.5,
+        what="runs drained",
+    )
     assert d.proc.poll() is None
     assert d.terminate() == 0
     assert "Traceback" not in d.log() and "locked" not in d.log()

@@ -39,8 +39,10 @@ def _attempt_log(path):
 
 def test_sigkill_loop_loses_nothing_and_never_runs_twice(jobctl, start_daemon, db, tmp_path):
     log = tmp_path / "attempts.log"
-    body = (f'echo "start $JOBCTL_RUN_ID $JOBCTL_ATTEMPT $(date +%s.%N)" >> {log}; sleep {{d}}; '
-            f'echo "end $JOBCTL_RUN_ID $JOBCTL_ATTEMPT $(date +%s.%N)" >> {log}')
+    body = (
+        f'echo "start $JOBCTL_RUN_ID $JOBCTL_ATTEMPT $(date +%s.%N)" >> {log}; sleep {{d}}; '
+        f'echo "end $JOBCTL_RUN_ID $JOBCTL_ATTEMPT $(date +%s.%N)" >> {log}'
+    )
     for name in JOBS:
         jobctl("add", name, "--every", "1s", "--", body.format(d=1))
     # a longer job, so a lost attempt is still running when its lease is taken over
@@ -114,9 +116,14 @@ def test_sigkill_of_cli_writers_leaves_no_half_written_state(jobctl, db):
     jobctl("list")
     rng = random.Random(7)
     for i in range(15):
-        procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(i * 10 + j)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                 for j in range(2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", WRITER, str(db), str(i * 10 + j)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            for j in range(2)
+        ]
         time.sleep(rng.uniform(0.4, 1.2))
         for p in procs:
             p.send_signal(signal.SIGKILL)

@@ -20,8 +20,14 @@ from jobctl.store import Store
 class FaultyConnection:
     """Delegates to a real connection; ``execute`` raises at chosen calls."""
 
-    def __init__(self, conn: sqlite3.Connection, fail_at: int | None = None,
-                 message: str = "database is locked", rate: float = 0.0, seed: int = 0) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        fail_at: int | None = None,
+        message: str = "database is locked",
+        rate: float = 0.0,
+        seed: int = 0,
+    ) -> None:
         self._conn = conn
         self.calls = 0
         self.fail_at = fail_at
@@ -32,8 +38,9 @@ class FaultyConnection:
 
     def execute(self, sql, *args):
         self.calls += 1
-        if self.calls == self.fail_at or (self.rate and self.rng.random() < self.rate
-                                          and sql.strip().upper() != "ROLLBACK"):
+        if self.calls == self.fail_at or (
+            self.rate and self.rng.random() < self.rate and sql.strip().upper() != "ROLLBACK"
+        ):
             self.failed += 1
             raise sqlite3.OperationalError(self.message)
         return self._conn.execute(sql, *args)
@@ -46,9 +53,12 @@ class FaultyConnection:
 def seeded(tmp_path_factory) -> Path:
     db = tmp_path_factory.mktemp("faults") / "seed.db"
     base = ["--db", str(db)]
-    for argv in (["add", "a", "--every", "1h", "--lock", "L", "--", "true"],
-                 ["add", "b", "--manual", "--", "false"],
-                 ["run", "b"], ["run", "a"]):
+    for argv in (
+        ["add", "a", "--every", "1h", "--lock", "L", "--", "true"],
+        ["add", "b", "--manual", "--", "false"],
+        ["run", "b"],
+        ["run", "a"],
+    ):
         assert cli_main([*base, *argv])[0] == 0
     with Store.open(db) as s, s.write() as c:
         c.execute("UPDATE runs SET state = 'dead' WHERE id = 1")
@@ -60,9 +70,17 @@ COMMANDS = [
     ["add", "a", "--replace", "--cron", "0 * * * *", "--", "true"],
     ["edit", "a", "--description", "changed", "--retries", "5"],
     ["run", "a", "--key", "k", "--lock", "Y", "--env", "P=1"],
-    ["cancel", "2"], ["cancel", "b"], ["pause", "a"], ["resume", "a"],
-    ["rm", "b", "--force"], ["retry-dead", "--all"], ["prune", "--older-than", "1s"],
-    ["list"], ["show", "a"], ["runs"], ["status"],
+    ["cancel", "2"],
+    ["cancel", "b"],
+    ["pause", "a"],
+    ["resume", "a"],
+    ["rm", "b", "--force"],
+    ["retry-dead", "--all"],
+    ["prune", "--older-than", "1s"],
+    ["list"],
+    ["show", "a"],
+    ["runs"],
+    ["status"],
 ]
 
 
@@ -112,9 +130,11 @@ def test_full_disk(seeded, tmp_path, monkeypatch):
     shutil.copy(seeded, db)
     before = dump(db)
     big = "x" * 200_000
-    for argv in (["add", "huge", "--manual", "--description", big, "--", "true"],
-                 ["edit", "a", "--description", big],
-                 ["run", "a", "--key", big[:1000], "--env", "P=" + big]):
+    for argv in (
+        ["add", "huge", "--manual", "--description", big, "--", "true"],
+        ["edit", "a", "--description", big],
+        ["run", "a", "--key", big[:1000], "--env", "P=" + big],
+    ):
         code, out, err = cli_main(["--db", str(db), *argv])
         assert_clean_failure(code, out, err)
         assert code == 1 and "full" in err, err
@@ -127,13 +147,16 @@ def test_daemon_survives_injected_store_errors(tmp_path, capsys):
     db = tmp_path / "d.db"
     out = tmp_path / "ran"
     for name in ("a", "b"):
-        code, _, err = cli_main(["--db", str(db), "add", name, "--every", "1s", "--", f"echo $JOBCTL_JOB >> {out}"])
+        code, _, err = cli_main(
+            ["--db", str(db), "add", name, "--every", "1s", "--", f"echo $JOBCTL_JOB >> {out}"]
+        )
         assert code == 0, err
     store = Store.open(db)
     faulty = FaultyConnection(store.conn, seed=3)
     store.conn = faulty
-    daemon = Daemon(store, DaemonConfig(workers=4, lease_seconds=2, shutdown_grace_seconds=2,
-                                        reap_strays=False))
+    daemon = Daemon(
+        store, DaemonConfig(workers=4, lease_seconds=2, shutdown_grace_seconds=2, reap_strays=False)
+    )
     result: dict[str, object] = {}
 
     def drive():
@@ -145,6 +168,7 @@ def test_daemon_survives_injected_store_errors(tmp_path, capsys):
         time.sleep(3)
         daemon.signal_received = signal.SIGTERM
         import os
+
         os.write(daemon._sig_w, b"x")
 
     t = threading.Thread(target=drive)
@@ -158,7 +182,7 @@ def test_daemon_survives_injected_store_errors(tmp_path, capsys):
     assert faulty.failed >= 5
     lines = out.read_text().splitlines()
     # after the faults stopped, both jobs went on firing
-    tail = lines[int(result["mark"]):]
+    tail = lines[int(result["mark"]) :]
     assert tail.count("a") >= 2 and tail.count("b") >= 2, tail
     assert integrity(db) == "ok"
     assert "Traceback" not in capsys.readouterr().err

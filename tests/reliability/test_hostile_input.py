@@ -35,14 +35,54 @@ hostile_text = st.one_of(
     st.text(max_size=40),
     st.text(alphabet=st.characters(codec="utf-8"), min_size=300, max_size=2000),
     st.binary(max_size=30).map(os.fsdecode),  # not valid UTF-8: surrogate escapes
-    st.sampled_from([
-        "", " ", "-", "--", "0", "-1", "99999999999999999999", "1e309", "nan", "inf",
-        "* * * * *", "61 * * * *", "*/0 * * * *", "5-3 * * * *", "@reboot", "@yearly",
-        "1/5 * * * *", "0 0 31 2 *", "* * * * * *", "Europe/Nowhere", "../../etc/passwd",
-        "UTC", "Mars/Olympus", "1h30m", "0s", "-5m", "1w2d", "2038-01-19T03:14:08",
-        "9999-12-31T23:59:59", "0001-01-01", "A=", "=B", "A", "A=B=C", "\x00", "a\nb",
-        "[bold]x[/bold]", "\x1b[31mred", "é" * 64, "a" * 65, "seed", "1", "2", "3",
-    ]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "-",
+            "--",
+            "0",
+            "-1",
+            "99999999999999999999",
+            "1e309",
+            "nan",
+            "inf",
+            "* * * * *",
+            "61 * * * *",
+            "*/0 * * * *",
+            "5-3 * * * *",
+            "@reboot",
+            "@yearly",
+            "1/5 * * * *",
+            "0 0 31 2 *",
+            "* * * * * *",
+            "Europe/Nowhere",
+            "../../etc/passwd",
+            "UTC",
+            "Mars/Olympus",
+            "1h30m",
+            "0s",
+            "-5m",
+            "1w2d",
+            "2038-01-19T03:14:08",
+            "9999-12-31T23:59:59",
+            "0001-01-01",
+            "A=",
+            "=B",
+            "A",
+            "A=B=C",
+            "\x00",
+            "a\nb",
+            "[bold]x[/bold]",
+            "\x1b[31mred",
+            "é" * 64,
+            "a" * 65,
+            "seed",
+            "1",
+            "2",
+            "3",
+        ]
+    ),
 )
 
 
@@ -70,8 +110,11 @@ def seeded(tmp_path_factory) -> Path:
     return db
 
 
-@settings(max_examples=200, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(data=st.data())
 def test_every_command_survives_hostile_arguments(seeded, tmp_path, data):
     name = data.draw(st.sampled_from(COMMANDS), label="command")
@@ -86,11 +129,23 @@ def test_every_command_survives_hostile_arguments(seeded, tmp_path, data):
         assert dump(db) == before, (argv, err)  # a refused command changes nothing
 
 
-@pytest.mark.parametrize("argv", [
-    ["service"], ["service", "bogus"], ["daemon", "--workers", "0"], ["daemon", "--lease", "x"],
-    ["daemon", "--reserved", "3", "--workers", "2"], ["daemon", "--reserved", "1"],
-    ["nope"], [], ["--db"], ["add"], ["add", "x", "--", "true"], ["run", "x", "--wait"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["service"],
+        ["service", "bogus"],
+        ["daemon", "--workers", "0"],
+        ["daemon", "--lease", "x"],
+        ["daemon", "--reserved", "3", "--workers", "2"],
+        ["daemon", "--reserved", "1"],
+        ["nope"],
+        [],
+        ["--db"],
+        ["add"],
+        ["add", "x", "--", "true"],
+        ["run", "x", "--wait"],
+    ],
+)
 def test_usage_errors_of_the_other_commands(seeded, tmp_path, argv):
     db = tmp_path / "h.db"
     shutil.copy(seeded, db)
@@ -104,12 +159,19 @@ def test_usage_errors_of_the_other_commands(seeded, tmp_path, argv):
 
 
 def _cli_subprocess(db: Path, *args: str, **kw):
-    return subprocess.run([sys.executable, "-c", "from jobctl.cli import main; main()",
-                           "--db", str(db), *args], check=False, capture_output=True, text=True, timeout=30, **kw)
+    return subprocess.run(
+        [sys.executable, "-c", "from jobctl.cli import main; main()", "--db", str(db), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        **kw,
+    )
 
 
-def _check_refused(db: Path, expect: str, commands=(("list",), ("add", "x", "--manual", "--", "true"),
-                                                     ("daemon",))):
+def _check_refused(
+    db: Path, expect: str, commands=(("list",), ("add", "x", "--manual", "--", "true"), ("daemon",))
+):
     raw = db.read_bytes()
     for argv in commands:
         r = _cli_subprocess(db, *argv)

@@ -32,17 +32,49 @@ def test_daemon_refuses_a_file_owned_by_another_user(jobctl, db, start_daemon):
 
 def test_files_are_private_whatever_the_umask(tmp_path):
     db = tmp_path / "a" / "b" / "jobctl.db"
-    r = subprocess.run([sys.executable, "-c", "from jobctl.cli import main; main()", "--db",
-                        str(db), "add", "x", "--manual", "--", "true"],
-                       check=False, capture_output=True, text=True, umask=0, timeout=30)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from jobctl.cli import main; main()",
+            "--db",
+            str(db),
+            "add",
+            "x",
+            "--manual",
+            "--",
+            "true",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        umask=0,
+        timeout=30,
+    )
     assert r.returncode == 0, r.stderr
     import sqlite3
 
     holder = sqlite3.connect(db)  # keeps -wal and -shm in place (a last close removes them)
     holder.execute("SELECT COUNT(*) FROM jobs").fetchone()
-    r = subprocess.run([sys.executable, "-c", "from jobctl.cli import main; main()", "--db",
-                        str(db), "add", "y", "--manual", "--", "true"],
-                       check=False, capture_output=True, text=True, umask=0, timeout=30)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from jobctl.cli import main; main()",
+            "--db",
+            str(db),
+            "add",
+            "y",
+            "--manual",
+            "--",
+            "true",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        umask=0,
+        timeout=30,
+    )
     assert r.returncode == 0, r.stderr
     for p in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
@@ -53,8 +85,17 @@ def test_files_are_private_whatever_the_umask(tmp_path):
 
 def test_markup_and_escapes_print_literally(jobctl, start_daemon):
     nasty = "[bold]B[/bold] [red]R\x1b[31mX\x1b]0;title\x07"
-    jobctl("add", "m", "--manual", "--description", nasty, "--env", f"V={nasty}",
-           "--", f"echo '[bold]out[/bold]'; printf '\\033[2J'; true # {nasty}")
+    jobctl(
+        "add",
+        "m",
+        "--manual",
+        "--description",
+        nasty,
+        "--env",
+        f"V={nasty}",
+        "--",
+        f"echo '[bold]out[/bold]'; printf '\\033[2J'; true # {nasty}",
+    )
     outputs = [jobctl(*a).stdout for a in (("list",), ("show", "m"), ("runs",))]
     start_daemon()
     run = jobctl.json("run", "m")
@@ -69,12 +110,26 @@ def test_markup_and_escapes_print_literally(jobctl, start_daemon):
 def test_env_secrets_never_reach_the_daemon_log(jobctl, start_daemon, tmp_path):
     secret = "s3cr3t-VALUE-42"
     d = start_daemon()
-    jobctl("add", "sec", "--manual", "--retries", "1", "--backoff", "0.1s", "--env", f"TOKEN={secret}",
-           "--on-failure", "echo hook $TOKEN", "--", "echo $TOKEN; exit 3")
+    jobctl(
+        "add",
+        "sec",
+        "--manual",
+        "--retries",
+        "1",
+        "--backoff",
+        "0.1s",
+        "--env",
+        f"TOKEN={secret}",
+        "--on-failure",
+        "echo hook $TOKEN",
+        "--",
+        "echo $TOKEN; exit 3",
+    )
     run = jobctl.json("run", "sec", "--env", f"PAYLOAD={secret}")
     wait_until(lambda: jobctl.store().get_run(run["id"]).state is RunState.DEAD, 10)
-    jobctl("add", "sec2", "--manual", "--env", f"TOKEN={secret}", "--cwd", "/nonexistent",
-           "--", "true")
+    jobctl(
+        "add", "sec2", "--manual", "--env", f"TOKEN={secret}", "--cwd", "/nonexistent", "--", "true"
+    )
     run2 = jobctl.json("run", "sec2")
     wait_until(lambda: jobctl.store().get_run(run2["id"]).state.value in ("failed", "dead"), 10)
     assert d.terminate() == 0
