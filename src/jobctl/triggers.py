@@ -350,7 +350,7 @@ def _cron_fires(
         if skip_below is not None and first_wall < skip_below:
             first_wall = skip_below
         horizon = start  # the offset is known to be `off` on [start, horizon]
-        change = None
+        change: datetime | None = None
         for w in sched.walls_from(first_wall, end_year, UTC):
             instant = w - off
             if instant > horizon:

@@ -35,7 +35,7 @@ class WakeSocket:
 
     def drain(self) -> list[str]:
         """Every message waiting, decoded."""
-        out = []
+        out: list[str] = []
         while True:
             try:
                 data = self.sock.recv(MAX_MESSAGE_BYTES)

@@ -1,0 +1,334 @@
+"""jobctl's workloads: a real ``jobctl daemon`` process on a scratch database.
+
+Jobs are created through the Store API (burst, precision) or inserted in bulk with
+plain SQL matching ``src/jobctl/sql/schema.sql`` (scale); the figures are read back
+from the ``runs`` and ``attempts`` tables, so they are the times jobctl itself records.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from .stats import median, percentile, proc_cpu_seconds, proc_memory_mib
+
+UTC = timezone.utc
+FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
+
+
+def jobctl_exe() -> str:
+    """The ``jobctl`` console script next to this interpreter (the venv's), else on PATH."""
+    here = Path(sys.executable).parent / "jobctl"
+    if here.exists():
+        return str(here)
+    found = shutil.which("jobctl")
+    if found is None:
+        raise SystemExit("jobctl is not installed: pip install -e '.[bench]'")
+    return found
+
+
+def _us(dt: datetime) -> int:
+    from jobctl.clock import to_us
+
+    return to_us(dt)
+
+
+class DaemonProc:
+    """A ``jobctl daemon`` child whose stderr lines are read (and timed) by a thread."""
+
+    def __init__(self, db: Path, workers: int = 4) -> None:
+        self.t_start = time.time()
+        self.proc = subprocess.Popen(
+            [jobctl_exe(), "--db", str(db), "daemon", "--workers", str(workers)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True, bufsize=1,
+        )
+        self.lines: list[tuple[float, str]] = []
+        self._cond = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._cond:
+                self.lines.append((time.time(), line.rstrip("\n")))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float) -> tuple[float, re.Match[str]]:
+        """(wall time the first line matching ``pattern`` was read, the match)."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for t, line in self.lines[seen:]:
+                    m = rx.search(line)
+                    if m:
+                        return t, m
+                seen = len(self.lines)
+                left = deadline - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and seen == len(self.lines)):
+                    tail = "\n".join(l for _, l in self.lines[-5:])
+                    raise RuntimeError(f"daemon: no line matching {pattern!r}; last lines:\n{tail}")
+                self._cond.wait(min(left, 0.5))
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(5)
+
+
+def _interval_specs(prefix: str, n: int, every_seconds: float, anchor: datetime):
+    from jobctl.models import JobSpec, Trigger, TriggerKind
+
+    trig = Trigger(TriggerKind.INTERVAL, tz="UTC", expr=f"{every_seconds:g}s",
+                   every_seconds=every_seconds, anchor=anchor)
+    return [JobSpec(name=f"{prefix}{i}", trigger=trig, command="true") for i in range(n)]
+
+
+def _add_jobs(db: Path, specs) -> None:
+    from jobctl.store import Store
+
+    store = Store.open(db)
+    try:
+        store.add_jobs(specs, datetime.now(UTC))
+    finally:
+        store.close()
+
+
+def _lateness_ms(db: Path, until_us: int | None = None) -> list[float]:
+    """attempt.started_at − run.scheduled_for (ms) of every first attempt."""
+    conn = sqlite3.connect(db)
+    try:
+        sql = ("SELECT a.started_at - r.scheduled_for FROM attempts a JOIN runs r "
+               "ON r.id = a.run_id WHERE a.attempt = 1")
+        params: tuple = ()
+        if until_us is not None:
+            sql += " AND r.scheduled_for < ?"
+            params = (until_us,)
+        return [v / 1000 for (v,) in conn.execute(sql, params)]
+    finally:
+        conn.close()
+
+
+def burst(tmp: Path, jobs: int = 1000, workers: int = 4, lead_seconds: float = 3.0) -> dict:
+    """``jobs`` runs of ``true`` due at one instant: seconds from the instant until the last
+    run finished, and start lateness p50/p99 (ms)."""
+    db = tmp / "burst.db"
+    instant = (datetime.now(UTC) + timedelta(seconds=lead_seconds)).replace(microsecond=0)
+    _add_jobs(db, _interval_specs("burst", jobs, 3600.0, instant))
+    d = DaemonProc(db, workers)
+    try:
+        ready, _ = d.wait_for(r"scheduling \d+ jobs", 30)
+        if ready >= instant.timestamp():
+            raise RuntimeError("daemon was not ready before the burst instant; raise lead")
+        conn = sqlite3.connect(db)
+        deadline = time.monotonic() + 300
+        while True:
+            done = conn.execute(
+                "SELECT COUNT(*) FROM runs WHERE state IN ('succeeded','failed','dead')"
+            ).fetchone()[0]
+            if done >= jobs:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"burst: only {done}/{jobs} runs finished")
+            time.sleep(0.05)
+        last = conn.execute("SELECT MAX(finished_at) FROM runs").fetchone()[0]
+        ok = conn.execute("SELECT COUNT(*) FROM runs WHERE state = 'succeeded'").fetchone()[0]
+        conn.close()
+    finally:
+        d.stop()
+    late = _lateness_ms(db)
+    db.unlink()
+    return {
+        "seconds": (last - _us(instant)) / 1e6,
+        "p50_ms": percentile(late, 50),
+        "p99_ms": percentile(late, 99),
+        "succeeded": ok,
+    }
+
+
+def precision(tmp: Path, jobs: int = 10, seconds: float = 30.0, lead_seconds: float = 2.0,
+              workers: int = 4) -> dict:
+    """``jobs`` jobs every 1 s for ``seconds``: start lateness p50/p99/max (ms)."""
+    db = tmp / "precision.db"
+    instant = (datetime.now(UTC) + timedelta(seconds=lead_seconds)).replace(microsecond=0)
+    _add_jobs(db, _interval_specs("tick", jobs, 1.0, instant))
+    d = DaemonProc(db, workers)
+    try:
+        d.wait_for(r"scheduling \d+ jobs", 30)
+        end = instant + timedelta(seconds=seconds)
+        time.sleep(max(0.0, end.timestamp() - time.time()) + 0.5)
+    finally:
+        d.stop()
+    late = _lateness_ms(db, _us(end))
+    db.unlink()
+    return {
+        "p50_ms": percentile(late, 50),
+        "p99_ms": percentile(late, 99),
+        "max_ms": max(late) if late else float("nan"),
+        "starts": len(late),
+    }
+
+
+def build_scale_db(db: Path, jobs: int) -> float:
+    """A database with ``jobs`` far-future interval jobs (bulk SQL) and a manual job
+    ``probe``. Returns the seconds the insert took."""
+    from jobctl.models import JobSpec, Trigger, TriggerKind
+    from jobctl.store import Store
+
+    store = Store.open(db)
+    now = datetime.now(UTC)
+    store.add_job(JobSpec(name="probe", trigger=Trigger(TriggerKind.MANUAL, tz="UTC"),
+                          command="true"), now)
+    store.close()
+    # created and last edited a day ago: the steady state (the daemon re-reads jobs edited
+    # within the last 2 leases on every renewal, a safety net for lost wake-ups)
+    now_us = _us(now - timedelta(days=1))
+    base = _us(FAR_FUTURE)
+    t0 = time.perf_counter()
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA synchronous = OFF")
+    conn.execute("BEGIN")
+    day = 86_400
+    rows = (
+        (f"idle{i}", "interval", "1d", "UTC", float(day), base + i * 1_000_000, "true",
+         "active", now_us, base + i * 1_000_000, now_us, now_us)
+        for i in range(jobs)
+    )
+    conn.executemany(
+        "INSERT INTO jobs (name, trigger_kind, trigger_expr, trigger_tz, every_seconds, "
+        "anchor_at, command, state, schedule_from, next_run_at, created_at, updated_at) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        rows,
+    )
+    conn.execute("COMMIT")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return time.perf_counter() - t0
+
+
+def dispatch_ms(db: Path, samples: int) -> list[float]:
+    """Enqueue a run of ``probe`` and poke the daemon, as ``jobctl run probe`` does; the
+    cost is attempt.started_at − run.created_at (ms), waited out one at a time."""
+    from jobctl.store import Store
+    from jobctl.wake import poke
+
+    store = Store.open(db)
+    out = []
+    try:
+        for _ in range(samples):
+            now = datetime.now(UTC)
+            run, _ = store.enqueue_run("probe", now)
+            poke(store.wake_addresses(now), f"run:{run.id}")
+            deadline = time.monotonic() + 30
+            while True:
+                row = store.conn.execute(
+                    "SELECT a.started_at - r.created_at, r.state FROM attempts a JOIN runs r "
+                    "ON r.id = a.run_id WHERE a.run_id = ?", (run.id,)
+                ).fetchone()
+                if row is not None and row[1] in ("succeeded", "failed", "dead"):
+                    out.append(row[0] / 1000)
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("dispatch: the probe run did not finish in 30 s")
+                time.sleep(0.005)
+            time.sleep(0.05)
+    finally:
+        store.close()
+    return out
+
+
+def scale(tmp: Path, jobs: int, starts: int, idle_seconds: float, dispatches: int) -> dict:
+    """Daemon start-up until ready ("scheduling N jobs"), memory, idle CPU, dispatch cost."""
+    db = tmp / f"scale-{jobs}.db"
+    build_seconds = build_scale_db(db, jobs)
+    ready_s, rss, hwm = [], [], []
+    result: dict = {"jobs": jobs, "build_seconds": build_seconds}
+    for i in range(starts):
+        d = DaemonProc(db, 4)
+        try:
+            t_ready, m = d.wait_for(r"scheduling (\d+) jobs", 300)
+            if int(m.group(1)) < jobs:
+                raise RuntimeError(f"daemon scheduled {m.group(1)} of {jobs} jobs")
+            ready_s.append(t_ready - d.t_start)
+            time.sleep(0.2)
+            r, h = proc_memory_mib(d.pid)
+            rss.append(r)
+            hwm.append(h)
+            if i == starts - 1:
+                result["dispatch_ms"] = median(dispatch_ms(db, dispatches))
+                time.sleep(1.0)
+                c0, t0 = proc_cpu_seconds(d.pid), time.monotonic()
+                time.sleep(idle_seconds)
+                c1, t1 = proc_cpu_seconds(d.pid), time.monotonic()
+                result["idle_core_pct"] = 100 * (c1 - c0) / (t1 - t0)
+                result["rss_after_idle_mib"] = proc_memory_mib(d.pid)[0]
+        finally:
+            d.stop()
+    db.unlink()
+    for suffix in ("-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    result.update(ready_s=median(ready_s), rss_mib=median(rss), peak_mib=median(hwm))
+    return result
+
+
+def cli(tmp: Path, reps: int) -> dict:
+    """Whole-command wall times (ms) of ``jobctl --version``, ``add`` and ``list --json`` on
+    1,000 jobs, each paired with ``python3 -c "import click"`` run just before it."""
+    db = tmp / "cli.db"
+    _add_jobs(db, _interval_specs("cli", 1000, 3600.0, FAR_FUTURE))
+    exe = jobctl_exe()
+    click_cmd = [sys.executable, "-c", "import click"]
+    cmds = {
+        "version": lambda i: [exe, "--version"],
+        "add": lambda i: [exe, "--db", str(db), "add", f"added{i}", "--every", "1h", "--", "true"],
+        "list": lambda i: [exe, "--db", str(db), "list", "--json"],
+    }
+
+    # as installed: bytecode cached (a PYTHONDONTWRITEBYTECODE shell would recompile
+    # every edited module on each call and time the compiler)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+    def timed(cmd: list[str]) -> float:
+        t0 = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
+                       env=env)
+        return (time.perf_counter() - t0) * 1000
+
+    for cmd in (click_cmd, cmds["version"](0), cmds["list"](0)):  # warm the page cache
+        timed(cmd)
+    times: dict[str, list[float]] = {k: [] for k in ("click", *cmds)}
+    ratios: dict[str, list[float]] = {k: [] for k in cmds}
+    for i in range(reps):
+        for name, make in cmds.items():
+            base = timed(click_cmd)
+            t = timed(make(i))
+            times["click"].append(base)
+            times[name].append(t)
+            ratios[name].append(t / base)
+    out = {f"{k}_ms": median(v) for k, v in times.items()}
+    out.update({f"{k}_ratio": median(v) for k, v in ratios.items()})
+    db.unlink()
+    return out
