@@ -158,6 +158,8 @@ class Daemon:
         self.claim_needed = True
         self.expected_wake: datetime | None = None
         self.missed_until_us = -1
+        self._peers: list[str] | None = None
+        self._peers_until = 0.0
         self.selector = selectors.DefaultSelector()
         self.wake = WakeSocket(self.id)
         self._sig_r, self._sig_w = os.pipe()
@@ -494,8 +496,19 @@ class Daemon:
                     self._reload_job(int(msg[4:]))
 
     def _poke_others(self, message: str) -> None:
-        with contextlib.suppress(StoreError):
-            poke(self.store.wake_addresses(self.clock.now()), message, skip=self.wake.published)
+        mono = self.clock.monotonic()
+        if self._peers is None or mono >= self._peers_until:
+            # the daemons list changes rarely: re-read it once per renewal period
+            try:
+                self._peers = [
+                    a for a in self.store.wake_addresses(self.clock.now())
+                    if a != self.wake.published
+                ]
+            except StoreError:
+                return
+            self._peers_until = mono + self.config.lease_seconds / 3
+        if self._peers:
+            poke(self._peers, message)
 
     # ------------------------------------------------------------------ claims and children
 
@@ -527,8 +540,13 @@ class Daemon:
         for run in dead:
             self.log(f"run {run.id} of {run.job_name}: lease lost on its last attempt: dead")
             self._on_failure_hook(run, "lost", b"")
+        started: list[tuple[int, int, int]] = []
         for c in claimed:
-            self._start(c, now, mono)
+            self._start(c, now, mono, started)
+        try:  # one commit for the whole turn; only a takeover's kill needs the pids
+            self.store.set_attempt_processes(self.id, started)
+        except StoreError as e:
+            self.log(f"cannot record process groups: {e}")
 
     def _check_cancels(self, mono: float) -> None:
         if not self.held:
@@ -542,7 +560,9 @@ class Daemon:
             self.log(f"run {run_id} of {h.run.job_name}: cancel requested")
             h.child.stop("cancelled", mono, CANCEL_GRACE_SECONDS)
 
-    def _start(self, claimed: Claimed, now: datetime, mono: float) -> None:
+    def _start(
+        self, claimed: Claimed, now: datetime, mono: float, started: list[tuple[int, int, int]]
+    ) -> None:
         run = claimed.run
         if claimed.stale_pgid and group_alive(claimed.stale_pgid):
             self.log(f"run {run.id}: killing process group {claimed.stale_pgid} of a lost attempt")
@@ -565,10 +585,7 @@ class Daemon:
         self.held[run.id] = held
         self.selector.register(child.output_fd, selectors.EVENT_READ, ("output", held))
         self.selector.register(child.pidfd, selectors.EVENT_READ, ("exit", held))
-        try:
-            self.store.set_attempt_process(run.id, run.attempt, self.id, child.pid)
-        except StoreError as e:  # only the takeover kill needs it; the attempt runs on
-            self.log(f"run {run.id}: cannot record its process group: {e}")
+        started.append((run.id, run.attempt, child.pid))
         self.log(f"run {run.id} of {run.job_name}: attempt {run.attempt} started, pid {child.pid}")
 
     def _maybe_finish(self, held: _Held) -> None:

@@ -1278,23 +1278,25 @@ class Store:
                 claimed.append(Claimed(run, stale, lost_here))
         return claimed, dead
 
-    def set_attempt_process(
-        self, run_id: int, attempt: int, daemon_id: str, pid: int
-    ) -> bool:
-        """Record the child's pid (= its process group id). Fenced."""
+    def set_attempt_processes(
+        self, daemon_id: str, started: Sequence[tuple[int, int, int]]
+    ) -> None:
+        """Record (run_id, attempt, pid) of children started in one turn, in one
+        transaction. Fenced per run: a run no longer held by that attempt is skipped."""
+        if not started:
+            return
         with self.write() as c:
-            cur = c.execute(
-                "UPDATE runs SET pgid = ? WHERE id = ? AND attempt = ? AND state = 'leased' "
-                "AND leased_by = ?",
-                (pid, run_id, attempt, daemon_id),
-            )
-            if cur.rowcount == 0:
-                return False
-            c.execute(
-                "UPDATE attempts SET pid = ? WHERE run_id = ? AND attempt = ?",
-                (pid, run_id, attempt),
-            )
-            return True
+            for run_id, attempt, pid in started:
+                cur = c.execute(
+                    "UPDATE runs SET pgid = ? WHERE id = ? AND attempt = ? AND "
+                    "state = 'leased' AND leased_by = ?",
+                    (pid, run_id, attempt, daemon_id),
+                )
+                if cur.rowcount:
+                    c.execute(
+                        "UPDATE attempts SET pid = ? WHERE run_id = ? AND attempt = ?",
+                        (pid, run_id, attempt),
+                    )
 
     def finish_attempt(
         self,
