@@ -11,7 +11,7 @@ import sqlite3
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from . import jobctl_runs, machine, peer
@@ -22,17 +22,34 @@ WORKLOADS = ("machine", "burst", "precision", "scale", "cli", "peer")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    p.add_argument("--quick", action="store_true",
-                   help="a short smoke run: fewer repetitions, 10 s precision, 5 s idle, "
-                        "sizes 1,000 and 100,000")
-    p.add_argument("--only", default=",".join(WORKLOADS),
-                   help=f"comma-separated workloads (default all: {','.join(WORKLOADS)})")
-    p.add_argument("--sizes", default=None,
-                   help="job counts for the scale workload (default 1000,100000,1000000)")
-    p.add_argument("--peer-size", type=int, default=100_000,
-                   help="job count for APScheduler's scale workload (default 100000)")
-    p.add_argument("--reps", type=int, default=None,
-                   help="repetitions of each measurement (default 3, --quick 2)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a short smoke run: fewer repetitions, 10 s precision, 5 s idle, "
+        "sizes 1,000 and 100,000",
+    )
+    p.add_argument(
+        "--only",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated workloads (default all: {','.join(WORKLOADS)})",
+    )
+    p.add_argument(
+        "--sizes",
+        default=None,
+        help="job counts for the scale workload (default 1000,100000,1000000)",
+    )
+    p.add_argument(
+        "--peer-size",
+        type=int,
+        default=100_000,
+        help="job count for APScheduler's scale workload (default 100000)",
+    )
+    p.add_argument(
+        "--reps",
+        type=int,
+        default=None,
+        help="repetitions of each measurement (default 3, --quick 2)",
+    )
     p.add_argument("--burst-jobs", type=int, default=1000)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--precision-seconds", type=float, default=None)
@@ -53,10 +70,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def machine_line() -> str:
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {platform.node()}: "
-            f"nproc {os.cpu_count()}, {mem_gib:.1f} GiB, {platform.system()} "
-            f"{platform.release()}; Python {platform.python_version()}, "
-            f"SQLite {sqlite3.sqlite_version}")
+    return (
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {platform.node()}: "
+        f"nproc {os.cpu_count()}, {mem_gib:.1f} GiB, {platform.system()} "
+        f"{platform.release()}; Python {platform.python_version()}, "
+        f"SQLite {sqlite3.sqlite_version}"
+    )
 
 
 def _med(runs: list[dict], key: str) -> float:
@@ -71,10 +90,10 @@ def run(a: argparse.Namespace, tmp: Path) -> dict:
     res: dict = {}
     if "machine" in a.only or "burst" in a.only:
         _progress("machine limits")
-        res["spawn_s"] = median([machine.spawn_seconds(a.burst_jobs, a.workers)
-                                 for _ in range(a.reps)])
-        res["commits_per_s"] = median([machine.sqlite_commits_per_second()
-                                       for _ in range(a.reps)])
+        res["spawn_s"] = median(
+            [machine.spawn_seconds(a.burst_jobs, a.workers) for _ in range(a.reps)]
+        )
+        res["commits_per_s"] = median([machine.sqlite_commits_per_second() for _ in range(a.reps)])
         timers = [machine.sleep_lateness_ms() for _ in range(a.reps)]
         res["timer_p50_ms"] = median([t[0] for t in timers])
         res["timer_p99_ms"] = median([t[1] for t in timers])
@@ -87,8 +106,9 @@ def run(a: argparse.Namespace, tmp: Path) -> dict:
         runs = [jobctl_runs.precision(tmp, 10, a.precision_seconds) for _ in range(a.reps)]
         res["precision"] = {k: _med(runs, k) for k in runs[0]}
         _progress(f"precision with 10 workers (one per job), x{a.reps}")
-        runs = [jobctl_runs.precision(tmp, 10, a.precision_seconds, workers=10)
-                for _ in range(a.reps)]
+        runs = [
+            jobctl_runs.precision(tmp, 10, a.precision_seconds, workers=10) for _ in range(a.reps)
+        ]
         res["precision_w10"] = {k: _med(runs, k) for k in runs[0]}
     if "scale" in a.only:
         res["scale"] = {}
@@ -101,18 +121,25 @@ def run(a: argparse.Namespace, tmp: Path) -> dict:
     if "peer" in a.only:
         if "burst" in a.only:
             _progress(f"apscheduler burst x{a.reps}")
-            runs = [peer.run("burst", tmp / "aps-burst.db", jobs=a.burst_jobs, lead=4)
-                    for _ in range(a.reps)]
+            runs = [
+                peer.run("burst", tmp / "aps-burst.db", jobs=a.burst_jobs, lead=4)
+                for _ in range(a.reps)
+            ]
             res["peer_burst"] = {k: _med(runs, k) for k in runs[0]}
         if "precision" in a.only:
             _progress(f"apscheduler precision x{a.reps}")
-            runs = [peer.run("precision", tmp / "aps-prec.db", jobs=10,
-                             seconds=a.precision_seconds, lead=2) for _ in range(a.reps)]
+            runs = [
+                peer.run(
+                    "precision", tmp / "aps-prec.db", jobs=10, seconds=a.precision_seconds, lead=2
+                )
+                for _ in range(a.reps)
+            ]
             res["peer_precision"] = {k: _med(runs, k) for k in runs[0]}
         if "scale" in a.only:
             _progress(f"apscheduler scale: {a.peer_size} jobs")
-            res["peer_scale"] = peer.run("scale", tmp / "aps-scale.db", jobs=a.peer_size,
-                                         idle=a.idle_seconds, dispatches=7)
+            res["peer_scale"] = peer.run(
+                "scale", tmp / "aps-scale.db", jobs=a.peer_size, idle=a.idle_seconds, dispatches=7
+            )
     return res
 
 
@@ -139,82 +166,160 @@ def rows(res: dict, a: argparse.Namespace) -> list[tuple[str, str, str, str, str
         out.append((measure, mine, ref, ratio, target, verdict))
 
     if "spawn_s" in res:
-        row(f"machine: spawn {a.burst_jobs}× sh -c true, {a.workers} at a time",
-            ref=_fmt(res["spawn_s"], "s"))
-        row("machine: 1-row BEGIN IMMEDIATE commits (WAL, project pragmas)",
-            ref=_fmt(res["commits_per_s"], "/s"))
-        row("machine: 5 ms sleep lateness p50 / p99",
-            ref=f"{_fmt(res['timer_p50_ms'], 'ms')} / {_fmt(res['timer_p99_ms'], 'ms')}")
+        row(
+            f"machine: spawn {a.burst_jobs}× sh -c true, {a.workers} at a time",
+            ref=_fmt(res["spawn_s"], "s"),
+        )
+        row(
+            "machine: 1-row BEGIN IMMEDIATE commits (WAL, project pragmas)",
+            ref=_fmt(res["commits_per_s"], "/s"),
+        )
+        row(
+            "machine: 5 ms sleep lateness p50 / p99",
+            ref=f"{_fmt(res['timer_p50_ms'], 'ms')} / {_fmt(res['timer_p99_ms'], 'ms')}",
+        )
     b, pb = res.get("burst"), res.get("peer_burst")
     if b:
-        row(f"burst: {a.burst_jobs} due at once, instant → last finished",
-            _fmt(b["seconds"], "s"), _fmt(res["spawn_s"], "s") + " (raw spawn)",
-            _ratio(b["seconds"] / res["spawn_s"]), "≤ 2× raw spawn",
-            b["seconds"] / res["spawn_s"] <= 2)
+        row(
+            f"burst: {a.burst_jobs} due at once, instant → last finished",
+            _fmt(b["seconds"], "s"),
+            _fmt(res["spawn_s"], "s") + " (raw spawn)",
+            _ratio(b["seconds"] / res["spawn_s"]),
+            "≤ 2× raw spawn",
+            b["seconds"] / res["spawn_s"] <= 2,
+        )
         if pb:
             r = pb["seconds"] / b["seconds"]
-            row("burst: vs APScheduler", _fmt(b["seconds"], "s"),
-                _fmt(pb["seconds"], "s") + " (APScheduler)", _ratio(r),
-                "APScheduler ≥ 3× slower", r >= 3)
-        row("burst: start lateness p50 / p99",
+            row(
+                "burst: vs APScheduler",
+                _fmt(b["seconds"], "s"),
+                _fmt(pb["seconds"], "s") + " (APScheduler)",
+                _ratio(r),
+                "APScheduler ≥ 3× slower",
+                r >= 3,
+            )
+        row(
+            "burst: start lateness p50 / p99",
             f"{_fmt(b['p50_ms'], 'ms')} / {_fmt(b['p99_ms'], 'ms')}",
-            f"{_fmt(pb['p50_ms'], 'ms')} / {_fmt(pb['p99_ms'], 'ms')} (APScheduler)" if pb else "-")
+            f"{_fmt(pb['p50_ms'], 'ms')} / {_fmt(pb['p99_ms'], 'ms')} (APScheduler)" if pb else "-",
+        )
     p, pp = res.get("precision"), res.get("peer_precision")
     if p:
-        row(f"precision: 10 jobs every 1 s, {a.precision_seconds:g} s, 4 workers: lateness p50 / max",
+        row(
+            f"precision: 10 jobs every 1 s, {a.precision_seconds:g} s, 4 workers: lateness p50 / "
+            f"max",
             f"{_fmt(p['p50_ms'], 'ms')} / {_fmt(p['max_ms'], 'ms')}",
-            f"{_fmt(pp['p50_ms'], 'ms')} / {_fmt(pp['max_ms'], 'ms')} (APScheduler)" if pp else "-")
-        row("precision: lateness p99", _fmt(p["p99_ms"], "ms"),
-            _fmt(res.get("timer_p99_ms"), "ms") + " (5 ms sleep p99)" if "timer_p99_ms" in res else "-",
-            "-", "≤ 10 ms", p["p99_ms"] <= 10)
+            f"{_fmt(pp['p50_ms'], 'ms')} / {_fmt(pp['max_ms'], 'ms')} (APScheduler)" if pp else "-",
+        )
+        row(
+            "precision: lateness p99",
+            _fmt(p["p99_ms"], "ms"),
+            _fmt(res.get("timer_p99_ms"), "ms") + " (5 ms sleep p99)"
+            if "timer_p99_ms" in res
+            else "-",
+            "-",
+            "≤ 10 ms",
+            p["p99_ms"] <= 10,
+        )
         p10 = res.get("precision_w10")
         if p10:
-            row("precision: same, daemon --workers 10: lateness p50 / p99 / max",
+            row(
+                "precision: same, daemon --workers 10: lateness p50 / p99 / max",
                 f"{_fmt(p10['p50_ms'], 'ms')} / {_fmt(p10['p99_ms'], 'ms')} / "
-                f"{_fmt(p10['max_ms'], 'ms')}", "-", "-", "p99 ≤ 10 ms", p10["p99_ms"] <= 10)
+                f"{_fmt(p10['max_ms'], 'ms')}",
+                "-",
+                "-",
+                "p99 ≤ 10 ms",
+                p10["p99_ms"] <= 10,
+            )
         if pp:
             r = pp["p99_ms"] / p["p99_ms"]
-            row("precision: p99 vs APScheduler", _fmt(p["p99_ms"], "ms"),
-                _fmt(pp["p99_ms"], "ms") + " (APScheduler)", _ratio(r),
-                "ahead of APScheduler (> 1×)", r > 1)
+            row(
+                "precision: p99 vs APScheduler",
+                _fmt(p["p99_ms"], "ms"),
+                _fmt(pp["p99_ms"], "ms") + " (APScheduler)",
+                _ratio(r),
+                "ahead of APScheduler (> 1×)",
+                r > 1,
+            )
     sc, ps = res.get("scale"), res.get("peer_scale")
     if sc:
         sizes = sorted(sc)
         for n in sizes:
             s = sc[n]
             peer_here = ps if ps and ps["jobs"] == n else None
-            ready_target, ready_ok = ("≤ 15 s", s["ready_s"] <= 15) if n >= 1_000_000 else ("", None)
-            row(f"scale {n:,}: start-up until ready", _fmt(s["ready_s"], "s"),
+            ready_target, ready_ok = (
+                ("≤ 15 s", s["ready_s"] <= 15) if n >= 1_000_000 else ("", None)
+            )
+            row(
+                f"scale {n:,}: start-up until ready",
+                _fmt(s["ready_s"], "s"),
                 _fmt(peer_here["ready_s"], "s") + " (APScheduler)" if peer_here else "-",
-                "-", ready_target, ready_ok)
-            mem_target, mem_ok = ("≤ 400 MiB", s["peak_mib"] <= 400) if n >= 1_000_000 else ("", None)
-            row(f"scale {n:,}: RSS at ready / peak", f"{_fmt(s['rss_mib'], 'MiB')} / "
-                f"{_fmt(s['peak_mib'], 'MiB')}",
+                "-",
+                ready_target,
+                ready_ok,
+            )
+            mem_target, mem_ok = (
+                ("≤ 400 MiB", s["peak_mib"] <= 400) if n >= 1_000_000 else ("", None)
+            )
+            row(
+                f"scale {n:,}: RSS at ready / peak",
+                f"{_fmt(s['rss_mib'], 'MiB')} / {_fmt(s['peak_mib'], 'MiB')}",
                 f"{_fmt(peer_here['rss_mib'], 'MiB')} (APScheduler)" if peer_here else "-",
-                "-", mem_target, mem_ok)
-            idle_target, idle_ok = ("≤ 0.2 % of a core", s["idle_core_pct"] <= 0.2) if n == 100_000 else ("", None)
-            row(f"scale {n:,}: CPU idle over {a.idle_seconds:g} s",
+                "-",
+                mem_target,
+                mem_ok,
+            )
+            idle_target, idle_ok = (
+                ("≤ 0.2 % of a core", s["idle_core_pct"] <= 0.2) if n == 100_000 else ("", None)
+            )
+            row(
+                f"scale {n:,}: CPU idle over {a.idle_seconds:g} s",
                 _fmt(s["idle_core_pct"], "% core", 3),
-                _fmt(peer_here["idle_core_pct"], "% core", 3) + " (APScheduler)" if peer_here else "-",
-                "-", idle_target, idle_ok)
+                _fmt(peer_here["idle_core_pct"], "% core", 3) + " (APScheduler)"
+                if peer_here
+                else "-",
+                "-",
+                idle_target,
+                idle_ok,
+            )
             base = sc[sizes[0]]["dispatch_ms"]
             flat = s["dispatch_ms"] / base
-            row(f"scale {n:,}: one dispatch (run row → attempt start)",
+            row(
+                f"scale {n:,}: one dispatch (run row → attempt start)",
                 _fmt(s["dispatch_ms"], "ms"),
                 _fmt(peer_here["dispatch_ms"], "ms") + " (APScheduler, in-process add_job)"
-                if peer_here else f"{_fmt(base, 'ms')} (at {sizes[0]:,})",
-                _ratio(flat), "flat (≤ 1.5× the smallest)" if n != sizes[0] else "",
-                flat <= 1.5 if n != sizes[0] else None)
+                if peer_here
+                else f"{_fmt(base, 'ms')} (at {sizes[0]:,})",
+                _ratio(flat),
+                "flat (≤ 1.5× the smallest)" if n != sizes[0] else "",
+                flat <= 1.5 if n != sizes[0] else None,
+            )
     c = res.get("cli")
     if c:
         row("cli: python3 -c 'import click'", ref=_fmt(c["click_ms"], "ms"))
-        row("cli: jobctl --version", _fmt(c["version_ms"], "ms"), _fmt(c["click_ms"], "ms"),
-            _ratio(c["version_ratio"]), "≤ 1.5× import click", c["version_ratio"] <= 1.5)
-        row("cli: jobctl add (1,000 jobs in the file)", _fmt(c["add_ms"], "ms"),
-            _fmt(c["click_ms"], "ms"), _ratio(c["add_ratio"]))
-        row("cli: jobctl list --json, 1,000 jobs", _fmt(c["list_ms"], "ms"),
-            _fmt(c["click_ms"], "ms"), _ratio(c["list_ratio"]), "≤ 3× import click",
-            c["list_ratio"] <= 3)
+        row(
+            "cli: jobctl --version",
+            _fmt(c["version_ms"], "ms"),
+            _fmt(c["click_ms"], "ms"),
+            _ratio(c["version_ratio"]),
+            "≤ 1.5× import click",
+            c["version_ratio"] <= 1.5,
+        )
+        row(
+            "cli: jobctl add (1,000 jobs in the file)",
+            _fmt(c["add_ms"], "ms"),
+            _fmt(c["click_ms"], "ms"),
+            _ratio(c["add_ratio"]),
+        )
+        row(
+            "cli: jobctl list --json, 1,000 jobs",
+            _fmt(c["list_ms"], "ms"),
+            _fmt(c["click_ms"], "ms"),
+            _ratio(c["list_ratio"]),
+            "≤ 3× import click",
+            c["list_ratio"] <= 3,
+        )
     return out
 
 

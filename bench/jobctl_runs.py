@@ -16,12 +16,12 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from .stats import median, percentile, proc_cpu_seconds, proc_memory_mib
 
-UTC = timezone.utc
+UTC = UTC
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
 
 
@@ -49,8 +49,11 @@ class DaemonProc:
         self.t_start = time.time()
         self.proc = subprocess.Popen(
             [jobctl_exe(), "--db", str(db), "daemon", "--workers", str(workers)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            text=True, bufsize=1,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
         )
         self.lines: list[tuple[float, str]] = []
         self._cond = threading.Condition()
@@ -80,7 +83,7 @@ class DaemonProc:
                 seen = len(self.lines)
                 left = deadline - time.monotonic()
                 if left <= 0 or (self.proc.poll() is not None and seen == len(self.lines)):
-                    tail = "\n".join(l for _, l in self.lines[-5:])
+                    tail = "\n".join(line for _, line in self.lines[-5:])
                     raise RuntimeError(f"daemon: no line matching {pattern!r}; last lines:\n{tail}")
                 self._cond.wait(min(left, 0.5))
 
@@ -102,8 +105,13 @@ class DaemonProc:
 def _interval_specs(prefix: str, n: int, every_seconds: float, anchor: datetime):
     from jobctl.models import JobSpec, Trigger, TriggerKind
 
-    trig = Trigger(TriggerKind.INTERVAL, tz="UTC", expr=f"{every_seconds:g}s",
-                   every_seconds=every_seconds, anchor=anchor)
+    trig = Trigger(
+        TriggerKind.INTERVAL,
+        tz="UTC",
+        expr=f"{every_seconds:g}s",
+        every_seconds=every_seconds,
+        anchor=anchor,
+    )
     return [JobSpec(name=f"{prefix}{i}", trigger=trig, command="true") for i in range(n)]
 
 
@@ -121,8 +129,10 @@ def _lateness_ms(db: Path, until_us: int | None = None) -> list[float]:
     """attempt.started_at − run.scheduled_for (ms) of every first attempt."""
     conn = sqlite3.connect(db)
     try:
-        sql = ("SELECT a.started_at - r.scheduled_for FROM attempts a JOIN runs r "
-               "ON r.id = a.run_id WHERE a.attempt = 1")
+        sql = (
+            "SELECT a.started_at - r.scheduled_for FROM attempts a JOIN runs r "
+            "ON r.id = a.run_id WHERE a.attempt = 1"
+        )
         params: tuple = ()
         if until_us is not None:
             sql += " AND r.scheduled_for < ?"
@@ -169,8 +179,9 @@ def burst(tmp: Path, jobs: int = 1000, workers: int = 4, lead_seconds: float = 3
     }
 
 
-def precision(tmp: Path, jobs: int = 10, seconds: float = 30.0, lead_seconds: float = 2.0,
-              workers: int = 4) -> dict:
+def precision(
+    tmp: Path, jobs: int = 10, seconds: float = 30.0, lead_seconds: float = 2.0, workers: int = 4
+) -> dict:
     """``jobs`` jobs every 1 s for ``seconds``: start lateness p50/p99/max (ms)."""
     db = tmp / "precision.db"
     instant = (datetime.now(UTC) + timedelta(seconds=lead_seconds)).replace(microsecond=0)
@@ -200,8 +211,9 @@ def build_scale_db(db: Path, jobs: int) -> float:
 
     store = Store.open(db)
     now = datetime.now(UTC)
-    store.add_job(JobSpec(name="probe", trigger=Trigger(TriggerKind.MANUAL, tz="UTC"),
-                          command="true"), now)
+    store.add_job(
+        JobSpec(name="probe", trigger=Trigger(TriggerKind.MANUAL, tz="UTC"), command="true"), now
+    )
     store.close()
     # created and last edited a day ago: the steady state (the daemon re-reads jobs edited
     # within the last 2 leases on every renewal, a safety net for lost wake-ups)
@@ -213,8 +225,20 @@ def build_scale_db(db: Path, jobs: int) -> float:
     conn.execute("BEGIN")
     day = 86_400
     rows = (
-        (f"idle{i}", "interval", "1d", "UTC", float(day), base + i * 1_000_000, "true",
-         "active", now_us, base + i * 1_000_000, now_us, now_us)
+        (
+            f"idle{i}",
+            "interval",
+            "1d",
+            "UTC",
+            float(day),
+            base + i * 1_000_000,
+            "true",
+            "active",
+            now_us,
+            base + i * 1_000_000,
+            now_us,
+            now_us,
+        )
         for i in range(jobs)
     )
     conn.executemany(
@@ -246,7 +270,8 @@ def dispatch_ms(db: Path, samples: int) -> list[float]:
             while True:
                 row = store.conn.execute(
                     "SELECT a.started_at - r.created_at, r.state FROM attempts a JOIN runs r "
-                    "ON r.id = a.run_id WHERE a.run_id = ?", (run.id,)
+                    "ON r.id = a.run_id WHERE a.run_id = ?",
+                    (run.id,),
                 ).fetchone()
                 if row is not None and row[1] in ("succeeded", "failed", "dead"):
                     out.append(row[0] / 1000)
@@ -313,8 +338,9 @@ def cli(tmp: Path, reps: int) -> dict:
 
     def timed(cmd: list[str]) -> float:
         t0 = time.perf_counter()
-        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
-                       env=env)
+        subprocess.run(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env
+        )
         return (time.perf_counter() - t0) * 1000
 
     for cmd in (click_cmd, cmds["version"](0), cmds["list"](0)):  # warm the page cache

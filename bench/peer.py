@@ -16,12 +16,12 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from .stats import median, percentile, proc_cpu_seconds, proc_memory_mib
 
-UTC = timezone.utc
+UTC = UTC
 WORKERS = 4
 
 
@@ -83,7 +83,9 @@ def make_scheduler(db: Path):
     return sched, rec
 
 
-def bulk_insert(db: Path, n: int, trigger, first_run: datetime, spread_seconds: float = 0.0) -> None:
+def bulk_insert(
+    db: Path, n: int, trigger, first_run: datetime, spread_seconds: float = 0.0
+) -> None:
     """Insert ``n`` jobs straight into the job table, each a copy of one job APScheduler
     pickled itself (as jobctl's scale jobs are inserted with SQL)."""
     sched, _ = make_scheduler(db)
@@ -91,7 +93,9 @@ def bulk_insert(db: Path, n: int, trigger, first_run: datetime, spread_seconds: 
     sched.add_job(run_true, trigger, id="template", next_run_time=first_run)
     sched.shutdown(wait=False)
     conn = sqlite3.connect(db, isolation_level=None)
-    blob = conn.execute("SELECT job_state FROM apscheduler_jobs WHERE id = 'template'").fetchone()[0]
+    blob = conn.execute("SELECT job_state FROM apscheduler_jobs WHERE id = 'template'").fetchone()[
+        0
+    ]
     state = pickle.loads(blob)
     conn.execute("PRAGMA synchronous = OFF")
     conn.execute("BEGIN")
@@ -218,8 +222,13 @@ def run(mode: str, db: Path, **kw: object) -> dict:
     args = [sys.executable, "-m", "bench.peer", mode, "--db", str(db)]
     for k, v in kw.items():
         args += [f"--{k}", str(v)]
-    proc = subprocess.run(args, capture_output=True, text=True, check=False,
-                          cwd=Path(__file__).resolve().parent.parent)
+    proc = subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"peer {mode} failed:\n{proc.stderr[-2000:]}")
     for suffix in ("", "-wal", "-shm", "-journal"):

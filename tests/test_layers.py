@@ -28,11 +28,28 @@ LAYERS = {
 }
 
 
+# inside the store package: one idea a module, each on top of the one before
+STORE_LAYERS = {"schema": 0, "rows": 1, "connection": 2, "jobs": 3, "runs": 4, "scheduling": 5}
+
+
+def _module(path: Path) -> str:
+    """The top-level jobctl module a file belongs to (``store`` for the package)."""
+    return path.parent.name if path.parent != SRC else path.stem
+
+
+def _files() -> list[Path]:
+    return [
+        p for p in SRC.rglob("*.py") if p.name not in ("__main__.py",) and p != SRC / "__init__.py"
+    ]
+
+
 def _imports(path: Path) -> set[str]:
+    """The jobctl top-level modules a file imports (relative or absolute)."""
     tree = ast.parse(path.read_text())
+    depth = 1 if path.parent == SRC else 2  # relative level that reaches jobctl
     out = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
+        if isinstance(node, ast.ImportFrom) and node.level == depth:
             if node.module:
                 out.add(node.module.split(".")[0])
             else:
@@ -43,30 +60,43 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_every_module_has_a_layer():
-    modules = {p.stem for p in SRC.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    modules = {_module(p) for p in _files()}
     assert modules <= set(LAYERS), modules - set(LAYERS)
+    store = {p.stem for p in (SRC / "store").glob("*.py") if p.stem != "__init__"}
+    assert store == set(STORE_LAYERS)
 
 
 def test_modules_import_only_from_lower_layers():
     bad = []
-    for path in SRC.glob("*.py"):
-        if path.stem in ("__init__", "__main__"):
-            continue
-        mine = LAYERS[path.stem]
+    for path in _files():
+        mine = LAYERS[_module(path)]
         for dep in _imports(path):
-            if dep == "__init__" or dep not in LAYERS:
-                continue
-            if LAYERS[dep] >= mine:
-                bad.append(f"{path.stem} imports {dep}")
+            if dep in LAYERS and LAYERS[dep] >= mine:
+                bad.append(f"{path.relative_to(SRC)} imports {dep}")
+    assert bad == []
+
+
+def test_store_modules_import_only_from_lower_store_modules():
+    bad = []
+    for path in (SRC / "store").glob("*.py"):
+        if path.stem == "__init__":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                dep = node.module.split(".")[0]
+                if STORE_LAYERS[dep] >= STORE_LAYERS[path.stem]:
+                    bad.append(f"store/{path.stem} imports {dep}")
     assert bad == []
 
 
 def test_only_store_speaks_sql_and_only_cli_uses_click():
-    for path in SRC.glob("*.py"):
+    for path in _files():
         text = path.read_text()
-        if path.stem != "store":
-            assert "import sqlite3" not in text, path.stem
-        if path.stem != "cli":
-            assert "import click" not in text, path.stem
-        if path.stem != "output":
-            assert "from rich" not in text and "import rich" not in text, path.stem
+        name = _module(path)
+        if name != "store":
+            assert "import sqlite3" not in text, name
+        if name != "cli":
+            assert "import click" not in text, name
+        if name != "output":
+            assert "from rich" not in text and "import rich" not in text, name

@@ -358,8 +358,11 @@ class Daemon:
         held = [(h.run.id, h.attempt) for h in self.held.values()]
         try:
             leader, lost, cancel = self.store.heartbeat(
-                self.id, now, self.config.lease_seconds,
-                want_leader=not self.stopping, held=held,
+                self.id,
+                now,
+                self.config.lease_seconds,
+                want_leader=not self.stopping,
+                held=held,
             )
         except StoreError as e:
             self.log(f"heartbeat failed: {e}")
@@ -413,9 +416,13 @@ class Daemon:
             if job.last_boot_id == boot_id:
                 continue
             ids = self.store.record_windows(
-                job.id, job.next_run_at,
+                job.id,
+                job.next_run_at,
                 [WindowRow(now, RunState.PENDING, planner.RunReason.SCHEDULE, not_before=now)],
-                next_run_at=None, last_window_at=now, missed_increment=0, now=now,
+                next_run_at=None,
+                last_window_at=now,
+                missed_increment=0,
+                now=now,
                 boot_id=boot_id,
             )
             if ids:
@@ -450,14 +457,20 @@ class Daemon:
             self.heap.push(job.id, None if job.next_run_at is None else to_us(job.next_run_at))
             return False
         rows = [
-            WindowRow(w.scheduled_for, w.state, w.reason, w.skip_reason, w.catchup_from,
-                      w.not_before)
+            WindowRow(
+                w.scheduled_for, w.state, w.reason, w.skip_reason, w.catchup_from, w.not_before
+            )
             for w in plan.windows
         ]
         ids = self.store.record_windows(
-            job.id, job.next_run_at, rows, next_run_at=plan.next_run_at,
-            last_window_at=plan.last_window_at, missed_increment=plan.missed_increment,
-            now=now, done=plan.done,
+            job.id,
+            job.next_run_at,
+            rows,
+            next_run_at=plan.next_run_at,
+            last_window_at=plan.last_window_at,
+            missed_increment=plan.missed_increment,
+            now=now,
+            done=plan.done,
         )
         if ids is None:  # changed under us: take the stored state
             fresh = self.store.get_job_by_id(job.id)
@@ -501,7 +514,8 @@ class Daemon:
             # the daemons list changes rarely: re-read it once per renewal period
             try:
                 self._peers = [
-                    a for a in self.store.wake_addresses(self.clock.now())
+                    a
+                    for a in self.store.wake_addresses(self.clock.now())
                     if a != self.wake.published
                 ]
             except StoreError:
@@ -525,8 +539,13 @@ class Daemon:
         try:
             if free > 0:
                 claimed, dead = self.store.claim_runs(
-                    self.id, self.host, now, cfg.lease_seconds, limit=free,
-                    low_limit=low_limit, reserved_priority=cfg.reserved_priority,
+                    self.id,
+                    self.host,
+                    now,
+                    cfg.lease_seconds,
+                    limit=free,
+                    low_limit=low_limit,
+                    reserved_priority=cfg.reserved_priority,
                 )
             else:
                 claimed, dead = [], []
@@ -583,6 +602,7 @@ class Daemon:
             return
         held = _Held(run, run.attempt, child)
         self.held[run.id] = held
+        assert child.output_fd is not None and child.pidfd is not None  # just started
         self.selector.register(child.output_fd, selectors.EVENT_READ, ("output", held))
         self.selector.register(child.pidfd, selectors.EVENT_READ, ("exit", held))
         started.append((run.id, run.attempt, child.pid))
@@ -601,21 +621,42 @@ class Daemon:
             self.log(f"run {run.id}: attempt {held.attempt} ended after its lease was lost")
         elif held.child.stop_reason == "interrupted":
             self.store.finish_attempt(
-                run.id, held.attempt, self.id, now, exit_code=out.exit_code,
-                error="interrupted", output=tail, output_bytes=total,
-                outcome=RunState.PENDING, interrupted=True,
+                run.id,
+                held.attempt,
+                self.id,
+                now,
+                exit_code=out.exit_code,
+                error="interrupted",
+                output=tail,
+                output_bytes=total,
+                outcome=RunState.PENDING,
+                interrupted=True,
             )
             self.log(f"run {run.id}: interrupted by shutdown, back to pending")
         elif held.child.stop_reason == "cancelled":
             _, job_changed = self.store.finish_attempt(
-                run.id, held.attempt, self.id, now, exit_code=out.exit_code, error="cancelled",
-                output=tail, output_bytes=total, outcome=RunState.CANCELLED,
+                run.id,
+                held.attempt,
+                self.id,
+                now,
+                exit_code=out.exit_code,
+                error="cancelled",
+                output=tail,
+                output_bytes=total,
+                outcome=RunState.CANCELLED,
             )
             self.log(f"run {run.id} of {run.job_name}: cancelled")
         elif out.ok:
             ok, job_changed = self.store.finish_attempt(
-                run.id, held.attempt, self.id, now, exit_code=0, error=None, output=tail,
-                output_bytes=total, outcome=RunState.SUCCEEDED,
+                run.id,
+                held.attempt,
+                self.id,
+                now,
+                exit_code=0,
+                error=None,
+                output=tail,
+                output_bytes=total,
+                outcome=RunState.SUCCEEDED,
             )
             self.log(
                 f"run {run.id} of {run.job_name}: attempt {held.attempt} succeeded"
@@ -636,15 +677,31 @@ class Daemon:
         self._poke_others("run")
 
     def _finish_failed(
-        self, run: Run, attempt: int, now: datetime, exit_code: int | None, error: str,
-        tail: bytes, total: int,
+        self,
+        run: Run,
+        attempt: int,
+        now: datetime,
+        exit_code: int | None,
+        error: str,
+        tail: bytes,
+        total: int,
     ) -> Job | None:
         if attempt < run.max_attempts:
-            delay = planner.retry_delay_seconds(attempt, run.settings.backoff_seconds if run.settings else 10, self.rng)
+            delay = planner.retry_delay_seconds(
+                attempt, run.settings.backoff_seconds if run.settings else 10, self.rng
+            )
             retry_at = now + timedelta(seconds=delay)
             self.store.finish_attempt(
-                run.id, attempt, self.id, now, exit_code=exit_code, error=error, output=tail,
-                output_bytes=total, outcome=RunState.FAILED, retry_at=retry_at,
+                run.id,
+                attempt,
+                self.id,
+                now,
+                exit_code=exit_code,
+                error=error,
+                output=tail,
+                output_bytes=total,
+                outcome=RunState.FAILED,
+                retry_at=retry_at,
             )
             self.log(
                 f"run {run.id} of {run.job_name}: attempt {attempt} failed ({error}); "
@@ -652,8 +709,15 @@ class Daemon:
             )
             return None
         ok, job = self.store.finish_attempt(
-            run.id, attempt, self.id, now, exit_code=exit_code, error=error, output=tail,
-            output_bytes=total, outcome=RunState.DEAD,
+            run.id,
+            attempt,
+            self.id,
+            now,
+            exit_code=exit_code,
+            error=error,
+            output=tail,
+            output_bytes=total,
+            outcome=RunState.DEAD,
         )
         self.log(f"run {run.id} of {run.job_name}: attempt {attempt} failed ({error}); dead")
         if ok and self.store.get_run(run.id).state is RunState.DEAD:  # not cancelled meanwhile

@@ -109,8 +109,12 @@ def plan_due(job: Job, now: datetime, *, missed: bool, rng: random.Random) -> Pl
     if not missed:
         for w in tail:
             windows.append(
-                Window(w, RunState.PENDING, RunReason.SCHEDULE,
-                       not_before=_jittered(w, spec.jitter_seconds, rng))
+                Window(
+                    w,
+                    RunState.PENDING,
+                    RunReason.SCHEDULE,
+                    not_before=_jittered(w, spec.jitter_seconds, rng),
+                )
             )
     else:
         if spec.catchup is Catchup.SKIP:
@@ -121,15 +125,14 @@ def plan_due(job: Job, now: datetime, *, missed: bool, rng: random.Random) -> Pl
             run_n = min(spec.catchup_limit, count)
         run_n = min(run_n, len(tail))
         skipped = tail[: len(tail) - run_n]
-        running = tail[len(tail) - run_n:]
+        running = tail[len(tail) - run_n :]
         missed_increment = count - run_n
         for w in skipped[-MAX_SKIPPED_ROWS:]:
             windows.append(Window(w, RunState.SKIPPED, RunReason.CATCHUP, SkipReason.MISSED))
         for w in running:
             frm = earliest if spec.catchup is Catchup.ONCE else w
             windows.append(
-                Window(w, RunState.PENDING, RunReason.CATCHUP, catchup_from=frm,
-                       not_before=now)
+                Window(w, RunState.PENDING, RunReason.CATCHUP, catchup_from=frm, not_before=now)
             )
     trig = job.trigger
     done = False
@@ -138,8 +141,10 @@ def plan_due(job: Job, now: datetime, *, missed: bool, rng: random.Random) -> Pl
         done = True
     elif trig.kind is TriggerKind.INTERVAL and trig.after_completion:
         # the next window is set when this run ends; skipped: one interval from now
-        nxt = None if any(w.state is RunState.PENDING for w in windows) else (
-            triggers.next_fire(trig, now)
+        nxt = (
+            None
+            if any(w.state is RunState.PENDING for w in windows)
+            else (triggers.next_fire(trig, now))
         )
     else:
         nxt = triggers.next_fire(trig, max(last, now) if missed else last)
@@ -201,7 +206,7 @@ class FireHeap:
 
     def pop_due(self, now_us: int) -> list[tuple[int, int]]:
         """Remove and return (due_us, job_id) for every job due at or before ``now_us``."""
-        out = []
+        out: list[tuple[int, int]] = []
         while True:
             self._drop_stale()
             if not self._heap or self._heap[0][0] > now_us:

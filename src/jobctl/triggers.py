@@ -336,6 +336,7 @@ def _cron_fires(
     end_year = min(start.astimezone(zone).year + SEARCH_YEARS, datetime.max.year - 1)
     inclusive = False
     skip_below: datetime | None = None  # fixed jobs: walls below this already fired
+    change: datetime | None
     if fixed:
         back = start - _REPEAT_LOOKBACK
         off_back = _offset(zone, back)
@@ -350,7 +351,7 @@ def _cron_fires(
         if skip_below is not None and first_wall < skip_below:
             first_wall = skip_below
         horizon = start  # the offset is known to be `off` on [start, horizon]
-        change: datetime | None = None
+        change = None
         for w in sched.walls_from(first_wall, end_year, UTC):
             instant = w - off
             if instant > horizon:
