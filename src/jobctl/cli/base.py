@@ -1,0 +1,267 @@
+"""The command group, the shared options and the context every command gets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .. import __version__
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+FINAL_STATES = ("succeeded", "dead", "cancelled", "skipped")
+
+
+# ---------------------------------------------------------------------- plumbing
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class Ctx:
+    def __init__(self, db: str | None) -> None:
+        self.db_option = db
+        self._store: Store | None = None
+
+    def store(self) -> Store:
+        if self._store is None:
+            from ..paths import resolve_db_path
+            from ..store import Store
+
+            self._store = Store.open(resolve_db_path(self.db_option))
+        return self._store
+
+    def now(self) -> datetime:
+        from ..clock import SystemClock
+
+        return SystemClock().now()
+
+    def poke(self, message: str) -> None:
+        """Tell running daemons that something changed (a hint; the table is the truth)."""
+        from ..wake import poke
+
+        store = self.store()
+        poke(store.wake_addresses(self.now()), message)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+
+def _complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    try:
+        root = ctx.find_root()
+        db = root.params.get("db")
+        from ..paths import resolve_db_path
+        from ..store import Store
+
+        path = resolve_db_path(db)
+        if not path.exists():
+            return []
+        with Store.open(path, create=False) as store:
+            names = store.job_names()
+    except Exception:
+        return []
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)]
+
+
+def _complete_runs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    try:
+        root = ctx.find_root()
+        from ..paths import resolve_db_path
+        from ..store import Store
+
+        path = resolve_db_path(root.params.get("db"))
+        if not path.exists():
+            return []
+        with Store.open(path, create=False) as store:
+            runs = store.list_runs(limit=50)
+    except Exception:
+        return []
+    return [
+        CompletionItem(str(r.id), help=f"{r.job_name} {r.state.value}")
+        for r in runs
+        if str(r.id).startswith(incomplete)
+    ]
+
+
+class JobctlGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+@click.group(cls=JobctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    metavar="PATH",
+    help="Database file (default: $JOBCTL_DB, else the user data dir's jobctl/jobctl.db).",
+)
+@click.version_option(__version__, "--version", prog_name="jobctl", message="%(prog)s %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None) -> None:
+    """jobctl: a cron replacement that never loses a run and shows every run it made.
+
+    One SQLite file holds the jobs, their runs and every attempt; `jobctl daemon` fires
+    and runs them; every other command reads or edits the file directly.
+    """
+    ctx.obj = Ctx(db)
+    ctx.call_on_close(ctx.obj.close)
+
+
+# ---------------------------------------------------------------------- shared options
+
+
+def trigger_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    opts = [
+        click.option(
+            "--cron",
+            metavar="EXPR",
+            help="5-field cron expression, a macro like @daily, or @reboot.",
+        ),
+        click.option(
+            "--every", metavar="DURATION", help="Fixed rate: windows at start + k·DURATION."
+        ),
+        click.option(
+            "--after-completion",
+            is_flag=True,
+            default=None,
+            help="With --every: the next window is DURATION after the previous run ends.",
+        ),
+        click.option("--start", metavar="TIME", help="With --every: the anchor (default: now)."),
+        click.option("--at", metavar="TIME", help="One shot at an ISO 8601 time (naive = --tz)."),
+        click.option("--in", "in_", metavar="DURATION", help="One shot DURATION from now."),
+        click.option(
+            "--manual",
+            is_flag=True,
+            default=None,
+            help="Never fires by itself; runs come from `jobctl run`.",
+        ),
+        click.option(
+            "--tz",
+            metavar="ZONE",
+            help="IANA zone the cron expression is read in (default: local).",
+        ),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def policy_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    opts = [
+        click.option(
+            "--catchup",
+            metavar="skip|once|all",
+            help="Missed windows: skip, run once, or run all (default once).",
+        ),
+        click.option(
+            "--catchup-limit",
+            type=int,
+            metavar="N",
+            help="With --catchup all: at most N missed windows run (default 6).",
+        ),
+        click.option(
+            "--overlap",
+            metavar="forbid|allow|replace",
+            help="A window while a run is leased: skip it, run both, or replace (default forbid).",
+        ),
+        click.option(
+            "--timeout", metavar="DURATION", help="Kill the attempt's process group after DURATION."
+        ),
+        click.option(
+            "--retries",
+            type=int,
+            metavar="N",
+            help="Retry a failed attempt up to N times (default 2).",
+        ),
+        click.option(
+            "--backoff",
+            metavar="DURATION",
+            help="Retry k waits min(backoff·2^(k-1), 1h), jittered (default 10s).",
+        ),
+        click.option(
+            "--priority",
+            type=int,
+            metavar="N",
+            help="Higher runs first among due runs (default 0).",
+        ),
+        click.option(
+            "--jitter",
+            metavar="DURATION",
+            help="Start each window a random delay in [0, DURATION) late.",
+        ),
+        click.option(
+            "--env",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Environment variable for the command (repeatable).",
+        ),
+        click.option("--cwd", metavar="DIR", help="Working directory (default $HOME)."),
+        click.option(
+            "--shell", metavar="PATH", help="Shell that runs the command (default /bin/sh)."
+        ),
+        click.option(
+            "--on-failure", metavar="COMMAND", help="Shell command run once when a run ends dead."
+        ),
+        click.option("--stdin", metavar="TEXT", help="Text fed to the command's standard input."),
+        click.option("--description", metavar="TEXT", help="A note shown by `show`."),
+        click.option(
+            "--lock", multiple=True, metavar="NAME", help="Every run holds this lock (repeatable)."
+        ),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+POLICY_KEYS = (
+    "catchup",
+    "catchup_limit",
+    "overlap",
+    "timeout",
+    "retries",
+    "backoff",
+    "priority",
+    "jitter",
+    "env",
+    "cwd",
+    "shell",
+    "on_failure",
+    "stdin",
+    "description",
+    "lock",
+)
+TRIGGER_KEYS = ("cron", "every", "after_completion", "start", "at", "in_", "manual", "tz")
+
+
+def _split(kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    from ..specs import TriggerOptions
+
+    trig = TriggerOptions(**{k: kwargs.pop(k) for k in TRIGGER_KEYS})
+    trig.after_completion = bool(trig.after_completion)
+    trig.manual = bool(trig.manual)
+    policies = {k: kwargs.pop(k) for k in POLICY_KEYS}
+    return trig, policies
+
+
+def _emit_job(obj: Ctx, job: Any, as_json: bool, verb: str) -> None:
+    from .. import output
+
+    if as_json:
+        output.print_json(output.job_json(job, None))
+    else:
+        nxt = output.local_time(job.next_run_at) if job.next_run_at else "-"
+        output.print_lines([f"{verb} job {job.name}; next run: {nxt}"])

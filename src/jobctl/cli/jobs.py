@@ -1,0 +1,241 @@
+"""Commands on jobs: add, edit, list, show, next, pause, resume, rm."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..errors import UsageError
+from .base import (
+    Ctx,
+    _complete_jobs,
+    _emit_job,
+    _split,
+    cli,
+    pass_ctx,
+    policy_options,
+    trigger_options,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+# ---------------------------------------------------------------------- job commands
+
+
+@cli.command(context_settings={"ignore_unknown_options": False})
+@click.argument("name")
+@trigger_options
+@policy_options
+@click.option("--paused", is_flag=True, help="Create the job paused.")
+@click.option("--replace", "replace_", is_flag=True, help="Overwrite a job of the same name.")
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
+@click.argument("command", nargs=-1, required=True)
+@pass_ctx
+def add(
+    obj: Ctx,
+    name: str,
+    command: tuple[str, ...],
+    paused: bool,
+    replace_: bool,
+    as_json: bool,
+    **kwargs: Any,
+) -> None:
+    """Create a job: NAME, one trigger, policies, then -- COMMAND.
+
+    One COMMAND argument is a shell string; several are shell-quoted and joined.
+    """
+    from ..specs import build_spec
+
+    trig, policies = _split(kwargs)
+    now = obj.now()
+    spec = build_spec(name, trig, policies, command, now, paused=paused)
+    job = obj.store().add_job(spec, now, replace_existing=replace_)
+    obj.poke(f"job:{job.id}")
+    _emit_job(obj, job, as_json, "replaced" if replace_ else "added")
+
+
+@cli.command()
+@click.argument("name", shell_complete=_complete_jobs)
+@trigger_options
+@policy_options
+@click.option("--command", "new_command", metavar="COMMAND", help="A new shell command.")
+@click.option("--rename", metavar="NEW", help="A new name.")
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
+@pass_ctx
+def edit(
+    obj: Ctx, name: str, new_command: str | None, rename: str | None, as_json: bool, **kwargs: Any
+) -> None:
+    """Change a job. Runs already created keep their settings."""
+    from ..specs import build_trigger, check_name, check_text, policy_changes
+
+    trig, policies = _split(kwargs)
+    now = obj.now()
+    store = obj.store()
+    changes = policy_changes(policies)
+    if trig.given():
+        changes["trigger"] = build_trigger(trig, now)
+    elif trig.tz or trig.after_completion or trig.start:
+        current = store.get_job(name).trigger
+        if current.kind.value != "cron" or trig.after_completion or trig.start:
+            raise UsageError("--tz, --start and --after-completion need their trigger flag too")
+        from dataclasses import replace as dc_replace
+
+        from ..durations import parse_zone
+
+        parse_zone(check_text(trig.tz or "", "--tz"))
+        changes["trigger"] = dc_replace(current, tz=trig.tz)
+    if new_command is not None:
+        from ..specs import join_command
+
+        changes["command"] = join_command([new_command])
+    if rename is not None:
+        changes["name"] = check_name(rename)
+    if not changes:
+        raise UsageError("nothing to change: give a trigger, a policy, --command or --rename")
+    job = store.edit_job(name, changes, now)
+    obj.poke(f"job:{job.id}")
+    _emit_job(obj, job, as_json, "edited")
+
+
+@cli.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of jobs.")
+@pass_ctx
+def list_(obj: Ctx, as_json: bool) -> None:
+    """Jobs: name, schedule, next run, last run state, state."""
+    from .. import output
+
+    store = obj.store()
+    jobs = store.list_jobs()
+    last = store.last_runs()
+    if as_json:
+        output.print_json([output.job_json(j, last.get(j.id)) for j in jobs])
+    else:
+        output.print_jobs(jobs, last)
+
+
+@cli.command()
+@click.argument("name", shell_complete=_complete_jobs)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Recent runs to show.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the job and its runs as JSON.")
+@pass_ctx
+def show(obj: Ctx, name: str, limit: int, as_json: bool) -> None:
+    """One job in full, with its recent runs."""
+    from .. import output
+
+    store = obj.store()
+    job = store.get_job(name)
+    runs = store.list_runs(name, limit=limit)
+    last = store.last_runs([job.id]).get(job.id)
+    if as_json:
+        data = output.job_json(job, last)
+        data["runs"] = [output.run_json(r) for r in runs]
+        output.print_json(data)
+    else:
+        output.print_job(job, runs)
+
+
+@cli.command("next")
+@click.argument("name", required=False, shell_complete=_complete_jobs)
+@click.option("--cron", metavar="EXPR", help="A cron expression instead of a job.")
+@click.option(
+    "--every", metavar="DURATION", help="An interval instead of a job (anchored at --from)."
+)
+@click.option("--tz", metavar="ZONE", help="With --cron: the zone (default local).")
+@click.option(
+    "-n",
+    "count",
+    type=click.IntRange(min=1, max=10000),
+    default=5,
+    show_default=True,
+    help="How many fire times.",
+)
+@click.option(
+    "--from", "from_", metavar="TIME", help="Fire times strictly after TIME (default now)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of times.")
+@pass_ctx
+def next_(
+    obj: Ctx,
+    name: str | None,
+    cron: str | None,
+    every: str | None,
+    tz: str | None,
+    count: int,
+    from_: str | None,
+    as_json: bool,
+) -> None:
+    """The next N fire times, computed exactly as the daemon fires them (DST included)."""
+    from .. import durations, output, triggers
+    from ..clock import iso
+    from ..specs import TriggerOptions, build_trigger
+
+    now = obj.now()
+    if sum(x is not None for x in (name, cron, every)) != 1:
+        raise UsageError("give a job NAME, --cron EXPR or --every DURATION")
+    if name is not None:
+        trigger = obj.store().get_job(name).trigger
+    else:
+        trigger = build_trigger(
+            TriggerOptions(cron=cron, every=every, tz=tz, start=from_ if every else None), now
+        )
+    zone = trigger.tz
+    after = durations.parse_time(from_, zone, now) if from_ else now
+    times = []
+    t = after
+    for _ in range(count):
+        nt = triggers.next_fire(trigger, t)
+        if nt is None:
+            break
+        times.append(nt)
+        t = nt
+    if as_json:
+        output.print_json([iso(x) for x in times])
+    elif not times:
+        output.print_lines(["no fire times"])
+    else:
+        from zoneinfo import ZoneInfo
+
+        z = ZoneInfo(zone)
+        output.print_lines([x.astimezone(z).isoformat() for x in times])
+
+
+@cli.command()
+@click.argument("name", shell_complete=_complete_jobs)
+@pass_ctx
+def pause(obj: Ctx, name: str) -> None:
+    """Stop a job firing (its windows are neither run nor recorded)."""
+    job = obj.store().pause_job(name, obj.now())
+    obj.poke(f"job:{job.id}")
+    click.echo(f"paused {job.name}")
+
+
+@cli.command()
+@click.argument("name", shell_complete=_complete_jobs)
+@pass_ctx
+def resume(obj: Ctx, name: str) -> None:
+    """Restart a paused job from its next future window."""
+    from .. import output
+
+    job = obj.store().resume_job(name, obj.now())
+    obj.poke(f"job:{job.id}")
+    output.print_lines([f"resumed {job.name}; next run: {output.local_time(job.next_run_at)}"])
+
+
+@cli.command()
+@click.argument("name", shell_complete=_complete_jobs)
+@click.option("--force", is_flag=True, help="Delete even while a run is leased.")
+@pass_ctx
+def rm(obj: Ctx, name: str, force: bool) -> None:
+    """Delete a job and its whole history."""
+    job = obj.store().delete_job(name, force=force)
+    obj.poke(f"job:{job.id}")
+    click.echo(f"removed {job.name}")

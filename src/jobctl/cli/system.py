@@ -1,0 +1,395 @@
+"""Living with the system: status, daemon, completion, import-crontab, service."""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..errors import JobctlError, UsageError
+from .base import Ctx, JobctlGroup, _one_line, cli, pass_ctx
+
+if TYPE_CHECKING:
+    pass
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print status as JSON.")
+@pass_ctx
+def status(obj: Ctx, as_json: bool) -> None:
+    """Daemons (pid, host, leader, heartbeat), run counts by state, next due window."""
+    from .. import output
+    from ..clock import iso
+
+    st = obj.store().status(obj.now())
+    if as_json:
+        output.print_json(
+            {
+                "daemons": [output.daemon_json(d) for d in st.daemons],
+                "counts": st.counts,
+                "next_due_at": iso(st.next_due_at),
+            }
+        )
+    else:
+        output.print_status(st.daemons, st.counts, st.next_due_at)
+
+
+@cli.command()
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Attempts run at once.",
+)
+@click.option(
+    "--reserved",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Workers kept for runs with priority >= --reserved-priority.",
+)
+@click.option(
+    "--reserved-priority",
+    type=int,
+    metavar="P",
+    help="Runs below P may hold at most workers-reserved workers.",
+)
+@click.option(
+    "--lease",
+    default="30s",
+    show_default=True,
+    metavar="DURATION",
+    help="Lease on runs and on the scheduler; renewed every third.",
+)
+@click.option(
+    "--shutdown-grace",
+    default="30s",
+    show_default=True,
+    metavar="DURATION",
+    help="On SIGTERM, how long running attempts may finish.",
+)
+@pass_ctx
+def daemon(
+    obj: Ctx,
+    workers: int,
+    reserved: int,
+    reserved_priority: int | None,
+    lease: str,
+    shutdown_grace: str,
+) -> None:
+    """Run the scheduler and workers in the foreground; logs to stderr."""
+    from ..daemon import Daemon, DaemonConfig
+    from ..durations import parse_duration
+    from ..store import check_ownership
+
+    if reserved >= workers and reserved > 0:
+        raise UsageError("--reserved must be less than --workers")
+    if reserved and reserved_priority is None:
+        raise UsageError("--reserved needs --reserved-priority")
+    config = DaemonConfig(
+        workers=workers,
+        reserved=reserved,
+        reserved_priority=reserved_priority,
+        lease_seconds=parse_duration(lease),
+        shutdown_grace_seconds=parse_duration(shutdown_grace),
+    )
+    store = obj.store()
+    check_ownership(store.path)
+    sys.exit(Daemon(store, config).run())
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script for bash, zsh or fish."""
+    click.echo(completion_script(shell), nl=False)
+
+
+def completion_script(shell: str) -> str:
+    from click.shell_completion import get_completion_class
+
+    comp_cls = get_completion_class(shell)
+    assert comp_cls is not None
+    source = comp_cls(cli, {}, "jobctl", "_JOBCTL_COMPLETE").source()
+    return source if source.endswith("\n") else source + "\n"
+
+
+# ---------------------------------------------------------------------- living with the system
+
+
+def _read_crontab_source(source: str | None) -> str:
+    """The text of FILE, of stdin for ``-``, or of ``crontab -l`` when no FILE is given."""
+    import shutil
+    import subprocess
+
+    if source == "-":
+        data = sys.stdin.buffer.read()
+        what = "standard input"
+    elif source is not None:
+        try:
+            with open(source, "rb") as fh:
+                data = fh.read()
+        except OSError as e:
+            raise UsageError(f"cannot read {source}: {e.strerror or e}") from None
+        what = source
+    else:
+        crontab_cmd = shutil.which("crontab")
+        if crontab_cmd is None:
+            raise UsageError(
+                "no FILE given and no `crontab` command found: give FILE, or - for stdin"
+            )
+        proc = subprocess.run([crontab_cmd, "-l"], capture_output=True, check=False)
+        if proc.returncode != 0:
+            raise JobctlError(
+                "crontab -l failed: "
+                + (proc.stderr.decode("utf-8", "replace").strip() or f"exit {proc.returncode}")
+            )
+        data = proc.stdout
+        what = "crontab -l"
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} is not valid UTF-8") from None
+
+
+def _sendmail_path() -> str | None:
+    import shutil
+
+    found = shutil.which("sendmail")
+    if found:
+        return found
+    return "/usr/sbin/sendmail" if os.path.exists("/usr/sbin/sendmail") else None
+
+
+@cli.command("import-crontab")
+@click.argument("source", required=False, metavar="[FILE | -]")
+@click.option(
+    "--system",
+    is_flag=True,
+    help="System format (/etc/crontab, /etc/cron.d): a user field before the command.",
+)
+@click.option("--dry-run", is_flag=True, help="Show what would be imported; write nothing.")
+@click.option(
+    "--prefix",
+    default="cron",
+    show_default=True,
+    metavar="P",
+    help="Jobs are named P-N, N the job's ordinal in the file.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print {jobs, env, notices, errors} as JSON.")
+@pass_ctx
+def import_crontab(
+    obj: Ctx, source: str | None, system: bool, dry_run: bool, prefix: str, as_json: bool
+) -> None:
+    """Migrate a crontab: FILE, - for stdin, or (no argument) `crontab -l`.
+
+    With any error nothing is imported and it exits 2. Importing the same file again
+    changes nothing.
+    """
+    import getpass
+
+    from .. import crontab, output, triggers
+    from ..specs import spec_from_crontab
+
+    report = crontab.parse_crontab(
+        _read_crontab_source(source),
+        prefix=prefix,
+        system=system,
+        current_user=getpass.getuser(),
+        sendmail=_sendmail_path(),
+        validate_cron=triggers.validate_cron_expr,
+    )
+    now = obj.now()
+    errors = list(report.errors)
+    specs = []
+    for job in report.jobs:
+        try:
+            specs.append(spec_from_crontab(job, now))
+        except JobctlError as e:
+            errors.append((job.line, str(e)))
+    errors.sort(key=lambda e: e[0])
+    if errors or dry_run:
+        jobs = (
+            [(_unsaved_job(spec, now), None, "would import") for spec in specs]
+            if not errors
+            else []
+        )
+    else:
+        jobs = _save_imported(obj, specs, now)
+    if as_json:
+        output.print_json(
+            {
+                "jobs": [_imported_json(job, last, dry_run) for job, last, _ in jobs],
+                "env": report.env,
+                "notices": [{"line": n, "message": m} for n, m in report.notices],
+                "errors": [{"line": n, "message": m} for n, m in errors],
+            }
+        )
+    else:
+        for n, m in report.notices:
+            click.echo(f"notice: line {n}: {_one_line(m)}", err=True)
+        output.print_lines(
+            [
+                f"{verb} {job.name}  {output.schedule_text(job)}  {job.spec.command}"
+                for job, _, verb in jobs
+            ]
+        )
+    if errors:
+        for n, m in errors:
+            click.echo(f"Error: line {n}: {_one_line(m)}", err=True)
+        sys.exit(2)
+
+
+def _save_imported(obj: Ctx, specs: list[Any], now: datetime) -> list[tuple[Any, Any, str]]:
+    """Write every spec in one transaction; (job, last run, what happened) per job."""
+    store = obj.store()
+    existing = set(store.job_names())
+    saved = store.add_jobs(specs, now)
+    if any(changed for _, changed in saved):
+        obj.poke("all")
+    last = store.last_runs([job.id for job, _ in saved])
+    return [
+        (
+            job,
+            last.get(job.id),
+            "unchanged" if not changed else "updated" if job.name in existing else "added",
+        )
+        for job, changed in saved
+    ]
+
+
+def _unsaved_job(spec: Any, now: datetime) -> Any:
+    """The Job a spec would become if it were written now (id 0: not stored)."""
+    from ..models import Job, JobState
+    from ..triggers import next_fire
+
+    return Job(
+        id=0,
+        spec=spec,
+        state=JobState.ACTIVE,
+        created_at=now,
+        schedule_from=now,
+        next_run_at=next_fire(spec.trigger, now),
+        last_window_at=None,
+        missed_total=0,
+        last_boot_id=None,
+    )
+
+
+def _imported_json(job: Any, last: Any, dry_run: bool) -> dict[str, Any]:
+    from .. import output
+
+    data = output.job_json(job, last)
+    if dry_run:
+        data["id"] = None
+    return data
+
+
+@cli.group(cls=JobctlGroup)
+def service() -> None:
+    """The systemd user service that keeps `jobctl daemon` running."""
+
+
+def _service_db_path(obj: Ctx) -> str | None:
+    """The database to name in ExecStart: only when --db or JOBCTL_DB chose it."""
+    if not (obj.db_option or os.environ.get("JOBCTL_DB")):
+        return None
+    from ..paths import resolve_db_path
+
+    return os.path.abspath(resolve_db_path(obj.db_option))
+
+
+@service.command("install")
+@click.option("--print", "print_", is_flag=True, help="Only print the unit; write nothing.")
+@pass_ctx
+def service_install(obj: Ctx, print_: bool) -> None:
+    """Write the unit file, then `systemctl --user daemon-reload` and `enable --now`."""
+    from .. import service as svc
+
+    executable = svc.find_executable(sys.argv[0])
+    if executable is None:
+        raise JobctlError("cannot find the jobctl executable: put jobctl on PATH")
+    text = svc.unit_text(executable, _service_db_path(obj))
+    if print_:
+        click.echo(text, nl=False)
+        return
+    path = svc.unit_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    click.echo(f"wrote {path}")
+    failure = svc.run_calls(svc.install_calls(), svc.run_command)
+    if failure is not None:
+        raise JobctlError(
+            f"{failure.stderr}; {svc.NO_MANAGER_HINT} (the unit file stays at {path})"
+        )
+    click.echo(f"enabled and started {svc.UNIT_NAME}")
+
+
+@service.command("uninstall")
+@pass_ctx
+def service_uninstall(obj: Ctx) -> None:
+    """`systemctl --user disable --now`, remove the unit file, daemon-reload."""
+    from .. import service as svc
+
+    path = svc.unit_path()
+    if not path.exists():
+        click.echo(f"{svc.UNIT_NAME} is not installed (no {path})")
+        return
+    failure = svc.run_calls(svc.uninstall_calls(), svc.run_command)
+    path.unlink()
+    click.echo(f"removed {path}")
+    if failure is None:
+        failure = svc.run_calls([["daemon-reload"]], svc.run_command)
+    if failure is not None:
+        raise JobctlError(f"{failure.stderr}; stop any `jobctl daemon` still running yourself")
+    click.echo(f"stopped and disabled {svc.UNIT_NAME}")
+
+
+@service.command("status")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print {unit_file, installed, active, daemons} as JSON."
+)
+@pass_ctx
+def service_status(obj: Ctx, as_json: bool) -> None:
+    """Whether the unit is installed and active, and the daemons the database knows."""
+    from .. import output
+    from .. import service as svc
+    from ..paths import resolve_db_path
+    from ..store import Store
+
+    path = svc.unit_path()
+    result = svc.systemctl(["is-active", svc.UNIT_NAME], svc.run_command)
+    active = result.stdout.strip() or None
+    db = resolve_db_path(obj.db_option)
+    daemons = []
+    if db.exists():
+        with Store.open(db, create=False) as store:
+            daemons = store.live_daemons(obj.now())
+    if as_json:
+        output.print_json(
+            {
+                "unit_file": str(path),
+                "installed": path.exists(),
+                "active": active,
+                "daemons": [output.daemon_json(d) for d in daemons],
+            }
+        )
+        return
+    output.print_lines(
+        [
+            f"unit file: {path} ({'installed' if path.exists() else 'not installed'})",
+            f"systemd: {active or 'unknown (' + _one_line(result.stderr or 'no answer') + ')'}",
+            f"live daemons: {len(daemons)}",
+            *(
+                f"  pid {d.pid} on {d.host}{' (leader)' if d.leader else ''}, "
+                f"heartbeat {output.local_time(d.heartbeat_at)}"
+                for d in daemons
+            ),
+        ]
+    )
