@@ -1224,3 +1224,13 @@ def test_logs_on_a_terminal_escapes_control_sequences(capsys):
     assert capsys.readouterr().out == "ok\n\\x1b[31mred\\x1b[0m\tx\n"
     output.print_output(b"raw\x1b[0m", tty=False)
     assert capsys.readouterr().out == "raw\x1b[0m"
+
+
+def test_absurd_duration_is_bad_input_not_an_internal_error(tmp_path, capsys):
+    from jobctl.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--db", str(tmp_path / "j.db"), "add", "big", "--every", "600000w", "--", "true"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Error: invalid duration") and "internal" not in err

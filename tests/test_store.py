@@ -235,3 +235,64 @@ def test_scheduler_lease_single_holder(store):
     b, _, _ = store.heartbeat("d2", later, 10, want_leader=True, held=[])
     a, _, _ = store.heartbeat("d1", later, 10, want_leader=True, held=[])
     assert b and not a
+
+
+def _fixed_delay(store, name="fd"):
+    spec = JobSpec(
+        name=name,
+        trigger=Trigger(TriggerKind.INTERVAL, tz="UTC", every_seconds=60, after_completion=True),
+        command="true",
+    )
+    job = store.add_job(spec, T0)
+    w = WindowRow(job.next_run_at, RunState.PENDING, RunReason.SCHEDULE)
+    [run_id] = store.record_windows(
+        job.id, job.next_run_at, [w], next_run_at=None, last_window_at=job.next_run_at,
+        missed_increment=0, now=job.next_run_at,
+    )
+    assert store.get_job(name).next_run_at is None  # waits for the run to end
+    return job, run_id
+
+
+def test_fixed_delay_job_moves_on_when_its_run_is_cancelled(store):
+    job, run_id = _fixed_delay(store)
+    later = T0 + timedelta(minutes=5)
+    store.cancel_runs([run_id], later)
+    assert store.get_job("fd").next_run_at == later + timedelta(seconds=60)
+
+
+def test_fixed_delay_job_moves_on_when_its_last_attempt_is_lost(store):
+    job, run_id = _fixed_delay(store)
+    with store.write() as c:
+        c.execute("UPDATE runs SET max_attempts = 1 WHERE id = ?", (run_id,))
+    t = T0 + timedelta(minutes=2)
+    _claim(store, "d1", now=t, lease=10)
+    _, dead = _claim(store, "d2", now=t + timedelta(seconds=11))
+    assert [r.id for r in dead] == [run_id]
+    assert store.get_job("fd").next_run_at == t + timedelta(seconds=71)
+
+
+def test_a_daemon_never_takes_back_its_own_expired_lease(store):
+    store.add_job(manual("a"), T0)
+    run, _ = store.enqueue_run("a", T0)
+    _claim(store, "d1", lease=10)
+    again, _ = _claim(store, "d1", now=T0 + timedelta(seconds=60))
+    assert again == [] and store.get_run(run.id).attempt == 1  # its heartbeat decides
+    other, _ = _claim(store, "d2", now=T0 + timedelta(seconds=60))
+    assert [r.attempt for r in other] == [2]
+
+
+def test_replace_keeps_keyed_runs(store):
+    spec = JobSpec(
+        name="r",
+        trigger=Trigger(TriggerKind.INTERVAL, tz="UTC", every_seconds=60, anchor=T0),
+        command="true",
+        overlap=Overlap.REPLACE,
+    )
+    job = store.add_job(spec, T0)
+    keyed, _ = store.enqueue_run("r", T0, key="k1")
+    w = WindowRow(job.next_run_at, RunState.PENDING, RunReason.SCHEDULE)
+    store.record_windows(
+        job.id, job.next_run_at, [w], next_run_at=job.next_run_at + timedelta(seconds=60),
+        last_window_at=job.next_run_at, missed_increment=0, now=job.next_run_at,
+    )
+    assert store.get_run(keyed.id).state is RunState.PENDING

@@ -40,8 +40,8 @@ from .worker import (
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 MAX_SLEEP_SECONDS = 3600.0
-#: due jobs whose windows are recorded in one transaction
-FIRE_BATCH_JOBS = 200
+#: due jobs whose windows are recorded in one transaction, one chunk a loop turn
+FIRE_BATCH_JOBS = 50
 
 
 def read_boot_id(path: str = BOOT_ID_PATH) -> str:
@@ -159,6 +159,7 @@ class Daemon:
         self.expected_wake: datetime | None = None
         self.missed_until_us = -1
         self._peers: list[str] | None = None
+        self.cancels_unchecked = True
         self._peers_until = 0.0
         self.selector = selectors.DefaultSelector()
         self.wake = WakeSocket(self.id)
@@ -280,7 +281,8 @@ class Daemon:
         if self.claim_needed and not self.stopping:
             timeout = 0.0
         timeout = min(timeout, MAX_SLEEP_SECONDS)
-        self.expected_wake = now + timedelta(seconds=timeout)
+        # from the clock as we go to sleep: a slow turn is busy, not suspended
+        self.expected_wake = self.clock.now() + timedelta(seconds=timeout)
         for key, _ in self.selector.select(timeout):
             kind, obj = key.data
             if kind == "wake":
@@ -363,6 +365,8 @@ class Daemon:
                 self.config.lease_seconds,
                 want_leader=not self.stopping,
                 held=held,
+                host=self.host,
+                wake_address=self.wake.published,
             )
         except StoreError as e:
             self.log(f"heartbeat failed: {e}")
@@ -432,23 +436,25 @@ class Daemon:
     # ------------------------------------------------------------------ scheduling
 
     def _fire_due(self, now: datetime) -> None:
-        due = self.heap.pop_due(to_us(now))
+        # One chunk of due jobs a turn, in one commit: a burst of 1,000 windows is not 1,000
+        # commits, the write lock stays short for the CLI, and the claims of the first
+        # chunk start children while the next chunk is recorded (the head is still due,
+        # so the loop comes straight back).
+        due = self.heap.pop_due(to_us(now), FIRE_BATCH_JOBS)
         inserted = False
-        # one commit per chunk of due jobs, not one per job (a burst of 1,000 windows);
-        # chunks keep the write lock short for the CLI
-        for start in range(0, len(due), FIRE_BATCH_JOBS):
-            with self.store.batch():
-                for due_us, job_id in due[start : start + FIRE_BATCH_JOBS]:
-                    job = self.store.get_job_by_id(job_id)
-                    if job is None or job.next_run_at is None:
-                        continue
-                    if to_us(job.next_run_at) != due_us:
-                        self.heap.push(job_id, to_us(job.next_run_at))
-                        continue
-                    missed = due_us <= self.missed_until_us
-                    inserted |= self._fire_job(job, now, missed)
+        with self.store.batch():
+            for due_us, job_id in due:
+                job = self.store.get_job_by_id(job_id)
+                if job is None or job.next_run_at is None:
+                    continue
+                if to_us(job.next_run_at) != due_us:
+                    self.heap.push(job_id, to_us(job.next_run_at))
+                    continue
+                missed = due_us <= self.missed_until_us
+                inserted |= self._fire_job(job, now, missed)
         if inserted:
             self.claim_needed = True
+            self.cancels_unchecked = True  # an --overlap replace may have asked for one
             self._poke_others("run")
 
     def _fire_job(self, job: Job, now: datetime, missed: bool) -> bool:
@@ -499,6 +505,7 @@ class Daemon:
 
     def _on_wake(self, messages: list[str]) -> None:
         self.claim_needed = True
+        self.cancels_unchecked = True
         if not self.leader:
             return
         for msg in messages:
@@ -549,9 +556,15 @@ class Daemon:
                 )
             else:
                 claimed, dead = [], []
-                # expired leases are still taken back so their runs are not stuck
-            self._check_cancels(mono)
-            self.next_claim_wall = self.store.next_claim_at(self.id, now)
+            if self.cancels_unchecked:
+                # a cancel request comes with a wake-up (or is seen at the next renewal)
+                self.cancels_unchecked = False
+                self._check_cancels(mono)
+            if len(self.held) + len(claimed) < cfg.workers:
+                self.next_claim_wall = self.store.next_claim_at(self.id, now)
+            else:
+                # every worker is busy: the next claim comes when one of them finishes
+                self.next_claim_wall = None
         except StoreError as e:
             self.log(f"claim failed: {e}")
             self.next_claim_wall = now + timedelta(seconds=1)
@@ -559,9 +572,16 @@ class Daemon:
         for run in dead:
             self.log(f"run {run.id} of {run.job_name}: lease lost on its last attempt: dead")
             self._on_failure_hook(run, "lost", b"")
+            if self.leader:  # a fixed-delay job may have moved on
+                self._reload_job(run.job_id)
+            else:
+                self._poke_others(f"job:{run.job_id}")
         started: list[tuple[int, int, int]] = []
         for c in claimed:
-            self._start(c, now, mono, started)
+            try:
+                self._start(c, now, mono, started)
+            except StoreError as e:  # the run's lease expires and it is retried
+                self.log(f"run {c.run.id}: could not be started: {e}")
         try:  # one commit for the whole turn; only a takeover's kill needs the pids
             self.store.set_attempt_processes(self.id, started)
         except StoreError as e:
@@ -667,7 +687,8 @@ class Daemon:
                 run, held.attempt, now, out.exit_code, out.error or "failed", tail, total
             )
         # only now: a store error above leaves it held, and the next turn records it again
-        self.held.pop(held.run.id, None)
+        if self.held.get(held.run.id) is held:
+            del self.held[held.run.id]
         if job_changed is not None:
             if self.leader:
                 self._reload_job(job_changed.id)

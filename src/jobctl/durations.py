@@ -30,11 +30,16 @@ def _bad_duration(text: object) -> UsageError:
     return UsageError(f"invalid duration {text!r}: use e.g. 90, 90s, 5m, 1h30m, 2d, 1w")
 
 
+#: longer durations would overflow date arithmetic (a window past year 9999)
+MAX_DURATION_SECONDS = 100 * 365 * 86400
+
+
 def parse_duration(text: str) -> float:
     """Parse a DURATION (``90``, ``90s``, ``5m``, ``1h30m``, ``2d``, ``1w``) into seconds.
 
     Units are w d h m s, each at most once, in that order; a bare number (``0.5`` too) is
-    seconds. Surrounding whitespace is ignored. The result is finite and > 0.
+    seconds. Surrounding whitespace is ignored. The result is finite, > 0 and at most
+    100 years.
 
     Raises UsageError for anything else.
     """
@@ -54,6 +59,8 @@ def parse_duration(text: str) -> float:
                 seconds += part
     if not math.isfinite(seconds) or seconds <= 0:
         raise _bad_duration(text)
+    if seconds > MAX_DURATION_SECONDS:
+        raise UsageError(f"invalid duration {text!r}: at most 100 years")
     return seconds
 
 

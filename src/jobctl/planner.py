@@ -204,13 +204,15 @@ class FireHeap:
         self._drop_stale()
         return self._heap[0][0] if self._heap else None
 
-    def pop_due(self, now_us: int) -> list[tuple[int, int]]:
-        """Remove and return (due_us, job_id) for every job due at or before ``now_us``."""
+    def pop_due(self, now_us: int, limit: int | None = None) -> list[tuple[int, int]]:
+        """Remove and return (due_us, job_id) for the jobs due at or before ``now_us``,
+        earliest first; at most ``limit`` of them (the rest stay, still due)."""
         out: list[tuple[int, int]] = []
-        while True:
+        while limit is None or len(out) < limit:
             self._drop_stale()
             if not self._heap or self._heap[0][0] > now_us:
                 return out
             due, job_id = heapq.heappop(self._heap)
             del self._current[job_id]
             out.append((due, job_id))
+        return out

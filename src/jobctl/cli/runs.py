@@ -140,6 +140,8 @@ def cancel(obj: Ctx, targets: tuple[str, ...], as_json: bool) -> None:
     if all(t.isdigit() for t in targets):
         runs = store.cancel_runs([int(t) for t in targets], now)
         obj.poke("run:cancel")
+        for job_id in sorted({r.job_id for r in runs}):
+            obj.poke(f"job:{job_id}")  # a fixed-delay job moves on when its run ends
         if as_json:
             output.print_json([output.run_json(r) for r in runs])
         else:

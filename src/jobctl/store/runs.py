@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from .. import triggers
 from ..clock import from_us, to_us
 from ..errors import Conflict, NotFound, UsageError
 from ..models import (
@@ -178,11 +179,14 @@ class RunOps(JobOps):
 
     def _cancel_runs_tx(self, c: sqlite3.Connection, ids: Iterable[int], now: datetime) -> None:
         for run_id in ids:
-            c.execute(
+            row = c.execute(
                 "UPDATE runs SET state = 'cancelled', finished_at = ?, last_error = "
-                "COALESCE(last_error, 'cancelled') WHERE id = ? AND state IN ('pending','failed')",
+                "COALESCE(last_error, 'cancelled') WHERE id = ? AND state IN ('pending','failed') "
+                "RETURNING job_id",
                 (to_us(now), run_id),
-            )
+            ).fetchone()
+            if row is not None:
+                self._after_run_end(c, row[0], now)  # a fixed-delay job moves on
             c.execute(
                 "UPDATE runs SET cancel_requested = 1 WHERE id = ? AND state = 'leased'", (run_id,)
             )
@@ -273,3 +277,23 @@ class RunOps(JobOps):
                 (to_us(now), row["id"]),
             )
             return _job_from_row(self._job_row(c, name)), ids
+
+    def _after_run_end(self, c: sqlite3.Connection, job_id: int, now: datetime) -> Job | None:
+        """A fixed-delay job's next window is its interval after the run ended."""
+        jrow = c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if jrow is None or jrow["state"] != "active" or not jrow["after_completion"]:
+            return None
+        open_runs = c.execute(
+            "SELECT COUNT(*) FROM runs WHERE job_id = ? AND state IN ('pending','leased','failed')",
+            (job_id,),
+        ).fetchone()[0]
+        if open_runs:
+            return None
+        job = _job_from_row(jrow)
+        nxt = triggers.next_fire(job.trigger, now)
+        # updated_at too: the scheduler's safety net re-reads changed jobs (lost wake-ups)
+        c.execute(
+            "UPDATE jobs SET next_run_at = ?, updated_at = ? WHERE id = ?",
+            (_opt_us(nxt), to_us(now), job_id),
+        )
+        return _job_from_row(c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())

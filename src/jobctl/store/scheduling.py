@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from .. import triggers
 from ..clock import from_us, to_us
 from ..models import (
     MAX_SKIPPED_ROWS,
@@ -142,6 +141,8 @@ class SchedulingOps(RunOps):
         *,
         want_leader: bool,
         held: Sequence[tuple[int, int]],
+        host: str = "",
+        wake_address: str | None = None,
     ) -> tuple[bool, set[int], set[int]]:
         """One renewal turn in one transaction.
 
@@ -160,9 +161,10 @@ class SchedulingOps(RunOps):
             )
             if cur.rowcount == 0:
                 c.execute(
-                    "INSERT INTO daemons (id, pid, host, started_at, heartbeat_at, expires_at) "
-                    "VALUES (?, ?, '', ?, ?, ?)",
-                    (daemon_id, os.getpid(), to_us(now), to_us(now), until),
+                    # our row expired and was cleared (a suspend): register again, whole
+                    "INSERT INTO daemons (id, pid, host, started_at, heartbeat_at, expires_at, "
+                    "wake_address) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (daemon_id, os.getpid(), host, to_us(now), to_us(now), until, wake_address),
                 )
             leader = False
             if want_leader:
@@ -297,8 +299,9 @@ class SchedulingOps(RunOps):
                         c.execute(
                             "UPDATE runs SET state = 'cancelled', finished_at = ?, "
                             "last_error = 'replaced' WHERE job_id = ? AND "
-                            "state IN ('pending', 'failed')",
-                            (to_us(now), job_id),
+                            "state IN ('pending', 'failed') AND reason != 'manual' "
+                            "AND created_at < ?",  # keyed/manual runs and this call's rows stay
+                            (to_us(now), job_id, to_us(now)),
                         )
                 run_id = self._insert_run(c, job, w, now)
                 if run_id is not None:
@@ -385,8 +388,9 @@ class SchedulingOps(RunOps):
             # expired leases: record the lost attempt; cancel or dead where due
             expired = c.execute(
                 "SELECT id, attempt, max_attempts, cancel_requested, lease_host, pgid, "
-                "leased_by FROM runs WHERE state = 'leased' AND lease_until < ?",
-                (now_us,),
+                "leased_by, job_id FROM runs WHERE state = 'leased' AND lease_until < ? "
+                "AND leased_by != ?",  # our own leases are renewed (fenced) by heartbeat()
+                (now_us, daemon_id),
             ).fetchall()
             for r in expired:
                 c.execute(
@@ -400,12 +404,14 @@ class SchedulingOps(RunOps):
                         "'cancelled', leased_by = NULL, lease_until = NULL WHERE id = ?",
                         (now_us, r["id"]),
                     )
+                    self._after_run_end(c, r["job_id"], now)
                 elif r["attempt"] >= r["max_attempts"]:
                     c.execute(
                         "UPDATE runs SET state = 'dead', finished_at = ?, last_error = 'lost', "
                         "leased_by = NULL, lease_until = NULL WHERE id = ?",
                         (now_us, r["id"]),
                     )
+                    self._after_run_end(c, r["job_id"], now)
                     dead.append(
                         _run_from_row(
                             c.execute(_RUN_SELECT + " WHERE runs.id = ?", (r["id"],)).fetchone()
@@ -542,27 +548,6 @@ class SchedulingOps(RunOps):
                 (outcome.value, now_us, exit_code, error, run_id),
             )
             return True, self._after_run_end(c, row["job_id"], now)
-
-    def _after_run_end(self, c: sqlite3.Connection, job_id: int, now: datetime) -> Job | None:
-        """A fixed-delay job's next window is its interval after the run ended."""
-        jrow = c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if jrow is None or jrow["state"] != "active" or not jrow["after_completion"]:
-            return None
-        open_runs = c.execute(
-            "SELECT COUNT(*) FROM runs WHERE job_id = ? AND state IN ('pending','leased','failed')",
-            (job_id,),
-        ).fetchone()[0]
-        if open_runs:
-            return None
-        job = _job_from_row(jrow)
-        nxt = triggers.next_fire(job.trigger, now)
-        c.execute("UPDATE jobs SET next_run_at = ? WHERE id = ?", (_opt_us(nxt), job_id))
-        return _job_from_row(c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
-
-    def end_open_runs(self, job_id: int, now: datetime) -> Job | None:
-        """After a run of a fixed-delay job was cancelled outside the daemon: move it on."""
-        with self.write() as c:
-            return self._after_run_end(c, job_id, now)
 
     def cancel_leased_run(
         self,
