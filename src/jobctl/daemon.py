@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from . import planner
 from .clock import SystemClock, from_us, iso, to_us
@@ -637,47 +638,31 @@ class Daemon:
         tail = held.child.tail.value()
         total = held.child.tail.total
         job_changed = None
+
+        def finish(outcome: RunState, error: str | None, **kw: Any) -> tuple[bool, Job | None]:
+            return self.store.finish_attempt(
+                run.id,
+                held.attempt,
+                self.id,
+                now,
+                exit_code=out.exit_code,
+                error=error,
+                output=tail,
+                output_bytes=total,
+                outcome=outcome,
+                **kw,
+            )
+
         if held.child.stop_reason == "lost":
             self.log(f"run {run.id}: attempt {held.attempt} ended after its lease was lost")
         elif held.child.stop_reason == "interrupted":
-            self.store.finish_attempt(
-                run.id,
-                held.attempt,
-                self.id,
-                now,
-                exit_code=out.exit_code,
-                error="interrupted",
-                output=tail,
-                output_bytes=total,
-                outcome=RunState.PENDING,
-                interrupted=True,
-            )
+            finish(RunState.PENDING, "interrupted", interrupted=True)
             self.log(f"run {run.id}: interrupted by shutdown, back to pending")
         elif held.child.stop_reason == "cancelled":
-            _, job_changed = self.store.finish_attempt(
-                run.id,
-                held.attempt,
-                self.id,
-                now,
-                exit_code=out.exit_code,
-                error="cancelled",
-                output=tail,
-                output_bytes=total,
-                outcome=RunState.CANCELLED,
-            )
+            _, job_changed = finish(RunState.CANCELLED, "cancelled")
             self.log(f"run {run.id} of {run.job_name}: cancelled")
         elif out.ok:
-            ok, job_changed = self.store.finish_attempt(
-                run.id,
-                held.attempt,
-                self.id,
-                now,
-                exit_code=0,
-                error=None,
-                output=tail,
-                output_bytes=total,
-                outcome=RunState.SUCCEEDED,
-            )
+            ok, job_changed = finish(RunState.SUCCEEDED, None)
             self.log(
                 f"run {run.id} of {run.job_name}: attempt {held.attempt} succeeded"
                 + ("" if ok else " (not recorded: lease lost)")

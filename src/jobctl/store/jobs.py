@@ -107,6 +107,27 @@ class JobOps(Connection):
     def _first_window(trigger: Trigger, after: datetime) -> datetime | None:
         return triggers.next_fire(trigger, after)
 
+    def _upsert_job(
+        self, c: sqlite3.Connection, spec: JobSpec, now: datetime, job_id: int | None
+    ) -> None:
+        """Insert the job (``job_id`` None) or overwrite that row; windows count from now."""
+        cols = self._spec_columns(spec)
+        nxt = None if spec.paused else self._first_window(spec.trigger, now)
+        cols.update(
+            state=(JobState.PAUSED if spec.paused else JobState.ACTIVE).value,
+            schedule_from=to_us(now),
+            next_run_at=_opt_us(nxt),
+            updated_at=to_us(now),
+        )
+        if job_id is None:
+            cols["created_at"] = to_us(now)
+            names = ", ".join(cols)
+            marks = ", ".join("?" for _ in cols)
+            c.execute(f"INSERT INTO jobs ({names}) VALUES ({marks})", list(cols.values()))
+        else:
+            sets = ", ".join(f"{k} = ?" for k in cols)
+            c.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*cols.values(), job_id])
+
     def add_job(self, spec: JobSpec, now: datetime, *, replace_existing: bool = False) -> Job:
         """Create a job (or with ``replace_existing`` overwrite the one of that name).
 
@@ -117,23 +138,7 @@ class JobOps(Connection):
             existing = c.execute("SELECT id FROM jobs WHERE name = ?", (spec.name,)).fetchone()
             if existing is not None and not replace_existing:
                 raise Conflict(f"a job named {spec.name!r} already exists (use --replace)")
-            cols = self._spec_columns(spec)
-            state = JobState.PAUSED if spec.paused else JobState.ACTIVE
-            nxt = None if spec.paused else self._first_window(spec.trigger, now)
-            cols.update(
-                state=state.value,
-                schedule_from=to_us(now),
-                next_run_at=_opt_us(nxt),
-                updated_at=to_us(now),
-            )
-            if existing is None:
-                cols["created_at"] = to_us(now)
-                names = ", ".join(cols)
-                marks = ", ".join("?" for _ in cols)
-                c.execute(f"INSERT INTO jobs ({names}) VALUES ({marks})", list(cols.values()))
-            else:
-                sets = ", ".join(f"{k} = ?" for k in cols)
-                c.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*cols.values(), existing["id"]])
+            self._upsert_job(c, spec, now, None if existing is None else existing["id"])
             return _job_from_row(self._job_row(c, spec.name))
 
     def add_jobs(self, specs: Sequence[JobSpec], now: datetime) -> list[tuple[Job, bool]]:
@@ -150,21 +155,7 @@ class JobOps(Connection):
                 if row is not None and all(row[k] == v for k, v in cols.items()):
                     out.append((_job_from_row(row), False))
                     continue
-                nxt = self._first_window(spec.trigger, now)
-                cols.update(
-                    state=JobState.ACTIVE.value,
-                    schedule_from=to_us(now),
-                    next_run_at=_opt_us(nxt),
-                    updated_at=to_us(now),
-                )
-                if row is None:
-                    cols["created_at"] = to_us(now)
-                    names = ", ".join(cols)
-                    marks = ", ".join("?" for _ in cols)
-                    c.execute(f"INSERT INTO jobs ({names}) VALUES ({marks})", list(cols.values()))
-                else:
-                    sets = ", ".join(f"{k} = ?" for k in cols)
-                    c.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*cols.values(), row["id"]])
+                self._upsert_job(c, spec, now, None if row is None else row["id"])
                 out.append((_job_from_row(self._job_row(c, spec.name)), True))
         return out
 

@@ -548,27 +548,3 @@ class SchedulingOps(RunOps):
                 (outcome.value, now_us, exit_code, error, run_id),
             )
             return True, self._after_run_end(c, row["job_id"], now)
-
-    def cancel_leased_run(
-        self,
-        run_id: int,
-        attempt: int,
-        daemon_id: str,
-        now: datetime,
-        *,
-        exit_code: int | None,
-        output: bytes,
-        output_bytes: int,
-    ) -> tuple[bool, Job | None]:
-        """The daemon killed a leased run on a cancel request: it ends ``cancelled``."""
-        return self.finish_attempt(
-            run_id,
-            attempt,
-            daemon_id,
-            now,
-            exit_code=exit_code,
-            error="cancelled",
-            output=output,
-            output_bytes=output_bytes,
-            outcome=RunState.CANCELLED,
-        )
