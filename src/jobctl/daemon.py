@@ -692,28 +692,10 @@ class Daemon:
         tail: bytes,
         total: int,
     ) -> Job | None:
-        if attempt < run.max_attempts:
-            delay = planner.retry_delay_seconds(
-                attempt, run.settings.backoff_seconds if run.settings else 10, self.rng
-            )
-            retry_at = now + timedelta(seconds=delay)
-            self.store.finish_attempt(
-                run.id,
-                attempt,
-                self.id,
-                now,
-                exit_code=exit_code,
-                error=error,
-                output=tail,
-                output_bytes=total,
-                outcome=RunState.FAILED,
-                retry_at=retry_at,
-            )
-            self.log(
-                f"run {run.id} of {run.job_name}: attempt {attempt} failed ({error}); "
-                f"retry in {delay:.1f}s"
-            )
-            return None
+        retrying = attempt < run.max_attempts
+        if retrying:
+            backoff = run.settings.backoff_seconds if run.settings else 10.0
+            delay = planner.retry_delay_seconds(attempt, backoff, self.rng)
         ok, job = self.store.finish_attempt(
             run.id,
             attempt,
@@ -723,8 +705,15 @@ class Daemon:
             error=error,
             output=tail,
             output_bytes=total,
-            outcome=RunState.DEAD,
+            outcome=RunState.FAILED if retrying else RunState.DEAD,
+            retry_at=now + timedelta(seconds=delay) if retrying else None,
         )
+        if retrying:
+            self.log(
+                f"run {run.id} of {run.job_name}: attempt {attempt} failed ({error}); "
+                f"retry in {delay:.1f}s"
+            )
+            return None
         self.log(f"run {run.id} of {run.job_name}: attempt {attempt} failed ({error}); dead")
         if ok and self.store.get_run(run.id).state is RunState.DEAD:  # not cancelled meanwhile
             self._on_failure_hook(run, error, tail)
