@@ -33,10 +33,6 @@ def iso(dt: datetime | None) -> str | None:
     return dt.replace(tzinfo=None).isoformat() + "Z"
 
 
-def iso_us(us: int | None) -> str | None:
-    return None if us is None else iso(from_us(us))
-
-
 class SystemClock:
     """Wall-clock time for deciding *what* is due, monotonic time for *how long* to sleep."""
 

@@ -34,7 +34,6 @@ MACROS = frozenset(
 )
 
 # Variables cron itself consumes; they map to job settings, not to the job's environment.
-SPECIAL_VARIABLES = frozenset({"SHELL", "CRON_TZ", "MAILTO", "RANDOM_DELAY"})
 
 SECONDS_PER_MINUTE = 60
 

@@ -26,7 +26,7 @@ from typing import Any
 from . import planner
 from .clock import SystemClock, from_us, iso, to_us
 from .errors import JobctlError, StoreError
-from .models import Job, Run, RunState, TriggerKind
+from .models import Job, JobState, Run, RunState
 from .store import Claimed, Store, WindowRow
 from .wake import WakeSocket, new_daemon_id, poke
 from .worker import (
@@ -463,21 +463,16 @@ class Daemon:
         if plan is None:
             self.heap.push(job.id, None if job.next_run_at is None else to_us(job.next_run_at))
             return False
-        rows = [
-            WindowRow(
-                w.scheduled_for, w.state, w.reason, w.skip_reason, w.catchup_from, w.not_before
-            )
-            for w in plan.windows
-        ]
         ids = self.store.record_windows(
             job.id,
             job.next_run_at,
-            rows,
+            plan.windows,
             next_run_at=plan.next_run_at,
             last_window_at=plan.last_window_at,
             missed_increment=plan.missed_increment,
             now=now,
             done=plan.done,
+            job=job,  # read in this same transaction (_fire_due's batch)
         )
         if ids is None:  # changed under us: take the stored state
             fresh = self.store.get_job_by_id(job.id)
@@ -497,10 +492,8 @@ class Daemon:
 
     def _reload_job(self, job_id: int) -> None:
         job = self.store.get_job_by_id(job_id)
-        if job is None or job.state.value != "active" or job.next_run_at is None:
+        if job is None or job.state is not JobState.ACTIVE or job.next_run_at is None:
             self.heap.remove(job_id)
-            return
-        if job.trigger.kind is TriggerKind.REBOOT:
             return
         self.heap.push(job_id, to_us(job.next_run_at))
 
@@ -520,19 +513,9 @@ class Daemon:
         mono = self.clock.monotonic()
         if self._peers is None or mono >= self._peers_until:
             # the daemons list changes rarely: re-read it once per renewal period
-            try:
-                self._peers = [
-                    a
-                    for a in self.store.wake_addresses(self.clock.now())
-                    if a != self.wake.published
-                ]
-            except StoreError:
-                return
+            self._peers = self.store.wake_addresses(self.clock.now())
             self._peers_until = mono + self.config.lease_seconds / 3
-        if self._peers:
-            poke(self._peers, message)
-
-    # ------------------------------------------------------------------ claims and children
+        poke(self._peers, message, skip=self.wake.published)
 
     def _claim(self, now: datetime, mono: float) -> None:
         self.claim_needed = False

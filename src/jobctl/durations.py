@@ -150,7 +150,8 @@ def local_zone_name(
     return found or "UTC"
 
 
-def _offset(zone: ZoneInfo, instant: datetime) -> timedelta:
+def utc_offset(zone: ZoneInfo, instant: datetime) -> timedelta:
+    """The zone's UTC offset at an instant."""
     off = instant.astimezone(zone).utcoffset()
     assert off is not None
     return off
@@ -163,13 +164,13 @@ def first_offset_change(zone: ZoneInfo, lo: datetime, hi: datetime) -> datetime:
     between. Found by bisection to the whole second (zone changes fall on whole seconds).
     Returns aware UTC.
     """
-    base = _offset(zone, lo)
+    base = utc_offset(zone, lo)
     lo_s = math.floor(lo.timestamp())
     hi_s = math.ceil(hi.timestamp())
     # invariant: offset at lo_s == base, offset at hi_s != base
     while hi_s - lo_s > 1:
         mid = (lo_s + hi_s) // 2
-        if _offset(zone, datetime.fromtimestamp(mid, UTC)) == base:
+        if utc_offset(zone, datetime.fromtimestamp(mid, UTC)) == base:
             lo_s = mid
         else:
             hi_s = mid

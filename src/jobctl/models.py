@@ -46,7 +46,6 @@ class RunState(str, Enum):
     SKIPPED = "skipped"
 
 
-OPEN_RUN_STATES = (RunState.PENDING, RunState.LEASED, RunState.FAILED)
 FINISHED_RUN_STATES = (
     RunState.SUCCEEDED,
     RunState.DEAD,
@@ -76,6 +75,19 @@ class RunReason(str, Enum):
 class SkipReason(str, Enum):
     MISSED = "missed"
     OVERLAP = "overlap"
+
+
+@dataclass(frozen=True)
+class Window:
+    """One window the scheduler decided to record for a job: a run (``pending``) or a
+    ``skipped`` row, with why (``reason``, ``skip_reason``) and from when it may start."""
+
+    scheduled_for: datetime
+    state: RunState
+    reason: RunReason
+    skip_reason: SkipReason | None = None
+    catchup_from: datetime | None = None
+    not_before: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from . import triggers
@@ -22,22 +22,13 @@ from .models import (
     RunState,
     SkipReason,
     TriggerKind,
+    Window,
 )
 
 #: a loop that wakes this much later than it planned counts the gap as missed (SPEC §6)
 MISSED_GAP_SECONDS = 60.0
 #: cron windows are enumerated at most this far when catching up (then only counted)
 MAX_ENUMERATED_WINDOWS = 2_000_000
-
-
-@dataclass(frozen=True)
-class Window:
-    scheduled_for: datetime
-    state: RunState
-    reason: RunReason
-    skip_reason: SkipReason | None = None
-    catchup_from: datetime | None = None
-    not_before: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -149,12 +140,6 @@ def plan_due(job: Job, now: datetime, *, missed: bool, rng: random.Random) -> Pl
     else:
         nxt = triggers.next_fire(trig, max(last, now) if missed else last)
     return Plan(windows, nxt, last, missed_increment, done)
-
-
-@dataclass(order=True)
-class _Entry:
-    due_us: int
-    job_id: int = field(compare=True)
 
 
 class FireHeap:

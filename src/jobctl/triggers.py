@@ -24,7 +24,7 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from jobctl.clock import from_us, iso, to_us
-from jobctl.durations import first_offset_change, format_duration, parse_zone
+from jobctl.durations import first_offset_change, format_duration, parse_zone, utc_offset
 from jobctl.errors import UsageError
 from jobctl.models import Trigger, TriggerKind
 
@@ -309,12 +309,6 @@ def validate_cron_expr(expr: str) -> str | None:
     return None
 
 
-def _offset(zone: ZoneInfo, instant: datetime) -> timedelta:
-    off = instant.astimezone(zone).utcoffset()
-    assert off is not None
-    return off
-
-
 def _naive(instant: datetime, off: timedelta) -> datetime:
     return (instant + off).replace(tzinfo=None)
 
@@ -339,12 +333,12 @@ def _cron_fires(
     change: datetime | None
     if fixed:
         back = start - _REPEAT_LOOKBACK
-        off_back = _offset(zone, back)
-        if off_back > _offset(zone, start):
+        off_back = utc_offset(zone, back)
+        if off_back > utc_offset(zone, start):
             change = first_offset_change(zone, back, start)
             skip_below = _naive(change, off_back)
     while True:
-        off = _offset(zone, start)
+        off = utc_offset(zone, start)
         wall = _naive(start, off)
         floor = wall.replace(second=0, microsecond=0)
         first_wall = floor if inclusive and floor == wall else floor + _MINUTE
@@ -357,7 +351,7 @@ def _cron_fires(
             if instant > horizon:
                 while change is None and horizon < instant:
                     probe = horizon + _PROBE
-                    if _offset(zone, probe) != off:
+                    if utc_offset(zone, probe) != off:
                         change = first_offset_change(zone, horizon, probe)
                     else:
                         horizon = probe
@@ -368,7 +362,7 @@ def _cron_fires(
             yield instant
         else:
             return
-        off_new = _offset(zone, change)
+        off_new = utc_offset(zone, change)
         skip_below = None
         start, inclusive = change, True
         if fixed and off_new > off:

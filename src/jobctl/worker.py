@@ -163,8 +163,6 @@ class Child:
         settings: RunSettings,
         env: dict[str, str],
         now_monotonic: float,
-        *,
-        default_cwd: str | None = None,
     ) -> Child:
         """Spawn ``shell -c command`` in a new session. Raises OSError if it cannot start."""
         stdin_file = None
@@ -172,7 +170,7 @@ class Child:
             stdin_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed below)
             stdin_file.write(settings.stdin.encode())
             stdin_file.seek(0)
-        cwd = settings.cwd or default_cwd or env.get("HOME") or "/"
+        cwd = settings.cwd or env.get("HOME") or "/"
         try:
             proc = subprocess.Popen(
                 [settings.shell, "-c", settings.command],

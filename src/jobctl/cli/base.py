@@ -13,8 +13,6 @@ from .. import __version__
 if TYPE_CHECKING:
     from ..store import Store
 
-FINAL_STATES = ("succeeded", "dead", "cancelled", "skipped")
-
 
 # ---------------------------------------------------------------------- plumbing
 
@@ -56,40 +54,33 @@ class Ctx:
 pass_ctx = click.make_pass_decorator(Ctx)
 
 
-def _complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
-    from click.shell_completion import CompletionItem
-
+def _completion_values(ctx: click.Context, read: Callable[[Any], list[Any]]) -> list[Any]:
+    """What ``read(store)`` gives on the database the command line names; [] on any
+    problem (completion never creates a database nor prints an error)."""
     try:
-        root = ctx.find_root()
-        db = root.params.get("db")
         from ..paths import resolve_db_path
         from ..store import Store
 
-        path = resolve_db_path(db)
+        path = resolve_db_path(ctx.find_root().params.get("db"))
         if not path.exists():
             return []
         with Store.open(path, create=False) as store:
-            names = store.job_names()
+            return read(store)
     except Exception:
         return []
+
+
+def _complete_jobs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    names = _completion_values(ctx, lambda store: store.job_names())
     return [CompletionItem(n) for n in names if n.startswith(incomplete)]
 
 
 def _complete_runs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     from click.shell_completion import CompletionItem
 
-    try:
-        root = ctx.find_root()
-        from ..paths import resolve_db_path
-        from ..store import Store
-
-        path = resolve_db_path(root.params.get("db"))
-        if not path.exists():
-            return []
-        with Store.open(path, create=False) as store:
-            runs = store.list_runs(limit=50)
-    except Exception:
-        return []
+    runs = _completion_values(ctx, lambda store: store.list_runs(limit=50))
     return [
         CompletionItem(str(r.id), help=f"{r.job_name} {r.state.value}")
         for r in runs

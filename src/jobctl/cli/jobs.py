@@ -134,9 +134,8 @@ def show(obj: Ctx, name: str, limit: int, as_json: bool) -> None:
     store = obj.store()
     job = store.get_job(name)
     runs = store.list_runs(name, limit=limit)
-    last = store.last_runs([job.id]).get(job.id)
     if as_json:
-        data = output.job_json(job, last)
+        data = output.job_json(job, store.last_runs([job.id]).get(job.id))
         data["runs"] = [output.run_json(r) for r in runs]
         output.print_json(data)
     else:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import UsageError
-from .base import FINAL_STATES, Ctx, _complete_jobs, _complete_runs, cli, pass_ctx
+from ..models import FINISHED_RUN_STATES
+from .base import Ctx, _complete_jobs, _complete_runs, cli, pass_ctx
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -119,7 +120,7 @@ def _wait_for(store: Store, run_id: int) -> Any:
     delay = 0.02
     while True:
         run = store.get_run(run_id)
-        if run.state.value in FINAL_STATES:
+        if run.state in FINISHED_RUN_STATES:
             return run
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)

@@ -17,7 +17,6 @@ from ..models import (
     JobSpec,
     JobState,
     Run,
-    Trigger,
 )
 from .connection import Connection
 from .rows import _RUN_SELECT, _job_from_row, _opt_us, _run_from_row
@@ -57,20 +56,19 @@ class JobOps(Connection):
 
     def last_runs(self, job_ids: Iterable[int] | None = None) -> dict[int, Run]:
         """The most recent run that was not skipped, per job id."""
+        ids = None if job_ids is None else sorted(set(job_ids))
+        only = "" if ids is None else f"AND job_id IN ({', '.join('?' * len(ids))})"
         sql = (
             _RUN_SELECT
-            + """
+            + f"""
             WHERE runs.id IN (
-                SELECT MAX(id) FROM runs WHERE state != 'skipped' GROUP BY job_id
+                SELECT MAX(id) FROM runs WHERE state != 'skipped' {only} GROUP BY job_id
             )"""
         )
         out = {}
-        for r in self._read(sql):
+        for r in self._read(sql, ids or ()):
             run = _run_from_row(r)
             out[run.job_id] = run
-        if job_ids is not None:
-            wanted = set(job_ids)
-            out = {k: v for k, v in out.items() if k in wanted}
         return out
 
     @staticmethod
@@ -103,16 +101,12 @@ class JobOps(Connection):
             "locks": json.dumps(list(spec.locks)),
         }
 
-    @staticmethod
-    def _first_window(trigger: Trigger, after: datetime) -> datetime | None:
-        return triggers.next_fire(trigger, after)
-
     def _upsert_job(
         self, c: sqlite3.Connection, spec: JobSpec, now: datetime, job_id: int | None
     ) -> None:
         """Insert the job (``job_id`` None) or overwrite that row; windows count from now."""
         cols = self._spec_columns(spec)
-        nxt = None if spec.paused else self._first_window(spec.trigger, now)
+        nxt = None if spec.paused else triggers.next_fire(spec.trigger, now)
         cols.update(
             state=(JobState.PAUSED if spec.paused else JobState.ACTIVE).value,
             schedule_from=to_us(now),
@@ -171,13 +165,11 @@ class JobOps(Connection):
             new_spec = replace(job.spec, **changes)
             cols = self._spec_columns(new_spec)
             cols["updated_at"] = to_us(now)
-            if "trigger" in changes and job.state is JobState.ACTIVE:
-                cols["schedule_from"] = to_us(now)
-                cols["next_run_at"] = _opt_us(self._first_window(new_spec.trigger, now))
-            elif "trigger" in changes and job.state is JobState.DONE:
+            if "trigger" in changes and job.state in (JobState.ACTIVE, JobState.DONE):
+                # a new trigger starts from now; a one-shot that was done becomes active
                 cols["state"] = JobState.ACTIVE.value
                 cols["schedule_from"] = to_us(now)
-                cols["next_run_at"] = _opt_us(self._first_window(new_spec.trigger, now))
+                cols["next_run_at"] = _opt_us(triggers.next_fire(new_spec.trigger, now))
             sets = ", ".join(f"{k} = ?" for k in cols)
             c.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*cols.values(), job.id])
             return _job_from_row(self._job_row(c, new_spec.name))
@@ -203,7 +195,7 @@ class JobOps(Connection):
             if row["state"] == JobState.ACTIVE.value:
                 return _job_from_row(row)
             job = _job_from_row(row)
-            nxt = self._first_window(job.trigger, now)
+            nxt = triggers.next_fire(job.trigger, now)
             c.execute(
                 "UPDATE jobs SET state = 'active', schedule_from = ?, next_run_at = ?, "
                 "updated_at = ? WHERE id = ?",

@@ -24,6 +24,7 @@ from ..models import (
     SkipReason,
     Trigger,
     TriggerKind,
+    Window,
 )
 
 # --------------------------------------------------------------------------------------
@@ -137,16 +138,8 @@ def _attempt_from_row(r: sqlite3.Row) -> Attempt:
 # value types passed between the daemon and the store
 
 
-@dataclass(frozen=True)
-class WindowRow:
-    """One window the scheduler decided to record for a job."""
-
-    scheduled_for: datetime
-    state: RunState  # pending or skipped
-    reason: RunReason
-    skip_reason: SkipReason | None = None
-    catchup_from: datetime | None = None
-    not_before: datetime | None = None
+#: what the scheduler records for a window (the planner's :class:`~jobctl.models.Window`)
+WindowRow = Window
 
 
 @dataclass(frozen=True)

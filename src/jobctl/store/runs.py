@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -296,4 +297,4 @@ class RunOps(JobOps):
             "UPDATE jobs SET next_run_at = ?, updated_at = ? WHERE id = ?",
             (_opt_us(nxt), to_us(now), job_id),
         )
-        return _job_from_row(c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
+        return replace(job, next_run_at=nxt)

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from ..clock import from_us, to_us
 from ..models import (
     MAX_SKIPPED_ROWS,
+    OUTPUT_LIMIT_BYTES,
     DaemonInfo,
     Job,
     JobState,
@@ -21,7 +22,6 @@ from ..models import (
 )
 from .rows import _RUN_SELECT, Claimed, Status, WindowRow, _job_from_row, _opt_us, _run_from_row
 from .runs import RunOps
-from .schema import OUTPUT_LIMIT_BYTES
 
 # Claim the single best claimable run (SPEC §5, §9): due, pending or failed, none of its
 # locks held by a leased run, and (forbid/replace) no other run of its job leased. Runs of
@@ -95,12 +95,11 @@ class SchedulingOps(RunOps):
             )
 
     def unregister_daemon(self, daemon_id: str) -> None:
-        with self.write() as c:
-            c.execute("DELETE FROM daemons WHERE id = ?", (daemon_id,))
-            c.execute(
-                "UPDATE scheduler_lease SET holder = NULL, expires_at = 0 WHERE holder = ?",
-                (daemon_id,),
-            )
+        """A clean stop: forget the daemon and hand the scheduler lease back at once."""
+        with self.batch():
+            with self.write() as c:
+                c.execute("DELETE FROM daemons WHERE id = ?", (daemon_id,))
+            self.release_leader(daemon_id)
 
     def live_daemons(self, now: datetime) -> list[DaemonInfo]:
         rows = self._read(
@@ -233,22 +232,6 @@ class SchedulingOps(RunOps):
         rows = self._read("SELECT * FROM jobs WHERE state = 'active' AND trigger_kind = 'reboot'")
         return [_job_from_row(r) for r in rows]
 
-    def has_leased_run(self, job_id: int) -> bool:
-        return bool(
-            self._read(
-                "SELECT 1 FROM runs WHERE job_id = ? AND state = 'leased' LIMIT 1", (job_id,)
-            )
-        )
-
-    def has_open_run(self, job_id: int) -> bool:
-        return bool(
-            self._read(
-                "SELECT 1 FROM runs WHERE job_id = ? AND state IN ('pending','leased','failed') "
-                "LIMIT 1",
-                (job_id,),
-            )
-        )
-
     def record_windows(
         self,
         job_id: int,
@@ -261,6 +244,7 @@ class SchedulingOps(RunOps):
         now: datetime,
         done: bool = False,
         boot_id: str | None = None,
+        job: Job | None = None,
     ) -> list[int] | None:
         """Record a job's fired windows and move its schedule on, in one transaction.
 
@@ -270,14 +254,17 @@ class SchedulingOps(RunOps):
         are ignored by the UNIQUE key). Overlap is decided here, against the table: with
         ``forbid`` a scheduled window that fires while a run of the job is leased is recorded
         ``skipped`` (``overlap``); with ``replace`` the leased runs get a cancel request.
+        ``job``, when given, was read inside the caller's :meth:`batch` transaction (so
+        it cannot have changed) and is not read again.
         """
         with self.write() as c:
-            row = c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None or row["state"] != JobState.ACTIVE.value:
+            if job is None:
+                row = c.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+                job = None if row is None else _job_from_row(row)
+            if job is None or job.state is not JobState.ACTIVE:
                 return None
-            if boot_id is None and row["next_run_at"] != _opt_us(expected_next_run_at):
+            if boot_id is None and job.next_run_at != expected_next_run_at:
                 return None
-            job = _job_from_row(row)
             ids = []
             leased = None
             for w in rows:

@@ -11,7 +11,6 @@ from ..errors import SecurityError
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 30_000
-OUTPUT_LIMIT_BYTES = 64 * 1024
 
 
 def _migrations() -> list[tuple[int, str]]:
