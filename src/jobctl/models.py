@@ -77,6 +77,50 @@ class SkipReason(str, Enum):
     OVERLAP = "overlap"
 
 
+class StopReason(str, Enum):
+    """Why the daemon ended an attempt itself; an attempt that ended on its own has none."""
+
+    TIMEOUT = "timeout"  # --timeout passed: SIGTERM, SIGKILL 5 s later
+    CANCELLED = "cancelled"  # a cancel request (cancel, rm --force, overlap replace)
+    INTERRUPTED = "interrupted"  # shutdown grace ran out: back to pending, not counted
+    LOST = "lost"  # the lease was lost (taken over, or self-fencing): nothing is written
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """How one attempt ended, from the child process to the row.
+
+    ``exit_code`` is the command's status (None when a signal ended it or it never
+    started); ``signal`` the signal that ended it; ``spawn_error`` why it could not start.
+    ``output`` is the tail kept (at most ``OUTPUT_LIMIT_BYTES``), ``output_bytes`` all the
+    bytes it wrote.
+    """
+
+    exit_code: int | None
+    signal: int | None = None
+    stop_reason: StopReason | None = None
+    spawn_error: str | None = None
+    output: bytes = b""
+    output_bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def error(self) -> str | None:
+        """The attempt's ``last_error`` text (SPEC §5), None when it succeeded."""
+        if self.spawn_error is not None:
+            return self.spawn_error
+        if self.stop_reason is not None:
+            return self.stop_reason.value
+        if self.signal is not None:
+            return f"signal {self.signal}"
+        if self.exit_code == 0:
+            return None
+        return f"exit {self.exit_code}"
+
+
 @dataclass(frozen=True)
 class Window:
     """One window the scheduler decided to record for a job: a run (``pending``) or a
