@@ -57,8 +57,61 @@ class Jobctl:
         return Store.open(self.db)
 
 
+# ---------------------------------------------------------------- the backend switch
+# JOBCTL_TEST_BACKEND=postgresql: the ``db`` fixture is a fresh PostgreSQL database (a URL)
+# instead of a file path, so the same tests run on both backends. Tests marked
+# ``sqlite_only`` (WAL, file modes, the file's permissions) are skipped there.
+
+BACKEND = os.environ.get("JOBCTL_TEST_BACKEND", "sqlite")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sqlite_only: the test is about the SQLite file itself")
+    config.addinivalue_line("markers", "postgresql: the test needs a PostgreSQL server")
+    if BACKEND not in ("sqlite", "postgresql"):
+        raise pytest.UsageError(f"JOBCTL_TEST_BACKEND must be sqlite or postgresql, not {BACKEND}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if BACKEND != "postgresql":
+        return
+    skip = pytest.mark.skip(reason="about the SQLite file (JOBCTL_TEST_BACKEND=postgresql)")
+    for item in items:
+        if "sqlite_only" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def pg_databases() -> Any:
+    """Fresh PostgreSQL databases on the session's server (see tests/pg.py). Where no
+    server can be had, a failure in CI or with JOBCTL_TEST_BACKEND=postgresql, else a skip."""
+    from pg import ServerMissing, test_databases
+
+    try:
+        ctx = test_databases()
+        dbs = ctx.__enter__()
+    except (ServerMissing, ModuleNotFoundError) as e:
+        if os.environ.get("CI") or BACKEND == "postgresql":
+            raise
+        pytest.skip(f"no PostgreSQL server: {e}")
+    try:
+        yield dbs
+    finally:
+        ctx.__exit__(None, None, None)
+
+
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
+def pg_url(pg_databases: Any) -> Any:
+    """The URL of a fresh, migrated PostgreSQL database, dropped after the test."""
+    url = pg_databases.new()
+    yield url
+    pg_databases.drop(url)
+
+
+@pytest.fixture
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if BACKEND == "postgresql":
+        return request.getfixturevalue("pg_url")
     return tmp_path / "jobctl.db"
 
 
