@@ -21,9 +21,7 @@ from ...errors import NotFound, StoreError
 from .schema import SCHEMA_VERSION, current_version, migrate, refuse_newer
 from .url import insecure_reason, redact
 
-EXTRA_MISSING = (
-    "PostgreSQL support is not installed: pip install 'jobctl[postgresql]' (psycopg 3)"
-)
+EXTRA_MISSING = "PostgreSQL support is not installed: pip install 'jobctl[postgresql]' (psycopg 3)"
 MAX_BACKOFF_SECONDS = 5.0
 FIRST_BACKOFF_SECONDS = 0.1
 CONNECT_TIMEOUT_SECONDS = 10
@@ -197,9 +195,8 @@ class PgConnection:
 
     def notify(self, message: str) -> None:
         """Announce ``message`` now (after a change already committed). A hint only."""
-        with contextlib.suppress(StoreError):
-            with self.write():
-                self._notify(message)
+        with contextlib.suppress(StoreError), self.write():
+            self._notify(message)
 
     def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         conn = self._live()

@@ -36,7 +36,7 @@ from ...models import (
     Window,
 )
 from ..rows import Claimed, Status, _job_from_row, _opt_us
-from .ops import RUN_SELECT, PgRunOps
+from .ops import PgRunOps
 
 #: candidates read per round of a claim (a batch: the MATERIALIZED CTE keeps its LIMIT)
 CLAIM_BATCH = 32
@@ -337,8 +337,7 @@ class PgSchedulingOps(PgRunOps):
                 if w.state is RunState.PENDING and job.spec.overlap is not Overlap.ALLOW:
                     if leased is None:
                         leased = c.execute(
-                            "SELECT COUNT(*) AS n FROM runs WHERE job_id = %s AND "
-                            "state = 'leased'",
+                            "SELECT COUNT(*) AS n FROM runs WHERE job_id = %s AND state = 'leased'",
                             (job_id,),
                         ).fetchone()["n"]
                     if leased and job.spec.overlap is Overlap.FORBID:
@@ -533,7 +532,13 @@ class PgSchedulingOps(PgRunOps):
             with c.connection.transaction():  # a savepoint: a violation undoes this claim only
                 row = c.execute(
                     _CLAIM_ONE,
-                    {"me": daemon_id, "until": until, "now": now_us, "host": host, "id": cand["id"]},
+                    {
+                        "me": daemon_id,
+                        "until": until,
+                        "now": now_us,
+                        "host": host,
+                        "id": cand["id"],
+                    },
                 ).fetchone()
                 if row is None:
                     return None

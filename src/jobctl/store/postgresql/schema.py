@@ -1,6 +1,6 @@
 """The PostgreSQL schema and its migrations: ``sql/postgresql/schema.sql`` and ``NNNN_*.sql``.
 
-Migrations run in one transaction under a transaction-scoped advisory lock, so two first
+Migrations run in one transaction under an advisory lock, so two first
 starts at once do not race: the second waits, then finds the schema current. A database
 whose ``jobctl.schema_version`` is newer than this jobctl knows is refused untouched.
 """
@@ -61,22 +61,30 @@ def refuse_newer(version: int | None, location: str) -> None:
 
 
 def migrate(conn: Any, location: str) -> None:
-    """Bring the database to :data:`SCHEMA_VERSION` (``conn`` in autocommit mode)."""
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
-        version = current_version(conn)  # re-read under the lock
-        refuse_newer(version, location)
-        version = version or 0
-        for number, sql in migrations():
-            if number <= version:
-                continue
-            conn.execute(sql)
-            conn.execute("DELETE FROM jobctl.schema_version")
-            conn.execute("INSERT INTO jobctl.schema_version (version) VALUES (%s)", (number,))
-        conn.execute(
-            "INSERT INTO jobctl.scheduler_lease (id, holder, expires_at) VALUES (1, NULL, 0) "
-            "ON CONFLICT (id) DO NOTHING"
-        )
+    """Bring the database to :data:`SCHEMA_VERSION` (``conn`` in autocommit mode).
+
+    The advisory lock is taken *before* the transaction starts (a session lock): a
+    transaction that began before the lock was granted could look at the catalog as it
+    was before the other migration committed."""
+    conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+    try:
+        with conn.transaction():
+            version = current_version(conn)  # re-read under the lock
+            refuse_newer(version, location)
+            version = version or 0
+            for number, sql in migrations():
+                if number <= version:
+                    continue
+                conn.execute(sql)
+                conn.execute("DELETE FROM jobctl.schema_version")
+                conn.execute("INSERT INTO jobctl.schema_version (version) VALUES (%s)", (number,))
+            conn.execute(
+                "INSERT INTO jobctl.scheduler_lease (id, holder, expires_at) "
+                "VALUES (1, NULL, 0) ON CONFLICT (id) DO NOTHING"
+            )
+    finally:
+        if not conn.broken:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
 
 
 def migrate_url(url: str) -> None:
