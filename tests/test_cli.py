@@ -20,7 +20,7 @@ import pytest
 
 from jobctl.cli import main
 from jobctl.models import RunState
-from jobctl.store import Store
+from conftest import StoreView
 
 UTC = UTC
 
@@ -129,8 +129,8 @@ class Jobctl:
     def json(self, *args: str) -> Any:
         return self.ok(*args, "--json").json()
 
-    def store(self) -> Store:
-        return Store.open(self.db)
+    def store(self) -> StoreView:
+        return StoreView(self.db)
 
 
 @pytest.fixture
@@ -177,8 +177,8 @@ def check_run_json(run: dict[str, Any]) -> None:
 
 def lease(db: Path, limit: int = 10) -> list[Any]:
     """Make due runs ``leased`` the way a daemon would (a claim through the store)."""
-    with Store.open(db) as store:
-        claimed, _dead = store.claim_runs(
+    with StoreView(db) as store:
+        claimed, _dead = store.claim(
             "test-daemon", "test-host", now() + timedelta(seconds=1), 30, limit=limit
         )
     return [c.run for c in claimed]
@@ -186,25 +186,24 @@ def lease(db: Path, limit: int = 10) -> list[Any]:
 
 def make_dead(db: Path, *run_ids: int) -> None:
     """Claim the runs and finish their attempt ``dead``, as a daemon does after the last try."""
-    with Store.open(db) as store:
-        claimed, _ = store.claim_runs(
+    with StoreView(db) as store:
+        claimed, _ = store.claim(
             "test-daemon", "test-host", now() + timedelta(seconds=1), 30, limit=50
         )
         attempts = {c.run.id: c.run.attempt for c in claimed}
         assert set(run_ids) <= set(attempts), "a run could not be claimed"
+        from jobctl.models import AttemptResult, Decision
+
         for run_id in run_ids:
-            applied, _ = store.finish_attempt(
+            done = store.daemon.finish_attempt(
                 run_id,
                 attempts[run_id],
                 "test-daemon",
                 now() + timedelta(seconds=1),
-                exit_code=3,
-                error="exit 3",
-                output=b"boom\n",
-                output_bytes=5,
-                outcome=RunState.DEAD,
+                AttemptResult(3, output=b"boom\n", output_bytes=5),
+                Decision(RunState.DEAD, "exit 3"),
             )
-            assert applied
+            assert done.state is RunState.DEAD
 
 
 # ---------------------------------------------------------------------- add
@@ -426,14 +425,14 @@ def test_edit_runs_already_created_keep_their_settings(jobctl: Jobctl) -> None:
     after = jobctl.json("runs", "j")[0]
     assert after["id"] == run["id"]
     assert after["priority"] == 3
-    with Store.open(jobctl.db) as store:
+    with StoreView(jobctl.db) as store:
         r = store.get_run(run["id"])
     assert r.max_attempts == 2
     assert r.settings is not None and r.settings.command == "echo old"
     assert r.settings.env == {}
     new = jobctl.json("run", "j")
     assert new["priority"] == 9
-    with Store.open(jobctl.db) as store:
+    with StoreView(jobctl.db) as store:
         r2 = store.get_run(new["id"])
     assert r2.max_attempts == 8 and r2.settings is not None and r2.settings.command == "echo new"
 
@@ -570,9 +569,11 @@ def test_status(jobctl: Jobctl) -> None:
 
 
 def test_status_lists_live_daemons(jobctl: Jobctl) -> None:
-    with Store.open(jobctl.db) as store:
-        store.register_daemon("d1", 4242, "hostx", None, now(), 60)
-        store.heartbeat("d1", now(), 60, want_leader=True, held=[])
+    with StoreView(jobctl.db) as store:
+        store.register_daemon("d1", 4242, "hostx", "boot", now(), 60)
+        store.heartbeat(
+            "d1", now(), 60, want_leader=True, held=[], host="hostx", pid=4242, boot_id="boot"
+        )
     data = jobctl.json("status")
     assert len(data["daemons"]) == 1
     d = data["daemons"][0]
@@ -876,7 +877,7 @@ def test_retry_dead_by_run_id(jobctl: Jobctl) -> None:
     claimed = lease(jobctl.db)
     assert [r.attempt for r in claimed] == [2]
     assert jobctl.json("logs", str(rid), "--attempt", "1")["exit_code"] == 3
-    with Store.open(jobctl.db) as store:
+    with StoreView(jobctl.db) as store:
         assert [a.attempt for a in store.get_attempts(rid)] == [1, 2]
         assert store.get_run(rid).max_attempts == 1 + 2
 
@@ -913,7 +914,7 @@ def test_prune(jobctl: Jobctl) -> None:
     live = int(jobctl.ok("run", "j").out)
     jobctl.ok("cancel", str(old))
     assert jobctl.ok("prune", "--older-than", "1h").out == "pruned 0 runs\n"
-    with Store.open(jobctl.db) as store:
+    with StoreView(jobctl.db) as store:
         n = store.prune(now() + timedelta(seconds=5))
     assert n == 1
     assert [r["id"] for r in jobctl.json("runs")] == [live]
@@ -924,7 +925,7 @@ def test_prune_cli_deletes_finished_runs_only(jobctl: Jobctl) -> None:
     done = int(jobctl.ok("run", "j").out)
     jobctl.ok("run", "j")
     jobctl.ok("cancel", str(done))
-    with Store.open(jobctl.db) as store:  # age the cancelled run by two days
+    with StoreView(jobctl.db) as store:  # age the cancelled run by two days
         store.conn.execute(
             "UPDATE runs SET finished_at = finished_at - 172800000000, "
             "scheduled_for = scheduled_for - 172800000000 WHERE id = ?",

@@ -418,8 +418,8 @@ def test_orphan_without_recorded_group_is_found_and_killed(jobctl, start_daemon)
     run = jobctl.json("run", "work")
     store = jobctl.store()
     now = store.get_run(run["id"]).scheduled_for
-    claimed, _ = store.claim_runs("ghost", socket.gethostname(), now, 0.5, limit=1)
-    assert claimed and claimed[0].run.pgid is None
+    claimed, _ = store.claim("ghost", socket.gethostname(), now, 0.5, limit=1)
+    assert claimed and store.get_attempts(run["id"])[0].pid is None
     orphan = subprocess.Popen(
         ["sh", "-c", "exec sleep 60"],
         start_new_session=True,

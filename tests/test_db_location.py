@@ -13,7 +13,7 @@ import pytest
 
 from jobctl.cli import main
 from jobctl.paths import resolve_db_path
-from jobctl.store import Store
+from conftest import StoreView
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -108,7 +108,7 @@ def test_file_0600_folder_0700_under_umask_0(
     assert code == 0, err
     assert mode(db) == 0o600
     assert mode(db.parent) == 0o700
-    with Store.open(db) as store:  # an open connection keeps -wal and -shm around
+    with StoreView(db) as store:  # an open connection keeps -wal and -shm around
         store.enqueue_run("j", __import__("jobctl.clock").clock.SystemClock().now())
         for suffix in ("-wal", "-shm"):
             side = db.with_name(db.name + suffix)

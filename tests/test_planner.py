@@ -33,9 +33,7 @@ def every_job(seconds: float, catchup: Catchup, limit: int = 6, next_run=None) -
         spec=spec,
         state=JobState.ACTIVE,
         created_at=T0,
-        schedule_from=T0,
         next_run_at=next_run or T0 + timedelta(seconds=seconds),
-        last_window_at=None,
         missed_total=0,
         last_boot_id=None,
     )
@@ -48,7 +46,7 @@ def cron_job(expr: str, catchup: Catchup, next_run: datetime, tz: str = "UTC") -
         command="true",
         catchup=catchup,
     )
-    return Job(1, spec, JobState.ACTIVE, T0, T0, next_run, None, 0, None)
+    return Job(1, spec, JobState.ACTIVE, T0, next_run, 0, None)
 
 
 def states(plan):
@@ -127,7 +125,7 @@ def test_cron_missed_over_a_week_once():
 def test_jitter_delays_not_before_within_bound():
     trig = Trigger(TriggerKind.INTERVAL, tz="UTC", every_seconds=60, anchor=T0)
     spec = JobSpec(name="j", trigger=trig, command="true", jitter_seconds=30)
-    job = Job(1, spec, JobState.ACTIVE, T0, T0, T0 + timedelta(seconds=60), None, 0, None)
+    job = Job(1, spec, JobState.ACTIVE, T0, T0 + timedelta(seconds=60), 0, None)
     for seed in range(20):
         plan = plan_due(job, T0 + timedelta(seconds=60), missed=False, rng=random.Random(seed))
         nb = plan.windows[0].not_before

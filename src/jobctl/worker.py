@@ -15,10 +15,9 @@ import signal
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from .clock import iso
-from .models import OUTPUT_LIMIT_BYTES, Run, RunSettings
+from .models import OUTPUT_LIMIT_BYTES, AttemptResult, Run, RunSettings, StopReason
 
 #: SIGTERM first, SIGKILL this long after (SPEC §4 --timeout)
 KILL_GRACE_SECONDS = 5.0
@@ -67,13 +66,14 @@ def group_alive(pgid: int) -> bool:
     return kill_group(pgid, 0)
 
 
-def processes_of_run(run_id: int, proc_root: str = "/proc") -> list[int]:
+def processes_of_run(run_id: int, db: str = "", proc_root: str = "/proc") -> list[int]:
     """Pids on this host whose environment has ``JOBCTL_RUN_ID=run_id``.
 
     The last resort after a daemon died between starting an attempt and recording its
     process group: every process of the attempt inherited the variable.
     """
     needle = f"JOBCTL_RUN_ID={run_id}".encode()
+    db_needle = f"JOBCTL_DB={db}".encode()
     me = os.getpid()
     found = []
     try:
@@ -88,15 +88,16 @@ def processes_of_run(run_id: int, proc_root: str = "/proc") -> list[int]:
                 env = f.read()
         except OSError:
             continue
-        if needle in env.split(b"\0"):
+        entries_ = env.split(b"\0")
+        if needle in entries_ and (not db or db_needle in entries_):
             found.append(int(entry))
     return found
 
 
-def kill_run_processes(run_id: int) -> int:
+def kill_run_processes(run_id: int, db: str = "") -> int:
     """SIGKILL the process group of every process left from an earlier attempt of a run.
     Returns how many processes were found."""
-    pids = processes_of_run(run_id)
+    pids = processes_of_run(run_id, db)
     for pid in pids:
         try:
             pgid = os.getpgid(pid)
@@ -107,16 +108,6 @@ def kill_run_processes(run_id: int) -> int:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     return len(pids)
-
-
-@dataclass
-class Outcome:
-    exit_code: int | None
-    error: str | None  # None on success; "exit 3", "signal 9", "timeout", "cancelled"
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 class OutputTail:
@@ -155,7 +146,7 @@ class Child:
         self.returncode: int | None = None
         self.deadline = deadline  # monotonic seconds, for --timeout
         self.kill_at: float | None = None  # monotonic: SIGKILL the group then
-        self.stop_reason: str | None = None  # "timeout" | "cancelled" | "interrupted" | "lost"
+        self.stop_reason: StopReason | None = None
 
     @classmethod
     def start(
@@ -238,7 +229,7 @@ class Child:
 
     # -- control
 
-    def stop(self, reason: str, now_monotonic: float, grace_seconds: float) -> None:
+    def stop(self, reason: StopReason, now_monotonic: float, grace_seconds: float) -> None:
         """SIGTERM the whole group now and SIGKILL it ``grace_seconds`` later."""
         if self.stop_reason is None:
             self.stop_reason = reason
@@ -246,7 +237,7 @@ class Child:
         kill_at = now_monotonic + grace_seconds
         self.kill_at = kill_at if self.kill_at is None else min(self.kill_at, kill_at)
 
-    def kill_now(self, reason: str) -> None:
+    def kill_now(self, reason: StopReason) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
         kill_group(self.pid, signal.SIGKILL)
@@ -261,7 +252,7 @@ class Child:
             and now_monotonic >= self.deadline
             and self.stop_reason is None
         ):
-            self.stop("timeout", now_monotonic, KILL_GRACE_SECONDS)
+            self.stop(StopReason.TIMEOUT, now_monotonic, KILL_GRACE_SECONDS)
         if self.kill_at is not None and now_monotonic >= self.kill_at:
             kill_group(self.pid, signal.SIGKILL)
             self.kill_at = None
@@ -275,28 +266,43 @@ class Child:
             times.append(self.deadline)
         return min(times) if times else None
 
-    def outcome(self) -> Outcome:
+    def result(self) -> AttemptResult:
         rc = self.returncode
         assert rc is not None
-        if self.stop_reason in ("timeout", "cancelled", "interrupted", "lost"):
-            return Outcome(rc if rc >= 0 else None, self.stop_reason)
-        if rc == 0:
-            return Outcome(0, None)
-        if rc < 0:
-            return Outcome(None, f"signal {-rc}")
-        return Outcome(rc, f"exit {rc}")
+        return AttemptResult(
+            exit_code=rc if rc >= 0 else None,
+            signal=-rc if rc < 0 else None,
+            stop_reason=self.stop_reason,
+            output=self.tail.value(),
+            output_bytes=self.tail.total,
+        )
+
+
+class Hook:
+    """A started ``--on-failure`` command: watch ``pidfd``, then :meth:`wait`."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.pidfd = os.pidfd_open(proc.pid)
+
+    def wait(self) -> int:
+        status = self.proc.wait()
+        with contextlib.suppress(OSError):
+            os.close(self.pidfd)
+        return status
 
 
 def spawn_hook(
     command: str, shell: str, env: dict[str, str], stdin: bytes, cwd: str | None
-) -> subprocess.Popen[bytes] | None:
+) -> Hook | None:
     """Start an ``--on-failure`` command with ``stdin`` as its input (fire and forget;
     the caller reaps it). Returns None if it cannot start."""
     stdin_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed below)
     try:
         stdin_file.write(stdin)
         stdin_file.seek(0)
-        return subprocess.Popen(
+        return Hook(subprocess.Popen(
             [shell, "-c", command],
             stdin=stdin_file,
             stdout=subprocess.DEVNULL,
@@ -305,7 +311,7 @@ def spawn_hook(
             env=env,
             start_new_session=True,
             close_fds=True,
-        )
+        ))
     except OSError:
         return None
     finally:

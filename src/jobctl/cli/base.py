@@ -11,7 +11,7 @@ import click
 from .. import __version__
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..store import CommandStore, Store
 
 
 # ---------------------------------------------------------------------- plumbing
@@ -26,13 +26,17 @@ class Ctx:
         self.db_option = db
         self._store: Store | None = None
 
-    def store(self) -> Store:
+    def handle(self) -> Store:
+        """The open database (both faces); opened, created and migrated on first use."""
         if self._store is None:
             from ..paths import resolve_db_path
-            from ..store import Store
+            from ..store import open_store
 
-            self._store = Store.open(resolve_db_path(self.db_option))
+            self._store = open_store(resolve_db_path(self.db_option))
         return self._store
+
+    def store(self) -> CommandStore:
+        return self.handle().commands
 
     def now(self) -> datetime:
         from ..clock import SystemClock
@@ -41,10 +45,7 @@ class Ctx:
 
     def poke(self, message: str) -> None:
         """Tell running daemons that something changed (a hint; the table is the truth)."""
-        from ..wake import poke
-
-        store = self.store()
-        poke(store.wake_addresses(self.now()), message)
+        self.store().notify(message)
 
     def close(self) -> None:
         if self._store is not None:
@@ -59,13 +60,16 @@ def _completion_values(ctx: click.Context, read: Callable[[Any], list[Any]]) -> 
     problem (completion never creates a database nor prints an error)."""
     try:
         from ..paths import resolve_db_path
-        from ..store import Store
+        from ..store import open_store
 
         path = resolve_db_path(ctx.find_root().params.get("db"))
         if not path.exists():
             return []
-        with Store.open(path, create=False) as store:
-            return read(store)
+        handle = open_store(path, create=False)
+        try:
+            return read(handle.commands)
+        finally:
+            handle.close()
     except Exception:
         return []
 

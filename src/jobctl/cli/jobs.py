@@ -51,8 +51,12 @@ def add(
 
     trig, policies = _split(kwargs)
     now = obj.now()
+    from ..triggers import next_fire
+
     spec = build_spec(name, trig, policies, command, now, paused=paused)
-    job = obj.store().add_job(spec, now, replace_existing=replace_)
+    job = obj.store().add_job(
+        spec, next_fire(spec.trigger, now), now, replace_existing=replace_
+    )
     obj.poke(f"job:{job.id}")
     _emit_job(obj, job, as_json, "replaced" if replace_ else "added")
 
@@ -95,7 +99,11 @@ def edit(
         changes["name"] = check_name(rename)
     if not changes:
         raise UsageError("nothing to change: give a trigger, a policy, --command or --rename")
-    job = store.edit_job(name, changes, now)
+    from ..triggers import next_fire
+
+    restart = "trigger" in changes
+    nxt = next_fire(changes["trigger"], now) if restart else None
+    job = store.edit_job(name, changes, now, next_run_at=nxt, restart_schedule=restart)
     obj.poke(f"job:{job.id}")
     _emit_job(obj, job, as_json, "edited")
 
@@ -224,7 +232,10 @@ def resume(obj: Ctx, name: str) -> None:
     """Restart a paused job from its next future window."""
     from .. import output
 
-    job = obj.store().resume_job(name, obj.now())
+    from ..triggers import next_fire
+
+    store, now = obj.store(), obj.now()
+    job = store.resume_job(name, next_fire(store.get_job(name).trigger, now), now)
     obj.poke(f"job:{job.id}")
     output.print_lines([f"resumed {job.name}; next run: {output.local_time(job.next_run_at)}"])
 

@@ -14,7 +14,7 @@ from ..models import FINISHED_RUN_STATES
 from .base import Ctx, _complete_jobs, _complete_runs, cli, pass_ctx
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..store import CommandStore
 
 
 @cli.command()
@@ -116,7 +116,7 @@ def run_(
         sys.exit(1)
 
 
-def _wait_for(store: Store, run_id: int) -> Any:
+def _wait_for(store: CommandStore, run_id: int) -> Any:
     delay = 0.02
     while True:
         run = store.get_run(run_id)

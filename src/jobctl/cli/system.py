@@ -84,7 +84,6 @@ def daemon(
     """Run the scheduler and workers in the foreground; logs to stderr."""
     from ..daemon import Daemon, DaemonConfig
     from ..durations import parse_duration
-    from ..store import check_ownership
 
     if reserved >= workers and reserved > 0:
         raise UsageError("--reserved must be less than --workers")
@@ -97,9 +96,9 @@ def daemon(
         lease_seconds=parse_duration(lease),
         shutdown_grace_seconds=parse_duration(shutdown_grace),
     )
-    store = obj.store()
-    check_ownership(store.path)
-    sys.exit(Daemon(store, config).run())
+    handle = obj.handle()
+    handle.check_safe()
+    sys.exit(Daemon(handle.daemon, config).run())
 
 
 @cli.command()
@@ -248,7 +247,9 @@ def _save_imported(obj: Ctx, specs: list[Any], now: datetime) -> list[tuple[Any,
     """Write every spec in one transaction; (job, last run, what happened) per job."""
     store = obj.store()
     existing = set(store.job_names())
-    saved = store.add_jobs(specs, now)
+    from ..triggers import next_fire
+
+    saved = store.add_jobs([(spec, next_fire(spec.trigger, now)) for spec in specs], now)
     if any(changed for _, changed in saved):
         obj.poke("all")
     last = store.last_runs([job.id for job, _ in saved])
@@ -272,9 +273,7 @@ def _unsaved_job(spec: Any, now: datetime) -> Any:
         spec=spec,
         state=JobState.ACTIVE,
         created_at=now,
-        schedule_from=now,
         next_run_at=next_fire(spec.trigger, now),
-        last_window_at=None,
         missed_total=0,
         last_boot_id=None,
     )
@@ -361,7 +360,7 @@ def service_status(obj: Ctx, as_json: bool) -> None:
     from .. import output
     from .. import service as svc
     from ..paths import resolve_db_path
-    from ..store import Store
+    from ..store import open_store
 
     path = svc.unit_path()
     result = svc.systemctl(["is-active", svc.UNIT_NAME], svc.run_command)
@@ -369,8 +368,11 @@ def service_status(obj: Ctx, as_json: bool) -> None:
     db = resolve_db_path(obj.db_option)
     daemons = []
     if db.exists():
-        with Store.open(db, create=False) as store:
-            daemons = store.live_daemons(obj.now())
+        handle = open_store(db, create=False)
+        try:
+            daemons = handle.commands.live_daemons(obj.now())
+        finally:
+            handle.close()
     if as_json:
         output.print_json(
             {
