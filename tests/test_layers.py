@@ -17,6 +17,7 @@ LAYERS = {
     "triggers": 3,
     "crontab": 3,
     "specs": 4,
+    "reaper": 4,
     "store": 5,
     "planner": 5,
     "worker": 5,

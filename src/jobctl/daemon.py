@@ -15,7 +15,6 @@ import random
 import selectors
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -26,16 +25,16 @@ from typing import Any
 from . import planner
 from .clock import SystemClock, from_us, iso, to_us
 from .errors import JobctlError, StoreError
-from .models import Job, JobState, Run, RunState
+from .models import Job, JobState, Run, RunState, StopReason
+from .reaper import group_alive, kill_group, kill_run_processes
 from .store import Claimed, Store, WindowRow
 from .wake import WakeSocket, new_daemon_id, poke
 from .worker import (
     CANCEL_GRACE_SECONDS,
     Child,
+    Hook,
     build_env,
-    group_alive,
-    kill_group,
-    kill_run_processes,
+    mark_inherited_fds_cloexec,
     spawn_hook,
 )
 
@@ -148,7 +147,7 @@ class Daemon:
         self.heap = planner.FireHeap()
         self.leader = False
         self.held: dict[int, _Held] = {}
-        self.hooks: dict[int, subprocess.Popen[bytes]] = {}  # pidfd -> process
+        self.hooks: dict[int, Hook] = {}  # pidfd -> process
         self.strays: dict[int, int] = {}  # pidfd -> pid of a killed orphan, to reap
         self.reload_heap = False
         self.stopping = False
@@ -181,6 +180,7 @@ class Daemon:
 
     def run(self) -> int:
         self._install_signals()
+        mark_inherited_fds_cloexec()
         if self.config.reap_strays and not set_child_subreaper():
             self.log("cannot become a child subreaper: escaped grandchildren are not reaped")
         self.selector.register(self.wake.fileno(), selectors.EVENT_READ, ("wake", None))
@@ -254,7 +254,7 @@ class Daemon:
             if self.stop_deadline is not None and mono >= self.stop_deadline:
                 for held in self.held.values():
                     if held.child.returncode is None:
-                        held.child.kill_now("interrupted")
+                        held.child.kill_now(StopReason.INTERRUPTED)
                 self.stop_deadline = None
             if not self.held:
                 return False
@@ -309,7 +309,6 @@ class Daemon:
                 self._unregister(key.fd)
                 proc = self.hooks.pop(key.fd)
                 proc.wait()
-                os.close(key.fd)
             elif kind == "stray":
                 self._unregister(key.fd)
                 self.strays.pop(key.fd, None)
@@ -380,7 +379,7 @@ class Daemon:
             h = self.held.get(run_id)
             if h is not None and h.child.stop_reason is None:
                 self.log(f"run {run_id} attempt {h.attempt}: lease lost, killing it")
-                h.child.kill_now("lost")
+                h.child.kill_now(StopReason.LOST)
         for run_id in cancel:
             self._cancel_held(run_id, mono)
         if leader and not self.leader:
@@ -581,7 +580,7 @@ class Daemon:
         h = self.held.get(run_id)
         if h is not None and h.child.stop_reason is None:
             self.log(f"run {run_id} of {h.run.job_name}: cancel requested")
-            h.child.stop("cancelled", mono, CANCEL_GRACE_SECONDS)
+            h.child.stop(StopReason.CANCELLED, mono, CANCEL_GRACE_SECONDS)
 
     def _start(
         self, claimed: Claimed, now: datetime, mono: float, started: list[tuple[int, int, int]]
@@ -590,14 +589,14 @@ class Daemon:
         if claimed.stale_pgid and group_alive(claimed.stale_pgid):
             self.log(f"run {run.id}: killing process group {claimed.stale_pgid} of a lost attempt")
             kill_group(claimed.stale_pgid)
-        if claimed.lost_here:
-            # also what a daemon killed before it recorded the process group left behind
-            n = kill_run_processes(run.id)
-            if n:
-                self.log(f"run {run.id}: killed {n} leftover processes of a lost attempt")
         settings = run.settings
         assert settings is not None
         env = build_env(self.environ, run, settings, run.attempt)
+        if claimed.lost_here:
+            # also what a daemon killed before it recorded the process group left behind
+            n = kill_run_processes(run.id, env.get("JOBCTL_DB", ""))
+            if n:
+                self.log(f"run {run.id}: killed {n} leftover processes of a lost attempt")
         try:
             child = Child.start(settings, env, mono)
         except OSError as e:
@@ -616,7 +615,7 @@ class Daemon:
         if not held.child.finished:
             return
         now = self.clock.now()
-        out = held.child.outcome()
+        out = held.child.result()
         run = held.run
         tail = held.child.tail.value()
         total = held.child.tail.total
@@ -636,12 +635,12 @@ class Daemon:
                 **kw,
             )
 
-        if held.child.stop_reason == "lost":
+        if held.child.stop_reason is StopReason.LOST:
             self.log(f"run {run.id}: attempt {held.attempt} ended after its lease was lost")
-        elif held.child.stop_reason == "interrupted":
+        elif held.child.stop_reason is StopReason.INTERRUPTED:
             finish(RunState.PENDING, "interrupted", interrupted=True)
             self.log(f"run {run.id}: interrupted by shutdown, back to pending")
-        elif held.child.stop_reason == "cancelled":
+        elif held.child.stop_reason is StopReason.CANCELLED:
             _, job_changed = finish(RunState.CANCELLED, "cancelled")
             self.log(f"run {run.id} of {run.job_name}: cancelled")
         elif out.ok:
@@ -713,7 +712,7 @@ class Daemon:
         if proc is None:
             self.log(f"run {run.id}: on-failure command could not start")
             return
-        fd = os.pidfd_open(proc.pid)
+        fd = proc.pidfd
         self.hooks[fd] = proc
         self.selector.register(fd, selectors.EVENT_READ, ("hook", None))
         self.log(f"run {run.id} of {run.job_name}: on-failure command started")
