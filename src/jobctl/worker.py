@@ -11,7 +11,9 @@ did in the child is done by spawn attributes and file actions instead:
 
 - ``setsid=True``: a new session, so the process group id is the pid;
 - ``setsigdef``: the signals Popen restores (``SIGPIPE``, ``SIGXFSZ``, ignored by Python)
-  and those a daemon handles are back to their default; the signal mask is emptied;
+  and those a daemon handles are back to their default; the signal mask is emptied
+  (glibc leaves its two reserved real-time signals, 32 and 33, ignored across the exec;
+  Python does not let a caller name them, and glibc programs reset them at start);
 - ``dup2`` file actions put stdin, and the write end of one pipe for merged
   stdout+stderr, on 0, 1 and 2. Every other descriptor is close-on-exec: Python creates
   them so (PEP 446), and :func:`mark_inherited_fds_cloexec` marks those the daemon
