@@ -10,7 +10,8 @@ drained, the group killed, the child reaped):
 - ``posix_spawn``: ``jobctl.worker.Child.start``.
 
 Prints, per way, the median over the repetitions of the wall time, the wall time per
-child, and the time the loop was blocked inside the spawn call per child.
+child, the time the loop was blocked inside the spawn call per child (with a
+``vfork``-style spawn, until the child has exec'd), and this process's CPU per child.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ SH = "/bin/sh"
 ARGS = [SH, "-c", "true"]
 
 
-def _raw(children: int, width: int, env: dict[str, str]) -> tuple[float, float]:
+def _raw(children: int, width: int, env: dict[str, str]) -> tuple[float, float, float]:
     running = started = 0
     blocked = 0.0
+    c0 = time.process_time()
     t0 = time.perf_counter()
     while started < children or running:
         while running < width and started < children:
@@ -46,7 +48,7 @@ def _raw(children: int, width: int, env: dict[str, str]) -> tuple[float, float]:
             started += 1
         os.wait()
         running -= 1
-    return time.perf_counter() - t0, blocked
+    return time.perf_counter() - t0, blocked, time.process_time() - c0
 
 
 class _PopenChild:
@@ -101,11 +103,13 @@ class _PopenChild:
         return self.returncode is not None and self.output_fd is None
 
 
-def _driven(start: Callable[[], Any], children: int, width: int) -> tuple[float, float]:
-    """Seconds for ``children`` spawns, ``width`` in flight, and seconds blocked spawning."""
+def _driven(start: Callable[[], Any], children: int, width: int) -> tuple[float, float, float]:
+    """Seconds for ``children`` spawns, ``width`` in flight; seconds blocked spawning; CPU
+    seconds of this process."""
     sel = selectors.DefaultSelector()
     running = started = 0
     blocked = 0.0
+    c0 = time.process_time()
     t0 = time.perf_counter()
     while started < children or running:
         while running < width and started < children:
@@ -117,6 +121,8 @@ def _driven(start: Callable[[], Any], children: int, width: int) -> tuple[float,
             running += 1
             started += 1
         for key, _ in sel.select():
+            if sel.get_map().get(key.fd) is not key:  # closed earlier in this batch
+                continue
             kind, child = key.data
             if kind == "output":
                 if not child.on_output():
@@ -129,7 +135,7 @@ def _driven(start: Callable[[], Any], children: int, width: int) -> tuple[float,
             if child.finished:
                 running -= 1
     sel.close()
-    return time.perf_counter() - t0, blocked
+    return time.perf_counter() - t0, blocked, time.process_time() - c0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,25 +147,27 @@ def main(argv: list[str] | None = None) -> int:
     mark_inherited_fds_cloexec()
     env = dict(os.environ)
     settings = RunSettings("true", SH, None, {}, None, None, 10.0, None)
-    ways: dict[str, Callable[[], tuple[float, float]]] = {
+    ways: dict[str, Callable[[], tuple[float, float, float]]] = {
         "raw": lambda: _raw(a.children, a.width, env),
         "popen": lambda: _driven(lambda: _PopenChild(env), a.children, a.width),
         "posix_spawn": lambda: _driven(
             lambda: Child.start(settings, env, time.monotonic()), a.children, a.width
         ),
     }
-    results: dict[str, list[tuple[float, float]]] = {w: [] for w in ways}
+    results: dict[str, list[tuple[float, float, float]]] = {w: [] for w in ways}
     for _ in range(a.repeat):  # interleaved, so a noisy moment hits every way alike
         for name, run in ways.items():
             results[name].append(run())
     print(f"{a.children} x sh -c true, {a.width} in flight, median of {a.repeat}")
-    print(f"{'way':<12} {'wall s':>8} {'ms/child':>9} {'blocked ms/child':>17}")
+    print(
+        f"{'way':<12} {'wall s':>7} {'ms/child':>9} {'blocked ms/child':>17} {'cpu ms/child':>13}"
+    )
     for name, runs in results.items():
-        wall = median([r[0] for r in runs])
-        blocked = median([r[1] for r in runs])
+        wall, blocked, cpu = (median([r[k] for r in runs]) for k in range(3))
+        n = a.children
         print(
-            f"{name:<12} {wall:>8.3f} {wall * 1000 / a.children:>9.3f} "
-            f"{blocked * 1000 / a.children:>17.3f}"
+            f"{name:<12} {wall:>7.3f} {wall * 1000 / n:>9.3f} {blocked * 1000 / n:>17.3f} "
+            f"{cpu * 1000 / n:>13.3f}"
         )
     return 0
 

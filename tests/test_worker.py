@@ -65,6 +65,8 @@ def _drive(child: Child, timeout: float = 20.0, on_turn=None) -> AttemptResult:
             if on_turn is not None:
                 on_turn(child)
             for key, _ in sel.select(0.1):
+                if sel.get_map().get(key.fd) is not key:  # closed earlier in this batch
+                    continue
                 if key.data == "output":
                     if not child.on_output():
                         sel.unregister(key.fd)
