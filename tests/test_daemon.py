@@ -423,7 +423,12 @@ def test_orphan_without_recorded_group_is_found_and_killed(jobctl, start_daemon)
     orphan = subprocess.Popen(
         ["sh", "-c", "exec sleep 60"],
         start_new_session=True,
-        env={**os.environ, "JOBCTL_RUN_ID": str(run["id"]), "JOBCTL_ATTEMPT": "1"},
+        env={
+            **os.environ,
+            "JOBCTL_RUN_ID": str(run["id"]),
+            "JOBCTL_ATTEMPT": "1",
+            "JOBCTL_DB": str(jobctl.db.resolve()),  # what a child of this database carries
+        },
     )
     try:
         start_daemon()

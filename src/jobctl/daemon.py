@@ -33,6 +33,7 @@ from .errors import JobctlError, StoreError
 from .executor import Executor, ExecutorConfig, Ready
 from .reaper import StrayReaper
 from .store import DaemonStore
+from .worker import mark_inherited_fds_cloexec
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 MAX_SLEEP_SECONDS = 3600.0
@@ -203,6 +204,7 @@ class Daemon:
 
     def run(self) -> int:
         self._install_signals()
+        mark_inherited_fds_cloexec()
         if self.config.reap_strays and not self.reaper.enable():
             self.log("cannot become a child subreaper: escaped grandchildren are not reaped")
         self.watch(self.waker.fileno(), self._on_wake)
@@ -340,6 +342,10 @@ class Daemon:
             return
         woke, woke_mono = self.clock.now(), self.clock.monotonic()
         for key, _ in events:
+            # a callback earlier in this batch may have closed this fd and a new one
+            # taken its number: act only on what is still registered as it was
+            if self.selector.get_map().get(key.fd) is not key:
+                continue
             callback: Ready = key.data
             callback(woke, woke_mono)
 

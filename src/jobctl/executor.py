@@ -19,16 +19,8 @@ from .errors import StoreError
 from .models import AttemptResult, Decision, Run, RunState, StopReason
 from .store import Claimed, DaemonStore
 from .store.protocol import ExpiredLease
-from .worker import (
-    CANCEL_GRACE_SECONDS,
-    Child,
-    Hook,
-    build_env,
-    group_alive,
-    kill_group,
-    kill_run_processes,
-    spawn_hook,
-)
+from .reaper import group_alive, kill_group, kill_run_processes
+from .worker import CANCEL_GRACE_SECONDS, Child, Hook, build_env, spawn_hook
 
 #: a running attempt's output tail is stored at most this often while it changes
 OUTPUT_FLUSH_SECONDS = 1.0
@@ -192,12 +184,12 @@ class Executor:
         if claimed.stale_pgid and group_alive(claimed.stale_pgid):
             self.log(f"run {run.id}: killing process group {claimed.stale_pgid} of a lost attempt")
             kill_group(claimed.stale_pgid)
+        env = build_env(self.environ, run, run.settings, run.attempt)
         if claimed.lost_here:
             # also what a daemon killed before it recorded the process group left behind
-            n = kill_run_processes(run.id, self.environ.get("JOBCTL_DB", ""))
+            n = kill_run_processes(run.id, env.get("JOBCTL_DB", ""))
             if n:
                 self.log(f"run {run.id}: killed {n} leftover processes of a lost attempt")
-        env = build_env(self.environ, run, run.settings, run.attempt)
         try:
             child = Child.start(run.settings, env, mono)
         except OSError as e:
