@@ -12,15 +12,8 @@ from hypothesis import strategies as st
 
 from jobctl.errors import UsageError
 from jobctl.models import Trigger, TriggerKind
-from jobctl.triggers import (
-    CronSchedule,
-    count_fires,
-    describe,
-    iter_fires,
-    next_fire,
-    parse_cron,
-    validate_cron_expr,
-)
+from jobctl.cronexpr import CronSchedule, parse_cron, validate_cron_expr
+from jobctl.triggers import count_fires, describe, iter_fires, next_fire
 
 UTC = UTC
 MINUTE = timedelta(minutes=1)
@@ -118,9 +111,20 @@ def test_flags() -> None:
         ("@reboot", "@reboot"),
         ("@every 5m", "unknown macro"),
         ("@fortnightly", "unknown macro"),
-        ("* * ? * *", "bad day-of-month"),
-        ("* * L * *", "unknown day-of-month"),
-        ("* * * * 1#2", "bad day-of-week"),
+        ("* * ? * *", "'?' in day-of-month field is not supported"),
+        ("* * L,1 * *", "L stands alone"),
+        ("* * 15W * *", "W (nearest weekday)"),
+        ("* * LW * *", "W (nearest weekday)"),
+        ("H * * * *", "H (hashed value)"),
+        ("* * * * 5L", "L in day-of-week"),
+        ("* * * * 1#6", "N in D#N is 1-5"),
+        ("* * * * 1#0", "N in D#N is 1-5"),
+        ("* * * * 1-2#2", "bad day-of-week item"),
+        ("* * 1#2 * *", "'#' goes in the day-of-week field"),
+        ("0 0 * * * 2026", "seconds and year fields"),
+        ("0 0 0 * * * *", "seconds and year fields"),
+        ("5/15 * * * *", "a step needs a range"),
+        ("0 0 5-3 * *", "wrapping range"),
         ("1,,2 * * * *", "bad minute"),
         ("a * * * *", "unknown minute"),
         ("* * * * jan", "unknown day-of-week"),

@@ -119,7 +119,7 @@ def plan_due(job: Job, now: datetime, *, missed: bool, rng: random.Random) -> Pl
         running = tail[len(tail) - run_n :]
         missed_increment = count - run_n
         for w in skipped[-MAX_SKIPPED_ROWS:]:
-            windows.append(Window(w, RunState.SKIPPED, RunReason.CATCHUP, SkipReason.MISSED))
+            windows.append(Window(w, RunState.SKIPPED, RunReason.SCHEDULE, SkipReason.MISSED))
         for w in running:
             frm = earliest if spec.catchup is Catchup.ONCE else w
             windows.append(

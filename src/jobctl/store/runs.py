@@ -77,7 +77,7 @@ class RunOps(JobOps):
                 "SELECT * FROM attempts WHERE run_id = ? AND attempt = ?", (run_id, attempt)
             )
         if not rows:
-            which = "any attempt" if attempt is None else f"attempt {attempt}"
+            which = "attempts yet" if attempt is None else f"attempt {attempt}"
             raise NotFound(f"run {run_id} has no {which}")
         return _attempt_from_row(rows[0]), bytes(rows[0]["output"] or b"")
 
