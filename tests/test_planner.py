@@ -84,6 +84,16 @@ def test_downtime_skip_records_every_window_skipped():
     assert plan.next_run_at == T0 + timedelta(seconds=10)
 
 
+def test_skipped_missed_windows_keep_reason_schedule():
+    now = T0 + timedelta(seconds=9)
+    for catchup in (Catchup.SKIP, Catchup.ONCE, Catchup.ALL):
+        plan = plan_due(every_job(2, catchup, limit=1), now, missed=True, rng=random.Random(1))
+        skipped = [w for w in plan.windows if w.state is RunState.SKIPPED]
+        ran = [w for w in plan.windows if w.state is RunState.PENDING]
+        assert skipped and all(w.reason is RunReason.SCHEDULE for w in skipped), catchup
+        assert all(w.reason is RunReason.CATCHUP for w in ran), catchup
+
+
 def test_downtime_once_runs_latest_with_catchup_from_earliest():
     now = T0 + timedelta(seconds=9)
     plan = plan_due(every_job(2, Catchup.ONCE), now, missed=True, rng=random.Random(1))

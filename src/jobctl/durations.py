@@ -87,6 +87,11 @@ def format_duration(seconds: float) -> str:
     return "".join(parts)
 
 
+MAX_YEAR = 9899
+"""The last year a time may fall in: 100 years (the longest duration) short of the
+calendar's end, so no window computed from it overflows."""
+
+
 def _bad_time(text: object) -> UsageError:
     return UsageError(f"invalid time {text!r}: use ISO 8601, e.g. 2026-12-01T08:00")
 
@@ -100,7 +105,7 @@ def parse_time(text: str, tz: str, now: datetime) -> datetime:
     repeated it takes the first occurrence. Relative forms are not accepted here (see
     :func:`parse_relative`).
 
-    Raises UsageError for an unreadable time or an unknown zone.
+    Raises UsageError for an unreadable time, a year after MAX_YEAR or an unknown zone.
     """
     if not isinstance(text, str):
         raise _bad_time(text)
@@ -113,6 +118,8 @@ def parse_time(text: str, tz: str, now: datetime) -> datetime:
         parsed = datetime.fromisoformat(s)
     except ValueError as exc:
         raise _bad_time(text) from exc
+    if parsed.year > MAX_YEAR:
+        raise UsageError(f"invalid time {text!r}: at most the year {MAX_YEAR}")
     if parsed.tzinfo is not None:
         return parsed.astimezone(UTC)
     return resolve_wall_time(parsed, parse_zone(tz))
