@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobctl.durations import format_duration, parse_duration, parse_relative, parse_time
-from jobctl.zones import local_zone_name, parse_zone, resolve_wall_time
 from jobctl.errors import UsageError
+from jobctl.zones import local_zone_name, parse_zone, resolve_wall_time
 
 UTC = UTC
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)

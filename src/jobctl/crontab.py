@@ -45,7 +45,7 @@ _BLANKS_RE = re.compile(r"[ \t]+")
 # A token that can only be a schedule field (a seconds or year field when it is the sixth).
 _NUMERIC_FIELD_RE = re.compile(r"^[0-9*][0-9*/,-]*$")
 # What a schedule field may contain; a token with anything else (a path) is the command.
-_FIELD_RE = re.compile(r"^(?:@[a-z]+|[0-9A-Za-z*][0-9A-Za-z*/,-]*)$")
+_FIELD_RE = re.compile(r"^(?:@[a-z]+|[0-9A-Za-z*?][0-9A-Za-z*/,#?-]*)$")
 _USER_RE = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.@-]*\$?$")
 
 

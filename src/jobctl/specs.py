@@ -183,13 +183,18 @@ def check_start_settings(cwd: str | None, shell: str | None) -> list[str]:
         state = _path_state(shell)
         if state == "missing":
             raise UsageError(f"--shell {shell!r}: no such file")
-        if state == "exists" and not (os.path.isfile(shell) and os.access(shell, os.X_OK)):
+        if state == "exists" and not _executable(shell):
             raise UsageError(f"--shell {shell!r} is not an executable file")
         if state == "unknown":
             warnings.append(
                 f"--shell {shell!r} cannot be checked now; it must exist when the job runs"
             )
     return warnings
+
+
+def _executable(path: str) -> bool:
+    """A regular file with an execute bit (os.access says yes to root for any file)."""
+    return os.path.isfile(path) and bool(os.stat(path).st_mode & 0o111) and os.access(path, os.X_OK)
 
 
 def _path_state(path: str) -> str:
