@@ -84,7 +84,7 @@ def test_retries_backoff_dead_on_failure_once_and_retry_dead(jobctl, start_daemo
         lambda: (
             _run(jobctl, run["id"]).state is RunState.DEAD and _run(jobctl, run["id"]).attempt == 6
         ),
-        15,
+        40,  # 1s is the shortest backoff now; retries 4 and 5 wait up to 8 s and 16 s
         what="dead again",
     )
     assert [a.attempt for a in _attempts(jobctl, run["id"])] == [1, 2, 3, 4, 5, 6]

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 @pass_ctx
 def add(
     obj: Ctx,
+    /,
     name: str,
     command: tuple[str, ...],
     paused: bool,
@@ -71,7 +72,13 @@ def add(
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @pass_ctx
 def edit(
-    obj: Ctx, name: str, new_command: str | None, rename: str | None, as_json: bool, **kwargs: Any
+    obj: Ctx,
+    /,
+    name: str,
+    new_command: str | None,
+    rename: str | None,
+    as_json: bool,
+    **kwargs: Any,
 ) -> None:
     """Change a job. Runs already created keep their settings.
 
