@@ -246,13 +246,8 @@ def _fixed_delay(store, name="fd"):
     job = store.add_job(spec, T0)
     w = WindowRow(job.next_run_at, RunState.PENDING, RunReason.SCHEDULE)
     [run_id] = store.record_windows(
-        job.id,
-        job.next_run_at,
-        [w],
-        next_run_at=None,
-        last_window_at=job.next_run_at,
-        missed_increment=0,
-        now=job.next_run_at,
+        job.id, job.next_run_at, [w], next_run_at=None, last_window_at=job.next_run_at,
+        missed_increment=0, now=job.next_run_at,
     )
     assert store.get_job(name).next_run_at is None  # waits for the run to end
     return job, run_id
@@ -297,12 +292,7 @@ def test_replace_keeps_keyed_runs(store):
     keyed, _ = store.enqueue_run("r", T0, key="k1")
     w = WindowRow(job.next_run_at, RunState.PENDING, RunReason.SCHEDULE)
     store.record_windows(
-        job.id,
-        job.next_run_at,
-        [w],
-        next_run_at=job.next_run_at + timedelta(seconds=60),
-        last_window_at=job.next_run_at,
-        missed_increment=0,
-        now=job.next_run_at,
+        job.id, job.next_run_at, [w], next_run_at=job.next_run_at + timedelta(seconds=60),
+        last_window_at=job.next_run_at, missed_increment=0, now=job.next_run_at,
     )
     assert store.get_run(keyed.id).state is RunState.PENDING
