@@ -70,7 +70,9 @@ class StoreView:
             limit=limit,
             low_limit=None,
             reserved_priority=None,
-            on_expired=lambda e: planner.decide_expired(e.attempt, e.max_attempts, e.cancel_requested),
+            on_expired=lambda e: planner.decide_expired(
+                e.attempt, e.max_attempts, e.cancel_requested
+            ),
         )
         return claimed, [r for r, _ in ended]
 

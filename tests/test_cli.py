@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import StoreView
 
 from jobctl.cli import main
 from jobctl.models import RunState
-from conftest import StoreView
 
 UTC = UTC
 
@@ -341,7 +341,7 @@ def test_add_policies(jobctl: Jobctl) -> None:
 
 
 def test_add_defaults(jobctl: Jobctl) -> None:
-    jobctl.ok("add", "j", "--manual", "--", "true")
+    jobctl.ok("add", "j", "--cron", "@daily", "--", "true")
     job = jobctl.json("show", "j")
     assert (job["catchup"], job["catchup_limit"], job["overlap"]) == ("once", 6, "forbid")
     assert (job["timeout"], job["retries"], job["backoff"]) == (None, 2, 10)
@@ -635,7 +635,7 @@ def test_next_default_count_and_human(jobctl: Jobctl) -> None:
         "-n",
         "1",
     )
-    assert r.out == "2025-01-01T12:00:00+01:00\n"
+    assert r.out == "2025-01-01 12:00:00 CET\n"  # people get one local style; --json ISO UTC
 
 
 def test_next_strictly_after_from(jobctl: Jobctl) -> None:
@@ -888,7 +888,7 @@ def test_retry_dead_by_name_and_all(jobctl: Jobctl) -> None:
     ra = int(jobctl.ok("run", "a").out)
     rb = int(jobctl.ok("run", "b").out)
     make_dead(jobctl.db, ra, rb)
-    assert jobctl.ok("retry-dead", "a").out == "1 dead runs back to pending\n"
+    assert jobctl.ok("retry-dead", "a").out == "1 dead run back to pending\n"
     assert {r["id"] for r in jobctl.json("runs", "--state", "dead")} == {rb}
     assert [r["id"] for r in jobctl.json("retry-dead", "--all")] == [rb]
     assert jobctl.json("runs", "--state", "dead") == []
@@ -1175,6 +1175,7 @@ def test_entry_point_errors(tmp_path: Path) -> None:
     p = _run_jobctl(db, "add", "j", "--cron", "5-3 * * * *", "--", "true")
     assert p.returncode == 2
     assert p.stderr.decode().startswith("Error: ") and len(p.stderr.splitlines()) == 1
+    assert _run_jobctl(db, "add", "j", "--manual", "--", "true").returncode == 0
     p = _run_jobctl(db, "show", "nope")
     assert p.returncode == 1 and p.stderr.startswith(b"Error: ")
 

@@ -20,7 +20,13 @@ from jobctl.models import (
     TriggerKind,
     Window,
 )
-from jobctl.store.sqlite import SCHEMA_VERSION, SqliteStore, migrations, schema_sql, split_statements
+from jobctl.store.sqlite import (
+    SCHEMA_VERSION,
+    SqliteStore,
+    migrations,
+    schema_sql,
+    split_statements,
+)
 from jobctl.triggers import next_fire
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -63,16 +69,25 @@ def _dump(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
 
 
 def _finish(store, run, attempt, daemon, now, code=0, rng=None):
-    result = AttemptResult(code, output=b"hi" if code == 0 else b"", output_bytes=2 if code == 0 else 0)
+    result = AttemptResult(
+        code, output=b"hi" if code == 0 else b"", output_bytes=2 if code == 0 else 0
+    )
     decision = planner.decide(run, attempt, result, now, rng or random.Random(0))
     return store.d.finish_attempt(run.id, attempt, daemon, now, result, decision)
 
 
 def _fire(store, job, now, has_leased_ok=True):
-    due = [(job.id, int((job.next_run_at - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(microseconds=1)))]
+    due = [
+        (
+            job.id,
+            int((job.next_run_at - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(microseconds=1)),
+        )
+    ]
 
     def plan(j, has_leased):
-        return planner.plan_due(j, now, missed=False, rng=random.Random(0), has_leased_run=has_leased)
+        return planner.plan_due(
+            j, now, missed=False, rng=random.Random(0), has_leased_run=has_leased
+        )
 
     return store.d.fire(due, now, plan)
 
@@ -134,7 +149,13 @@ def _expired(lease):
 
 def _claim(store, daemon="d1", now=T0, lease=30.0, limit=10):
     claimed, ended = store.d.claim_runs(
-        daemon, "host", now, lease, limit=limit, low_limit=None, reserved_priority=None,
+        daemon,
+        "host",
+        now,
+        lease,
+        limit=limit,
+        low_limit=None,
+        reserved_priority=None,
         on_expired=_expired,
     )
     return [c.run for c in claimed], [r for r, _ in ended]
@@ -276,8 +297,9 @@ def _fixed_delay(store, name="fd"):
 def _scheduler(store):
     from jobctl.scheduler import Scheduler
 
-    sched = Scheduler(store.d, log=lambda m: None, rng=random.Random(0), boot_id="b",
-                      lease_seconds=10)
+    sched = Scheduler(
+        store.d, log=lambda m: None, rng=random.Random(0), boot_id="b", lease_seconds=10
+    )
     sched.leading = True
     return sched
 

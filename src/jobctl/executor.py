@@ -17,9 +17,9 @@ from datetime import datetime, timedelta
 from . import planner
 from .errors import StoreError
 from .models import AttemptResult, Decision, Run, RunState, StopReason
+from .reaper import group_alive, kill_group, kill_run_processes
 from .store import Claimed, DaemonStore
 from .store.protocol import ExpiredLease
-from .reaper import group_alive, kill_group, kill_run_processes
 from .worker import CANCEL_GRACE_SECONDS, Child, Hook, build_env, spawn_hook
 
 #: a running attempt's output tail is stored at most this often while it changes
@@ -164,8 +164,10 @@ class Executor:
             self.next_claim_wall = now + timedelta(seconds=1)
             return
         for run, decision in ended:
-            self.log(f"run {run.id} of {run.job_name}: lease lost on its last attempt: "
-                     f"{decision.state.value}")
+            self.log(
+                f"run {run.id} of {run.job_name}: lease lost on its last attempt: "
+                f"{decision.state.value}"
+            )
             self._ended_jobs.append(run.job_id)
             if decision.state is RunState.DEAD:
                 self._on_failure_hook(run, "lost", b"")

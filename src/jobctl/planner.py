@@ -123,7 +123,7 @@ def plan_due(
         running = tail[len(tail) - run_n :]
         missed_increment = count - run_n
         for w in skipped[-MAX_SKIPPED_ROWS:]:
-            windows.append(Window(w, RunState.SKIPPED, RunReason.CATCHUP, SkipReason.MISSED))
+            windows.append(Window(w, RunState.SKIPPED, RunReason.SCHEDULE, SkipReason.MISSED))
         for w in running:
             frm = earliest if spec.catchup is Catchup.ONCE else w
             windows.append(

@@ -421,9 +421,7 @@ class DaemonStore(Protocol):
         """Record ``(run_id, attempt, pid)`` of children started in one turn. Fenced."""
         ...
 
-    def save_output(
-        self, daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]
-    ) -> None:
+    def save_output(self, daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
         """Store ``(run_id, attempt, tail, total bytes)`` of running attempts. Fenced."""
         ...
 

@@ -313,7 +313,7 @@ class SqliteCommands:
         else:
             rows = self.db.read(sql.ONE_ATTEMPT, (run_id, attempt))
         if not rows:
-            which = "attempt yet" if attempt is None else f"attempt {attempt}"
+            which = "attempts yet" if attempt is None else f"attempt {attempt}"
             raise NotFound(f"run {run_id} has no {which}")
         return attempt_from_row(rows[0]), bytes(rows[0]["output"] or b"")
 

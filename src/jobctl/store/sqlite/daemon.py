@@ -277,7 +277,11 @@ class SqliteDaemonStore:
         with self.db.write() as c:
             for r in c.execute(sql.EXPIRED_LEASES, (now_us, daemon_id)).fetchall():
                 lease = ExpiredLease(
-                    r["id"], r["job_id"], r["attempt"], r["max_attempts"], bool(r["cancel_requested"])
+                    r["id"],
+                    r["job_id"],
+                    r["attempt"],
+                    r["max_attempts"],
+                    bool(r["cancel_requested"]),
                 )
                 decision = on_expired(lease)
                 c.execute(sql.ATTEMPT_LOST, (now_us, lease.run_id, lease.attempt))
@@ -345,9 +349,7 @@ class SqliteDaemonStore:
                 if c.execute(sql.SET_RUN_PGID, (pid, run_id, attempt, daemon_id)).rowcount:
                     c.execute(sql.SET_ATTEMPT_PID, (pid, run_id, attempt))
 
-    def save_output(
-        self, daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]
-    ) -> None:
+    def save_output(self, daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
         if not outputs:
             return
         with self.db.write() as c:

@@ -31,7 +31,9 @@ def schema_sql() -> str:
     from importlib import resources
 
     return (
-        resources.files("jobctl").joinpath("sql", "sqlite", "schema.sql").read_text(encoding="utf-8")
+        resources.files("jobctl")
+        .joinpath("sql", "sqlite", "schema.sql")
+        .read_text(encoding="utf-8")
     )
 
 

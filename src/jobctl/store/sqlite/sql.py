@@ -56,9 +56,7 @@ RESUME_JOB = (
     "UPDATE jobs SET state = 'active', schedule_from = ?, next_run_at = ?, updated_at = ? "
     "WHERE id = ?"
 )
-CANCEL_JOB = (
-    "UPDATE jobs SET state = 'cancelled', next_run_at = NULL, updated_at = ? WHERE id = ?"
-)
+CANCEL_JOB = "UPDATE jobs SET state = 'cancelled', next_run_at = NULL, updated_at = ? WHERE id = ?"
 DELETE_JOB = "DELETE FROM jobs WHERE id = ?"
 
 # ---------------------------------------------------------------------------- runs
