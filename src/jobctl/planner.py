@@ -40,7 +40,7 @@ MAX_ENUMERATED_WINDOWS = 2_000_000
 def retry_delay_seconds(attempt: int, backoff_seconds: float, rng: random.Random) -> float:
     """Delay before retry ``attempt`` (1-based): ``min(backoff·2^(k-1), 1h)`` × U[0.5, 1]."""
     base = min(backoff_seconds * (2 ** max(attempt - 1, 0)), MAX_BACKOFF_SECONDS)
-    return base * rng.uniform(0.5, 1.0)
+    return float(base * rng.uniform(0.5, 1.0))
 
 
 def _jittered(when: datetime, jitter_seconds: float, rng: random.Random) -> datetime:

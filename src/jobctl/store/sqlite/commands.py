@@ -63,7 +63,7 @@ def spec_columns(spec: JobSpec) -> dict[str, Any]:
 
 
 def job_row(c: sqlite3.Connection, name: str) -> sqlite3.Row:
-    row = c.execute(sql.JOB_BY_NAME, (name,)).fetchone()
+    row: sqlite3.Row | None = c.execute(sql.JOB_BY_NAME, (name,)).fetchone()
     if row is None:
         raise NotFound(f"no job named {name!r}")
     return row
