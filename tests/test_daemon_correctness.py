@@ -48,7 +48,7 @@ def test_a_deleted_runs_late_attempt_never_lands_on_a_new_run(jobctl, start_daem
 def test_migration_keeps_data_and_ids_are_never_reused_after_it(tmp_path):
     path = tmp_path / "v1.db"
     conn = sqlite3.connect(path)
-    [(number, v1)] = [m for m in migrations() if m[0] == 1]
+    [(_number, v1)] = [m for m in migrations() if m[0] == 1]
     for stmt in split_statements(v1):
         conn.execute(stmt)
     conn.execute("PRAGMA user_version = 1")
