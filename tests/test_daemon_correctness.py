@@ -55,7 +55,7 @@ def test_migration_keeps_data_and_ids_are_never_reused_after_it(tmp_path):
     conn.execute(
         "INSERT INTO jobs (id, name, trigger_kind, trigger_tz, command, schedule_from, "
         "created_at, updated_at, env) VALUES (1, 'old', 'manual', 'UTC', 'echo hi', 0, 0, 0, "
-        "'{\"K\": \"V\"}')"
+        '\'{"K": "V"}\')'
     )
     for run_id in (1, 2):  # a v1 run had no settings (NULL): the migration fills them in
         conn.execute(
