@@ -20,6 +20,7 @@ from jobctl.store.postgresql.url import insecure_reason, is_postgresql_url, reda
 pytestmark = pytest.mark.postgresql
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+JOBCTL = [sys.executable, "-m", "jobctl"]
 
 
 def manual(name: str, **kw) -> JobSpec:
@@ -27,9 +28,15 @@ def manual(name: str, **kw) -> JobSpec:
 
 
 def _open(url: str, **kw):
-    from jobctl.store.postgresql import PostgresStore
+    from jobctl.store import open_store
 
-    return PostgresStore.open(url, **kw)
+    return open_store(url, **kw)
+
+
+def _view(url: str):
+    from conftest import StoreView
+
+    return StoreView(url)
 
 
 def _admin(url: str):
@@ -60,7 +67,7 @@ def test_migrations_reproduce_schema_sql(pg_databases):
 
 
 def test_names_sort_in_byte_order_as_on_sqlite(pg_url):
-    with _open(pg_url) as s:
+    with _view(pg_url) as s:
         for name in ("b", "B", "a", "_x", "A-1", "a.b"):
             s.add_job(manual(name), T0)
         assert [j.spec.name for j in s.list_jobs()] == sorted(["b", "B", "a", "_x", "A-1", "a.b"])
@@ -112,7 +119,7 @@ def test_a_database_without_the_schema_is_not_created_by_a_read(pg_databases):
 
 
 def test_ids_are_never_reused(pg_url):
-    with _open(pg_url) as s:
+    with _view(pg_url) as s:
         first = s.add_job(manual("a"), T0)
         run, _ = s.enqueue_run("a", T0)
         s.delete_job("a")
@@ -130,7 +137,7 @@ def test_unreachable_server_is_one_store_error():
 
 
 def test_a_lost_connection_comes_back(pg_url, pg_databases):
-    with _open(pg_url) as s:
+    with _view(pg_url) as s:
         s.add_job(manual("a"), T0)
         with _admin(pg_databases.admin_url) as admin:
             admin.execute(
@@ -141,7 +148,7 @@ def test_a_lost_connection_comes_back(pg_url, pg_databases):
         with pytest.raises(StoreError, match="unreachable"):
             s.list_jobs()
         assert [j.spec.name for j in s.list_jobs()] == ["a"]
-        assert s.reconnects == 1
+        assert s.handle.db.reconnects == 1
 
 
 # ---------------------------------------------------------------- URLs and passwords
@@ -191,9 +198,13 @@ def test_a_remote_host_without_tls_is_warned_about(url, insecure):
 
 def test_the_store_shows_its_location_without_the_password(pg_url):
     url = pg_url.replace("postgres@", "postgres:s3cret@")
-    with _open(url) as s:
+    s = _open(url)
+    try:
         assert "s3cret" not in s.location
-        assert s.path == s.location
+        assert s.daemon.child_location() == s.location
+        assert "s3cret" not in s.commands.info().location
+    finally:
+        s.close()
 
 
 # ---------------------------------------------------------------- the driver is an extra
@@ -229,10 +240,10 @@ def test_without_the_extra_a_url_is_one_error_naming_it():
     code = (
         "import sys\n"
         "sys.modules['psycopg'] = None  # as if the extra were not installed\n"
-        "from jobctl.store.postgresql import PostgresStore\n"
+        "from jobctl.store import open_store\n"
         "from jobctl.errors import StoreError\n"
         "try:\n"
-        "    PostgresStore.open('postgresql://u@127.0.0.1:1/x')\n"
+        "    open_store('postgresql://u@127.0.0.1:1/x')\n"
         "except StoreError as e:\n"
         "    print(e)\n"
     )
@@ -250,7 +261,7 @@ def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):
     """Four claimers at once, each on its own connection, over runs of a forbid job and of
     jobs sharing a lock: never two leased runs of the forbid job, never two holders of a
     lock, and every run is claimed exactly once."""
-    with _open(pg_url) as s:
+    with _view(pg_url) as s:
         s.add_job(manual("solo", overlap=Overlap.FORBID), T0)
         s.add_job(manual("polite-a", overlap=Overlap.ALLOW, locks=("host:x",)), T0)
         s.add_job(manual("polite-b", overlap=Overlap.ALLOW, locks=("host:x",)), T0)
@@ -271,11 +282,11 @@ def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):
         me = f"d{n}"
         rnd = random.Random(n)
         try:
-            with _open(pg_url) as st:
+            with _view(pg_url) as st:
                 barrier.wait()
                 idle = 0
                 while idle < 50:
-                    claimed, _ = st.claim_runs(me, "h", T0 + timedelta(seconds=1), 60, limit=2)
+                    claimed, _ = st.claim(me, "h", T0 + timedelta(seconds=1), 60, limit=2)
                     if not claimed:
                         idle += 1
                         continue
@@ -293,18 +304,8 @@ def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):
                             for key in _keys(c.run):
                                 holders[key].discard(c.run.id)
                             done.append(c.run.id)
-                        ok, _ = st.finish_attempt(
-                            c.run.id,
-                            c.run.attempt,
-                            me,
-                            T0 + timedelta(seconds=1),
-                            exit_code=0,
-                            error=None,
-                            output=b"",
-                            output_bytes=0,
-                            outcome=RunState.SUCCEEDED,
-                        )
-                        assert ok
+                        done_ = st.finish(c.run, c.run.attempt, me, T0 + timedelta(seconds=1))
+                        assert done_.state is RunState.SUCCEEDED
         except BaseException as e:
             errors.append(e)
 
@@ -321,3 +322,123 @@ def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):
 def _keys(run) -> list[str]:
     keys = ["solo"] if run.job_name == "solo" else []
     return keys + [lock for lock in run.locks if lock == "host:x"]
+
+
+# ---------------------------------------------------------------- db info and db copy
+
+
+def _strip_ids(value):
+    if isinstance(value, dict):
+        return {k: _strip_ids(v) for k, v in value.items() if k not in ("id", "run_id")}
+    if isinstance(value, list):
+        return [_strip_ids(v) for v in value]
+    return value
+
+
+def _views(jobctl_at, names):
+    return {
+        "list": _strip_ids(jobctl_at.json("list")),
+        "runs": _strip_ids(jobctl_at.json("runs", "--limit", "100000")),
+        "show": {n: _strip_ids(jobctl_at.json("show", n)) for n in names},
+    }
+
+
+def _history(location, n_jobs: int = 100) -> list[str]:
+    """``n_jobs`` jobs with runs in every state, attempts with output, keys and locks."""
+    from conftest import StoreView
+
+    names = []
+    with StoreView(location) as s:
+        for i in range(n_jobs):
+            name = f"job-{i:03d}"
+            names.append(name)
+            if i % 3 == 0:
+                spec = JobSpec(
+                    name=name,
+                    trigger=Trigger(TriggerKind.CRON, tz="Europe/Paris", expr=f"{i % 60} * * * *"),
+                    command=f"echo {i}",
+                    env={"N": str(i)},
+                    locks=("shared",) if i % 2 else (),
+                )
+            else:
+                spec = manual(name, retries=i % 3, overlap=Overlap.ALLOW, priority=i % 5)
+            s.add_job(spec, T0)
+            for k in range(i % 4):
+                s.enqueue_run(name, T0 + timedelta(seconds=k), key=f"k{k}" if k % 2 else None)
+        for turn in range(40):
+            now = T0 + timedelta(seconds=10 + turn)
+            claimed, _ = s.claim("d1", "host-a", now, 30, limit=10)
+            for c in claimed:
+                s.finish(c.run, c.run.attempt, "d1", now, exit_code=(c.run.id % 3))
+    return names
+
+
+def test_db_copy_sqlite_to_postgresql_and_back_keeps_what_every_view_shows(
+    tmp_path, pg_url, jobctl
+):
+    from conftest import Jobctl
+
+    source = Jobctl(tmp_path / "source.db")
+    back = Jobctl(tmp_path / "back.db")
+    on_pg = Jobctl(pg_url)
+    try:
+        names = _history(source.db)
+        before = _views(source, names)
+        assert sum(1 for r in before["runs"] if r["state"] == "succeeded") > 10
+        out = source("db", "copy", "--to", pg_url, "--history")
+        assert out.stdout.startswith("copied 100 jobs and ")
+        assert _views(on_pg, names) == before
+        on_pg("db", "copy", "--to", str(back.db), "--history")
+        assert _views(back, names) == before
+        info = back.json("db", "info")
+        assert (info["backend"], info["jobs"]) == ("sqlite", 100)
+        assert info["runs"] == len(before["runs"])
+    finally:
+        for j in (source, back, on_pg):
+            j.close()
+
+
+def test_db_copy_without_history_and_onto_a_database_with_jobs(tmp_path, pg_url):
+    from conftest import Jobctl
+
+    source = Jobctl(tmp_path / "source.db")
+    on_pg = Jobctl(pg_url)
+    try:
+        names = _history(source.db, n_jobs=6)
+        source("db", "copy", "--to", pg_url)
+        jobs = on_pg.json("list")
+        assert [j["name"] for j in jobs] == names
+        assert all(j["last_run"] is None and j["missed_total"] == 0 for j in jobs)
+        assert on_pg.json("runs") == []
+        before = on_pg.json("list")
+        refused = subprocess.run(
+            [*JOBCTL, "--db", str(source.db), "db", "copy", "--to", pg_url, "--history"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert refused.returncode == 1
+        assert refused.stderr.startswith("Error: the target database holds 6 jobs")
+        assert len(refused.stderr.splitlines()) == 1
+        assert on_pg.json("list") == before and on_pg.json("runs") == []
+    finally:
+        source.close()
+        on_pg.close()
+
+
+def test_db_info_on_postgresql_hides_the_password(pg_url):
+    from conftest import Jobctl
+
+    url = pg_url.replace("postgres@", "postgres:s3cret@")
+    j = Jobctl(url)
+    try:
+        j("add", "a", "--manual", "--", "true")
+        info = j.json("db", "info")
+        human = j("db", "info").stdout
+    finally:
+        j.close()
+    assert info["backend"] == "postgresql"
+    assert info["location"] == pg_url
+    assert (info["schema_version"], info["jobs"], info["runs"]) == (1, 1, 0)
+    assert info["size_bytes"] > 0
+    assert "s3cret" not in human

@@ -16,7 +16,7 @@ import sys
 import click
 
 from ..errors import JobctlError
-from . import jobs, runs, system  # noqa: F401  (registering the commands, in help order)
+from . import db, jobs, runs, system  # noqa: F401  (registering the commands, in help order)
 from .base import Ctx, _one_line, cli
 from .system import completion_script
 

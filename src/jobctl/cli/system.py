@@ -97,7 +97,13 @@ def daemon(
     )
     handle = obj.handle()
     handle.check_safe()
-    sys.exit(Daemon(handle.daemon, config).run())
+    clock = None
+    if handle.backend == "postgresql":  # leases and due times by the server's clock
+        from ..clock import SystemClock
+        from ..store.postgresql import ServerClock
+
+        clock = ServerClock(handle.daemon, SystemClock())  # type: ignore[arg-type]
+    sys.exit(Daemon(handle.daemon, config, clock=clock).run())
 
 
 @cli.command()
@@ -258,7 +264,12 @@ def _service_db_path(obj: Ctx) -> str | None:
         return None
     from ..paths import resolve_db_path
 
-    return os.path.abspath(resolve_db_path(obj.db_option))
+    location = resolve_db_path(obj.db_option)
+    if isinstance(location, str):  # a URL: never write its password into the unit
+        from ..store.postgresql.url import redact
+
+        return redact(location)
+    return os.path.abspath(location)
 
 
 @service.command("install")
@@ -326,7 +337,7 @@ def service_status(obj: Ctx, as_json: bool) -> None:
     active = result.stdout.strip() or None
     db = resolve_db_path(obj.db_option)
     daemons = []
-    if db.exists():
+    if isinstance(db, str) or db.exists():
         handle = open_store(db, create=False)
         try:
             daemons = handle.commands.live_daemons(obj.now())

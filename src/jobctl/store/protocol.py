@@ -22,7 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .transfer import CopiedJob
 
 from ..models import (
     Attempt,
@@ -270,6 +273,11 @@ class CommandStore(Protocol):
         ...
 
     def info(self) -> DbInfo: ...
+
+    def load_copy(self, jobs: Sequence[CopiedJob], now: datetime, *, history: bool) -> int:
+        """``db copy``: insert every copied job (with ``history`` its runs and attempts) with
+        new ids, all or nothing. Raises Conflict when this database holds any job."""
+        ...
 
 
 class DaemonStore(Protocol):

@@ -75,7 +75,11 @@ CREATE TABLE jobctl.runs (
     last_error TEXT,
     run_key TEXT,
     env TEXT NOT NULL DEFAULT '{}',
-    settings TEXT,
+    settings TEXT NOT NULL,
+    -- the attempt number the current set of attempts counts from (retry-dead moves it)
+    attempt_base INTEGER NOT NULL DEFAULT 0,
+    -- how the --on-failure command ended
+    hook_status TEXT,
     created_at BIGINT NOT NULL,
     UNIQUE (job_id, scheduled_for)
 );

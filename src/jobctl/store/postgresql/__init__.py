@@ -1,51 +1,71 @@
-"""The PostgreSQL store (SPEC §10): the same operations and results as the SQLite store,
+"""The PostgreSQL backend (SPEC §10): the same operations and results as the SQLite store,
 for any number of daemons on any number of hosts.
 
-Importing this package imports psycopg (the ``jobctl[postgresql]`` extra); the store
-package imports it only for a PostgreSQL URL. Layers, one idea a module: :mod:`.url`
-(no driver) › :mod:`.schema` › :mod:`.connection` (open, migrate, transactions,
-reconnects, NOTIFY) › :mod:`.ops` (the CLI's operations) › :mod:`.scheduling` (the
-daemon's) ; :mod:`.waker` is the daemon's LISTEN connection.
+:func:`open_postgres` gives a :class:`PostgresStore` with its two faces over one
+connection: :attr:`~PostgresStore.commands` (:class:`~.commands.PgCommands`) and
+:attr:`~PostgresStore.daemon` (:class:`~.daemon.PgDaemonStore`). psycopg (the
+``jobctl[postgresql]`` extra) is imported when a store is opened, never by importing
+:mod:`jobctl.store` for a SQLite file. Layers, one idea a module: :mod:`.url` (no
+driver) › :mod:`.schema` › :mod:`.db` (open, migrate, transactions, reconnects, NOTIFY)
+› :mod:`.commands` › :mod:`.daemon`; :mod:`.waker` is a daemon's LISTEN connection.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
 
-from .connection import EXTRA_MISSING, load_driver
-from .scheduling import PgSchedulingOps
+from ...clock import Clock
+from .commands import PgCommands
+from .daemon import PgDaemonStore
+from .db import EXTRA_MISSING, PgDb, load_driver
 from .schema import SCHEMA_VERSION
 from .url import is_postgresql_url, redact
 from .waker import Waker
 
 
-class PostgresStore(PgSchedulingOps):
-    """A jobctl database on PostgreSQL: every named operation, over one connection."""
+class PostgresStore:
+    """An open jobctl database on PostgreSQL."""
 
-    def waker(self) -> Waker:
-        """A new LISTEN connection for the daemon's selector."""
-        return Waker(self.url)
+    backend = "postgresql"
 
-    def size_bytes(self) -> int:
-        """The bytes the ``jobctl`` schema's tables and indexes take."""
-        return int(
-            self._scalar(
-                "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-                "WHERE c.relnamespace = 'jobctl'::regnamespace AND c.relkind = 'r'"
-            )
-        )
+    def __init__(self, db: PgDb) -> None:
+        self.db = db
+        #: the URL without its password
+        self.location = db.location
+        self.commands = PgCommands(db)
+        self.daemon = PgDaemonStore(db)
 
-    def schema_version(self) -> int:
-        return int(self._scalar("SELECT version FROM schema_version"))
+    @classmethod
+    def open(cls, url: str, *, create: bool = True) -> PostgresStore:
+        return cls(PgDb.open(url, create=create))
+
+    def check_safe(self) -> None:
+        """Nothing to refuse on a server (its roles decide who may write); a connection in
+        clear text over a network is warned about when the store is opened."""
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_postgres(url: str, *, create: bool = True) -> PostgresStore:
+    """Open the jobctl schema of the database at ``url`` (created and migrated with
+    ``create``). Raises StoreError (naming the extra when psycopg is missing), NotFound
+    without ``create`` when the database has no jobctl schema."""
+    return PostgresStore.open(url, create=create)
 
 
 class ServerClock:
-    """A clock that reads this host's clock plus the offset to the server's clock that
-    the store re-measures at each heartbeat (SPEC §10: leases and due times are judged by
-    the database server's clock)."""
+    """This host's clock plus the offset to the database server's clock that the store
+    re-measures at each heartbeat (SPEC §10: leases and due times are judged by the
+    server's clock, so a host whose clock is wrong neither steals a lease nor fires early)."""
 
-    def __init__(self, store: PostgresStore, base: Any) -> None:
+    def __init__(self, store: PgDaemonStore, base: Clock) -> None:
         self.store = store
         self.base = base
 
@@ -53,16 +73,19 @@ class ServerClock:
         return self.base.now() + timedelta(seconds=self.store.clock_offset_seconds)
 
     def monotonic(self) -> float:
-        return float(self.base.monotonic())
+        return self.base.monotonic()
 
 
 __all__ = [
     "EXTRA_MISSING",
     "SCHEMA_VERSION",
+    "PgCommands",
+    "PgDaemonStore",
     "PostgresStore",
     "ServerClock",
     "Waker",
     "is_postgresql_url",
     "load_driver",
+    "open_postgres",
     "redact",
 ]

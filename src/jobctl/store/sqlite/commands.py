@@ -24,6 +24,7 @@ from ...models import (
     Window,
 )
 from ..protocol import DbInfo, Status
+from ..transfer import CopiedJob
 from . import sql
 from .db import Db
 from .rows import attempt_from_row, job_from_row, opt_dt, opt_us, run_from_row, settings_json
@@ -440,6 +441,12 @@ class SqliteCommands:
             except OSError:
                 pass
         return DbInfo("sqlite", str(self.db.path), SCHEMA_VERSION, jobs, runs, size)
+
+    def load_copy(self, jobs: Sequence[CopiedJob], now: datetime, *, history: bool) -> int:
+        """``db copy`` into this file (see :func:`.transfer.load_copy`)."""
+        from .transfer import load_copy
+
+        return load_copy(self.db, jobs, now, history=history)
 
 
 __all__ = ["SqliteCommands", "cancel_runs_tx", "insert_run", "job_row", "opt_dt", "run_by_id"]

@@ -61,17 +61,15 @@ def connect(url: str) -> Any:
         raise StoreError(f"cannot connect to {redact(url)}: {_one_line(e)}") from None
 
 
-class PgConnection:
-    """A jobctl database on PostgreSQL. Open with :meth:`open`; close with :meth:`close`."""
-
-    backend = "postgresql"
+class PgDb:
+    """One connection to a jobctl database on PostgreSQL. Open with :meth:`open`."""
 
     def __init__(self, url: str, conn: Any) -> None:
         self.url = url
         #: the URL without its password: what logs, status, db info and children see
         self.location = redact(url)
         self.conn = conn
-        self._psycopg = load_driver()
+        self.psycopg = load_driver()
         self._in_batch = False
         self._batch_cur: Any = None
         self._notes: list[str] = []
@@ -81,11 +79,6 @@ class PgConnection:
         self.reconnects = 0
         #: server clock minus this host's clock, re-measured at each heartbeat (seconds)
         self.clock_offset_seconds = 0.0
-
-    @property
-    def path(self) -> str:
-        """The location as children get it in ``JOBCTL_DB``: the URL without its password."""
-        return self.location
 
     @classmethod
     def open(cls, url: str, *, create: bool = True) -> Self:
@@ -126,7 +119,7 @@ class PgConnection:
     # ---------------------------------------------------------------- connection upkeep
 
     def _error(self, e: Exception) -> StoreError:
-        if isinstance(e, self._psycopg.OperationalError) or self.conn.broken:
+        if isinstance(e, self.psycopg.OperationalError) or self.conn.broken:
             return StoreError(f"database {self.location} unreachable: {_one_line(e)}")
         return StoreError(f"database error: {_one_line(e)}")
 
@@ -169,13 +162,13 @@ class PgConnection:
     @contextlib.contextmanager
     def write(self) -> Iterator[Any]:
         """A transaction (READ COMMITTED): committed on success, rolled back on error.
-        Notifications queued with :meth:`_notify` are sent inside it, so they are
+        Notifications queued with :meth:`announce` are sent inside it, so they are
         delivered exactly when the change is visible. Inside :meth:`batch` it joins."""
         if self._in_batch:
             yield self._batch_cur
             return
         conn = self._live()
-        psycopg = self._psycopg
+        psycopg = self.psycopg
         try:
             with conn.transaction():
                 cur = conn.cursor()
@@ -189,24 +182,25 @@ class PgConnection:
             self._notes.clear()
             self._batch_cur = None
 
-    def _notify(self, message: str) -> None:
+    def announce(self, message: str) -> None:
         """Announce ``message`` to every daemon when the current transaction commits."""
         self._notes.append(message)
 
     def notify(self, message: str) -> None:
         """Announce ``message`` now (after a change already committed). A hint only."""
         with contextlib.suppress(StoreError), self.write():
-            self._notify(message)
+            self.announce(message)
 
-    def _read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
+    def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         conn = self._live()
         try:
             return list(conn.execute(sql, params).fetchall())
-        except self._psycopg.Error as e:
+        except self.psycopg.Error as e:
             raise self._error(e) from None
 
-    def _scalar(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        rows = self._read(sql, params)
+    def scalar(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        """The first column of the first row (None when there is no row)."""
+        rows = self.read(sql, params)
         if not rows:
             return None
         return next(iter(rows[0].values()))
