@@ -36,8 +36,18 @@ LAYERS = {
 ROLES = {"scheduler", "executor"}
 
 # inside the store: the protocols first, then each backend's modules, one idea each
-STORE_LAYERS = {"protocol": 0}
-SQLITE_LAYERS = {"sql": 0, "schema": 0, "wake": 0, "rows": 1, "db": 1, "commands": 2, "daemon": 3}
+STORE_LAYERS = {"protocol": 0, "transfer": 1}
+SQLITE_LAYERS = {
+    "sql": 0,
+    "schema": 0,
+    "wake": 0,
+    "rows": 1,
+    "db": 1,
+    "transfer": 2,
+    "commands": 3,
+    "daemon": 4,
+}
+POSTGRESQL_LAYERS = {"url": 0, "schema": 0, "db": 1, "waker": 2, "commands": 2, "daemon": 3}
 
 
 SQL_TEXT = re.compile(
@@ -81,6 +91,8 @@ def test_every_module_has_a_layer():
     assert store == set(STORE_LAYERS)
     sqlite = {p.stem for p in (SRC / "store" / "sqlite").glob("*.py") if p.stem != "__init__"}
     assert sqlite == set(SQLITE_LAYERS)
+    pg = {p.stem for p in (SRC / "store" / "postgresql").glob("*.py") if p.stem != "__init__"}
+    assert pg == set(POSTGRESQL_LAYERS)
 
 
 def test_modules_import_only_from_lower_layers():
@@ -115,6 +127,7 @@ def test_store_modules_import_only_from_lower_store_modules():
     for folder, layers in (
         (SRC / "store", STORE_LAYERS),
         (SRC / "store" / "sqlite", SQLITE_LAYERS),
+        (SRC / "store" / "postgresql", POSTGRESQL_LAYERS),
     ):
         for path in folder.glob("*.py"):
             if path.stem == "__init__":

@@ -54,12 +54,12 @@ class Ctx:
             path = resolve_db_path(self.db_option)
             if isinstance(path, str):  # a PostgreSQL URL: is the jobctl schema there?
                 from ..errors import NotFound
-                from ..store.postgresql.url import redact
+                from ..store import shown_location
 
                 try:
                     self._store = open_store(path, create=False)
                 except NotFound:
-                    warn(f"no database at {redact(path)}")
+                    warn(f"no database at {shown_location(path)}")
                     self._store = open_store(":memory:")
             elif path.exists():
                 self._store = open_store(path, create=False)

@@ -20,17 +20,15 @@ def _info(obj: Ctx) -> Any:
     exist: a read creates nothing."""
     from ..errors import NotFound
     from ..paths import resolve_db_path
-    from ..store import DbInfo, open_store
-    from ..store.postgresql.url import is_postgresql_url, redact
+    from ..store import DbInfo, is_postgres_url, open_store, shown_location
 
     location = resolve_db_path(obj.db_option)
     try:
         handle = open_store(location, create=False)
     except NotFound:
-        text = str(location)
-        shown = redact(text) if is_postgresql_url(text) else text
+        shown = shown_location(location)
         print(f"warning: no database at {shown}", file=sys.stderr)
-        backend = "postgresql" if is_postgresql_url(text) else "sqlite"
+        backend = "postgresql" if is_postgres_url(location) else "sqlite"
         return DbInfo(backend, shown, 0, 0, 0, 0)
     try:
         return handle.commands.info()
@@ -70,14 +68,12 @@ def db_copy(obj: Ctx, target: str, history: bool) -> None:
     """
     from ..errors import UsageError
     from ..paths import resolve_db_path
-    from ..store import open_store
-    from ..store.postgresql.url import is_postgresql_url, redact
-    from ..store.transfer import read_all
+    from ..store import open_store, read_copy, shown_location
 
     if not target:
         raise UsageError("--to needs a database path or URL")
     source = obj.handle()
-    jobs = read_all(source.commands, history=history)
+    jobs = read_copy(source.commands, history=history)
     to = resolve_db_path(target)
     dest = open_store(to)
     try:
@@ -87,6 +83,6 @@ def db_copy(obj: Ctx, target: str, history: bool) -> None:
     finally:
         dest.close()
     runs = sum(len(j.runs) for j in jobs)
-    shown = redact(target) if is_postgresql_url(target) else target
+    shown = shown_location(target)
     what = f"{count} jobs" + (f" and {runs} runs" if history else "")
     click.echo(f"copied {what} to {shown}")

@@ -97,12 +97,10 @@ def daemon(
     )
     handle = obj.handle()
     handle.check_safe()
-    clock = None
-    if handle.backend == "postgresql":  # leases and due times by the server's clock
-        from ..clock import SystemClock
-        from ..store.postgresql import ServerClock
+    from ..clock import SystemClock
+    from ..store import daemon_clock
 
-        clock = ServerClock(handle.daemon, SystemClock())  # type: ignore[arg-type]
+    clock = daemon_clock(handle, SystemClock())  # PostgreSQL: the server's clock
     sys.exit(Daemon(handle.daemon, config, clock=clock).run())
 
 
@@ -266,9 +264,9 @@ def _service_db_path(obj: Ctx) -> str | None:
 
     location = resolve_db_path(obj.db_option)
     if isinstance(location, str):  # a URL: never write its password into the unit
-        from ..store.postgresql.url import redact
+        from ..store import shown_location
 
-        return redact(location)
+        return shown_location(location)
     return os.path.abspath(location)
 
 

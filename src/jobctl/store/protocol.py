@@ -22,10 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from .transfer import CopiedJob
+from typing import Any, Protocol
 
 from ..models import (
     Attempt,
@@ -114,6 +111,28 @@ class DbInfo:
     jobs: int
     runs: int
     size_bytes: int
+
+
+@dataclass(frozen=True)
+class CopiedAttempt:
+    """One attempt of a copied run, with its stored output tail (``db copy``)."""
+
+    attempt: Attempt
+    output: bytes
+
+
+@dataclass(frozen=True)
+class CopiedRun:
+    run: Run
+    attempts: list[CopiedAttempt]
+
+
+@dataclass(frozen=True)
+class CopiedJob:
+    """A job and (with history) its runs, oldest id first."""
+
+    job: Job
+    runs: list[CopiedRun]
 
 
 class Waker(Protocol):

@@ -1,39 +1,19 @@
-"""A whole database as values, for ``db copy`` (SPEC §7): read through the commands'
-protocol from one backend, loaded whole into another by its ``load_copy``."""
+"""A whole database as values (:class:`~.protocol.CopiedJob`), for ``db copy`` (SPEC §7):
+read through the commands' protocol from one backend, loaded whole into another by its
+``load_copy``."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from ..clock import to_us
-from ..models import Attempt, Job, Run
-from .protocol import CommandStore
+from ..models import Run
+from .protocol import CommandStore, CopiedAttempt, CopiedJob, CopiedRun
 
 #: ``list_runs`` with this limit returns every run
 ALL_RUNS = 2**62
-
-
-@dataclass(frozen=True)
-class CopiedAttempt:
-    attempt: Attempt
-    output: bytes
-
-
-@dataclass(frozen=True)
-class CopiedRun:
-    run: Run
-    attempts: list[CopiedAttempt]
-
-
-@dataclass(frozen=True)
-class CopiedJob:
-    """A job and (with history) its runs, oldest id first."""
-
-    job: Job
-    runs: list[CopiedRun]
 
 
 def read_all(commands: CommandStore, *, history: bool) -> list[CopiedJob]:

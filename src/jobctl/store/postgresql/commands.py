@@ -18,9 +18,9 @@ from typing import Any
 from ...clock import from_us, to_us
 from ...errors import Conflict, NotFound, StoreError, UsageError
 from ...models import Attempt, DaemonInfo, Job, JobSpec, JobState, Run, RunReason, RunState, Window
-from ..protocol import DbInfo, Status
+from ..protocol import CopiedJob, DbInfo, Status
 from ..sqlite.rows import attempt_from_row, job_from_row, opt_us, run_from_row, settings_json
-from ..transfer import CopiedJob, attempt_columns, job_columns, run_columns
+from ..transfer import attempt_columns, job_columns, run_columns
 from .db import PgDb
 from .schema import SCHEMA_VERSION
 

@@ -23,8 +23,7 @@ from ...models import (
     RunState,
     Window,
 )
-from ..protocol import DbInfo, Status
-from ..transfer import CopiedJob
+from ..protocol import CopiedJob, DbInfo, Status
 from . import sql
 from .db import Db
 from .rows import attempt_from_row, job_from_row, opt_dt, opt_us, run_from_row, settings_json

@@ -7,7 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from ...errors import Conflict
-from ..transfer import CopiedJob, attempt_columns, job_columns, run_columns
+from ..protocol import CopiedJob
+from ..transfer import attempt_columns, job_columns, run_columns
 from .db import Db
 
 
