@@ -439,7 +439,8 @@ def test_orphan_without_recorded_group_is_found_and_killed(jobctl, start_daemon)
             **os.environ,
             "JOBCTL_RUN_ID": str(run["id"]),
             "JOBCTL_ATTEMPT": "1",
-            "JOBCTL_DB": str(jobctl.db.resolve()),  # what a child of this database carries
+            # what a child of this database carries
+            "JOBCTL_DB": jobctl.store().daemon.child_location(),
         },
     )
     try:
