@@ -9,6 +9,7 @@ recorded once and run once, whatever dies.
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -148,10 +150,8 @@ def test_one_leader_and_failover_within_one_lease_loses_no_window(jobctl, hosts,
                 os.kill(d.proc.pid, signal.SIGCONT)
     windows = sorted(r["scheduled_for"] for r in runs)
     assert len(windows) == len(set(windows)), "a window recorded twice"
-    from datetime import datetime
-
     times = [datetime.fromisoformat(w.replace("Z", "+00:00")) for w in windows]
-    gaps = {round((b - a).total_seconds(), 3) for a, b in zip(times, times[1:], strict=False)}
+    gaps = {round((b - a).total_seconds(), 3) for a, b in itertools.pairwise(times)}
     assert gaps == {1.0}, f"a window was lost: gaps {sorted(gaps)}"
     ran = collections.Counter(_windows(log))
     assert max(ran.values()) == 1, [w for w, n in ran.items() if n > 1]
