@@ -9,6 +9,7 @@ recorded once and run once, whatever dies.
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import json
 import os
@@ -239,3 +240,73 @@ def test_a_server_restart_under_load_ends_every_run_once_per_window(
     assert len({r["scheduled_for"] for r in ok}) == len(ok)
     assert set(by_window) >= {r["scheduled_for"] for r in ok}
     json.dumps(runs)  # the runs are plain JSON
+
+
+def _ticks(log: Path) -> list[tuple[str, int, float]]:
+    """(host, attempt, time) of every tick a job wrote."""
+    out = []
+    if log.exists():
+        for line in log.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 3:
+                out.append((parts[0], int(parts[1]), float(parts[2])))
+    return out
+
+
+def test_a_frozen_host_is_taken_over_and_its_attempt_never_runs_beside_the_new_one(
+    jobctl, hosts, tmp_path
+):
+    log = tmp_path / "ticks.log"
+    jobctl(
+        "add",
+        "slow",
+        "--manual",
+        "--retries",
+        "3",
+        "--backoff",
+        "1s",
+        "--",
+        f'for i in $(seq 60); do echo "$(hostname) $JOBCTL_ATTEMPT $(date +%s.%N)" >> {log}; '
+        "sleep 0.1; done",
+    )
+    b = hosts("host-b")
+    run = jobctl.json("run", "slow")
+    wait_until(lambda: any(h == "host-b" for h, _, _ in _ticks(log)), 10, what="host-b ticks")
+    child = wait_until(lambda: jobctl.store().get_attempts(run["id"])[0].pid, 5, what="a pid")
+    assert child
+    # the whole host freezes: the daemon and its attempt
+    os.kill(b.proc.pid, signal.SIGSTOP)
+    os.killpg(child, signal.SIGSTOP)
+    frozen_at = time.time()
+    try:
+        hosts("host-a")
+        wait_until(
+            lambda: any(h == "host-a" for h, _, _ in _ticks(log)),
+            LEASE_SECONDS * 3 + 5,
+            what="the run retried on host-a",
+        )
+        taken_at = min(t for h, _, t in _ticks(log) if h == "host-a")
+        # the host wakes: its daemon must kill the attempt it no longer holds before that
+        # attempt runs one more step (it is still stopped, and SIGKILL reaches it anyway)
+        os.kill(b.proc.pid, signal.SIGCONT)
+        wait_until(lambda: not _alive(child), 5, what="the frozen attempt killed")
+    finally:
+        os.kill(b.proc.pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child, signal.SIGCONT)
+    assert taken_at - frozen_at >= LEASE_SECONDS * 0.5  # not before its lease ran out
+    late = [t for h, _, t in _ticks(log) if h == "host-b" and t > frozen_at + 0.2]
+    assert late == [], "the frozen attempt ran on after the takeover"
+    assert "lease lost" in b.log() or "cannot renew" in b.log()
+    attempts = jobctl.store().get_attempts(run["id"])
+    assert (attempts[0].host, attempts[0].error) == ("host-b", "lost")
+    assert attempts[1].host == "host-a"
+    assert b.proc.poll() is None  # the frozen daemon carries on
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
