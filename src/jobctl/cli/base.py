@@ -73,8 +73,15 @@ class Ctx:
 
     def warn_if_no_daemon(self) -> None:
         """After a command enqueued or edited: say so when no daemon is live to act on it
-        (SPEC §7.1); the command still succeeds."""
-        if not self.store().live_daemons(self.now()):
+        (SPEC §7.1); the command still succeeds. The change is committed by now, so a
+        database error here is only a missing hint: it never fails the command."""
+        from ..errors import StoreError
+
+        try:
+            live = self.store().live_daemons(self.now())
+        except StoreError:
+            return
+        if not live:
             warn(NO_DAEMON_WARNING)
 
 

@@ -171,6 +171,7 @@ def run_(
     payload = parse_env_pairs(env)
     locks = [check_lock_name(lk) for lk in lock]
     store = obj.store()
+    paused = store.get_job(name).state is JobState.PAUSED  # read first: nothing written yet
     run, created = store.enqueue_run(
         name, obj.now(), key=key, env=payload, locks=locks, priority=priority
     )
@@ -180,7 +181,7 @@ def run_(
         said = "enqueued" if created else f"already exists (key {key})"
         click.echo(output.safe(f"run {run.id} {said}"), err=True)
     obj.warn_if_no_daemon()
-    if store.get_job(name).state is JobState.PAUSED:
+    if paused:
         warn(f"job {name} is paused: run {run.id} waits until jobctl resume {name}")
     if wait:
         run = _wait_for(store, run, obj, follow=follow)
