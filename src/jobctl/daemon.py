@@ -228,7 +228,7 @@ class Daemon:
                     # transaction per write); log, back off, and carry on with the rest
                     self.log(f"store error: {e}; retrying")
                     self.executor.claim_needed = True
-                    self.scheduler._reload = True
+                    self.scheduler.reload()
                     time.sleep(STORE_ERROR_BACKOFF_SECONDS)
         finally:
             self._cleanup()
@@ -354,7 +354,10 @@ class Daemon:
         for fd in fds:
             self.log(f"killed stray process {self.reaper.pid_of(fd)} (it left its attempt's group)")
             self.strays.add(fd)
-            self.watch(fd, lambda now, mono, fd=fd: self._on_stray_exit(fd))
+            self.watch(fd, self._stray_callback(fd))
+
+    def _stray_callback(self, fd: int) -> Ready:
+        return lambda now, mono: self._on_stray_exit(fd)
 
     # ------------------------------------------------------------------ leases
 

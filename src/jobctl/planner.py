@@ -44,7 +44,7 @@ MAX_ENUMERATED_WINDOWS = 2_000_000
 def retry_delay_seconds(attempt: int, backoff_seconds: float, rng: random.Random) -> float:
     """Delay before retry ``attempt`` (1-based): ``min(backoff·2^(k-1), 1h)`` × U[0.5, 1]."""
     base = min(backoff_seconds * (2 ** max(attempt - 1, 0)), MAX_BACKOFF_SECONDS)
-    return base * rng.uniform(0.5, 1.0)
+    return float(base * rng.uniform(0.5, 1.0))
 
 
 def _jittered(when: datetime, jitter_seconds: float, rng: random.Random) -> datetime:
@@ -59,7 +59,7 @@ def _due_windows(job: Job, now: datetime, keep: int) -> tuple[int, datetime | No
     if first is None or first > now:
         return 0, None, []
     trig = job.trigger
-    if trig.kind is TriggerKind.INTERVAL and not trig.after_completion:
+    if triggers.is_fixed_rate(trig):
         count = 1 + triggers.count_fires(trig, first, now)
         # only the last ``keep`` windows are enumerated, however long the gap
         start = first + timedelta(seconds=trig.every_seconds or 0) * max(count - keep, 0)
@@ -138,7 +138,7 @@ def plan_due(
     if trig.kind is TriggerKind.ONCE:
         nxt = None
         done = True
-    elif trig.kind is TriggerKind.INTERVAL and trig.after_completion:
+    elif triggers.is_fixed_delay(trig):
         # the next window is set when this run ends; skipped: one interval from now
         nxt = (
             None

@@ -472,8 +472,12 @@ class Store(Protocol):
 
     backend: str
     location: str
-    commands: CommandStore
-    daemon: DaemonStore
+
+    @property
+    def commands(self) -> CommandStore: ...
+
+    @property
+    def daemon(self) -> DaemonStore: ...
 
     def check_safe(self) -> None:
         """Refuse (SecurityError) a database others could use to run commands as us."""

@@ -64,7 +64,7 @@ def spec_columns(spec: JobSpec) -> dict[str, Any]:
 
 
 def job_row(c: sqlite3.Connection, name: str) -> sqlite3.Row:
-    row = c.execute(sql.JOB_BY_NAME, (name,)).fetchone()
+    row: sqlite3.Row | None = c.execute(sql.JOB_BY_NAME, (name,)).fetchone()
     if row is None:
         raise NotFound(f"no job named {name!r}")
     return row
@@ -203,7 +203,7 @@ class SqliteCommands:
             if existing is not None and not replace_existing:
                 raise Conflict(f"a job named {spec.name!r} already exists (use --replace)")
             job_id = None if existing is None else existing["id"]
-            self._upsert(c, spec, next_run_at, now, job_id, paused or spec.paused)
+            self._upsert(c, spec, next_run_at, now, job_id, paused)
             return job_from_row(job_row(c, spec.name))
 
     def add_jobs(
@@ -218,7 +218,7 @@ class SqliteCommands:
                     out.append((job_from_row(row), False))
                     continue
                 job_id = None if row is None else row["id"]
-                self._upsert(c, spec, next_run_at, now, job_id, spec.paused)
+                self._upsert(c, spec, next_run_at, now, job_id, False)
                 out.append((job_from_row(job_row(c, spec.name)), True))
         return out
 
