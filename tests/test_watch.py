@@ -285,3 +285,65 @@ def test_attempt_and_run_fields_and_the_hook_result(jobctl, start_daemon):
     assert "on failure  exit 4" in text and "DURATION" in text and "PID" in text
     assert "DURATION" in jobctl("runs").stdout.splitlines()[0]
     assert "DURATION" in jobctl("show", "dies").stdout
+
+
+def test_run_wait_on_a_terminal_shows_a_live_status_line(jobctl, start_daemon, db):
+    import pty
+
+    start_daemon()
+    jobctl("add", "slow", "--manual", "--", "sleep 1.5")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobctl", "--db", str(db), "run", "slow", "--wait"],
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("JOBCTL_")},
+            "TERM": "xterm",
+        },
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's last writer is gone
+                break
+            if not chunk:
+                break
+            seen += chunk
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    text = seen.decode(errors="replace")
+    assert " enqueued" in text
+    assert "leased" in text and "attempt 1 of 3" in text  # the live line, redrawn
+    # the status line is gone before the closing line, the last thing written
+    assert text.rstrip().splitlines()[-1].endswith("s") and "succeeded in " in text
+    assert text.rindex("attempt 1 of 3") < text.rindex("succeeded in ")
+
+
+def test_list_shows_missed_windows_only_when_there_are_some(jobctl, start_daemon):
+    from datetime import UTC, datetime, timedelta
+
+    jobctl("add", "often", "--every", "1s", "--catchup", "skip", "--", "true")
+    jobctl("add", "calm", "--manual", "--", "true")
+    assert "MISSED" not in jobctl("list").stdout
+    first = datetime.fromisoformat(
+        jobctl.json("show", "often")["next_run_at"].replace("Z", "+00:00")
+    )
+    # windows pass while no scheduler runs; the daemon counts them missed when it starts
+    wait_until(lambda: datetime.now(UTC) > first + timedelta(seconds=2), 10, what="windows pass")
+    start_daemon()
+    wait_until(lambda: jobctl.json("show", "often")["missed_total"] >= 2, 10, what="missed")
+    lines = jobctl("list").stdout.splitlines()
+    assert lines[0].split()[-1] == "MISSED"
+    missed = jobctl.json("show", "often")["missed_total"]
+    row = next(line for line in lines if line.startswith("often "))
+    assert row.split()[-1] == str(missed)
+    calm = next(line for line in lines if line.startswith("calm "))
+    assert calm.split()[-1] == "active"  # zero is left blank
