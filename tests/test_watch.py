@@ -347,3 +347,23 @@ def test_list_shows_missed_windows_only_when_there_are_some(jobctl, start_daemon
     assert row.split()[-1] == str(missed)
     calm = next(line for line in lines if line.startswith("calm "))
     assert calm.split()[-1] == "active"  # zero is left blank
+
+
+def test_logs_follow_of_a_finished_run_prints_it_and_exits(jobctl, start_daemon, db):
+    start_daemon()
+    jobctl("add", "once", "--manual", "--retries", "0", "--", "printf 'a\\nb'; exit 1")
+    run_id = jobctl.json("run", "once")["id"]
+    wait_until(lambda: _state(jobctl, run_id) == "dead", 10, what="the run dead")
+    r = jobctl("logs", str(run_id), "--follow")
+    assert r.exit_code == 0 and r.stdout == "a\nb" and r.stderr == ""
+    for args, code, message in (
+        ([str(run_id), "--attempt", "2"], 1, f"Error: run {run_id} has no attempt 2"),
+        (["999"], 1, "Error: no run with id 999"),
+        ([str(run_id), "--json"], 2, "Error: --follow and --json cannot be combined"),
+    ):
+        cli = Cli(db, "logs", *args, "--follow")
+        try:
+            assert cli.wait(30) == code
+        finally:
+            cli.kill()
+        assert cli.lines("err") == [message] and cli.lines() == []

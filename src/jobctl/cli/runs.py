@@ -82,7 +82,11 @@ def logs(obj: Ctx, run_id: int, attempt: int | None, follow: bool, as_json: bool
         if as_json:
             raise UsageError("--follow and --json cannot be combined")
         store = obj.reader()
-        store.get_run(run_id)  # NotFound before anything is printed
+        run = store.get_run(run_id)  # NotFound before anything is printed
+        if attempt is not None and (
+            attempt < 1 or attempt <= run.attempt or run.state in FINISHED_RUN_STATES
+        ):
+            store.get_output(run_id, attempt)  # only a later attempt of a live run may come
         follower = Follower(store, run_id, attempt, output.OutputStream(tty=sys.stdout.isatty()))
         try:
             while not follower.step().done:
