@@ -81,18 +81,7 @@ def logs(obj: Ctx, run_id: int, attempt: int | None, follow: bool, as_json: bool
     if follow:
         if as_json:
             raise UsageError("--follow and --json cannot be combined")
-        store = obj.reader()
-        run = store.get_run(run_id)  # NotFound before anything is printed
-        if attempt is not None and (
-            attempt < 1 or attempt <= run.attempt or run.state in FINISHED_RUN_STATES
-        ):
-            store.get_output(run_id, attempt)  # only a later attempt of a live run may come
-        follower = Follower(store, run_id, attempt, output.OutputStream(tty=sys.stdout.isatty()))
-        try:
-            while not follower.step().done:
-                time.sleep(FOLLOW_POLL_SECONDS)
-        except KeyboardInterrupt:
-            sys.exit(130)
+        _follow_logs(obj.reader(), run_id, attempt)
         return
     att, data = obj.reader().get_output(run_id, attempt)
     if as_json:
@@ -265,6 +254,23 @@ class Follower:
             new = len(data)
         self.stream.write(data[len(data) - new :])
         self.shown_bytes = att.output_bytes
+
+
+def _follow_logs(store: CommandStore, run_id: int, attempt: int | None) -> None:
+    """``logs --follow``: until the run is final; Ctrl-C ends it quietly (exit 130)."""
+    from .. import output
+
+    run = store.get_run(run_id)  # NotFound before anything is printed
+    if attempt is not None and (
+        attempt < 1 or attempt <= run.attempt or run.state in FINISHED_RUN_STATES
+    ):
+        store.get_output(run_id, attempt)  # only a later attempt of a live run may come
+    follower = Follower(store, run_id, attempt, output.OutputStream(tty=sys.stdout.isatty()))
+    try:
+        while not follower.step().done:
+            time.sleep(FOLLOW_POLL_SECONDS)
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 def _wait_for(store: CommandStore, run: Run, obj: Ctx, *, follow: bool) -> Run:
