@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from . import triggers
+from .clock import iso
 from .models import (
     MAX_BACKOFF_SECONDS,
     MAX_SKIPPED_ROWS,
@@ -28,6 +29,9 @@ from .models import (
     SkipReason,
     StopReason,
     TriggerKind,
+    WaitFacts,
+    Waiting,
+    WaitReason,
     Window,
 )
 
@@ -210,6 +214,51 @@ def decide_expired(attempt: int, max_attempts: int, cancel_requested: bool) -> D
     if attempt >= max_attempts:
         return Decision(RunState.DEAD, "lost")
     return Decision(RunState.FAILED, "lost")
+
+
+def waiting_reason(facts: WaitFacts | None) -> Waiting | None:
+    """The one reason a run waits (SPEC §7.1), from the facts the store read with the
+    claim's own predicates; None for a run that is leased or final (``facts`` None or not
+    ``pending``/``failed``).
+
+    The reasons are ordered by what must change first for the run to start: a paused job
+    (nothing runs it until ``resume``), no live daemon; then a run the claim would take
+    (``claimable``) waits only for a free worker (``workers``); else its time (``backoff``
+    for a retry, else ``not_due``), a held lock, a leased run of the same job (overlap).
+    """
+    if facts is None or facts.state not in (RunState.PENDING, RunState.FAILED):
+        return None
+    if facts.paused:
+        return Waiting(WaitReason.PAUSED, f"job {facts.job_name} is paused (jobctl resume)")
+    if facts.live_daemons == 0:
+        return Waiting(WaitReason.NO_DAEMON, "no daemon is running; start one with jobctl daemon")
+    if facts.claimable:
+        return _workers(facts.leased_runs)
+    if not facts.due:
+        when = iso(facts.not_before)
+        if facts.state is RunState.FAILED:
+            return Waiting(WaitReason.BACKOFF, f"retry at {when}", until=facts.not_before)
+        return Waiting(WaitReason.NOT_DUE, f"due at {when}", until=facts.not_before)
+    if facts.lock is not None:
+        name, holder = facts.lock
+        return Waiting(
+            WaitReason.LOCK, f"lock {name} is held by run {holder}", lock=name, run_id=holder
+        )
+    if facts.overlap_run_id is not None:
+        return Waiting(
+            WaitReason.OVERLAP,
+            f"run {facts.overlap_run_id} of job {facts.job_name} is running",
+            run_id=facts.overlap_run_id,
+        )
+    return _workers(facts.leased_runs)  # not reached while the store's facts agree
+
+
+def _workers(leased_runs: int) -> Waiting:
+    n = leased_runs
+    return Waiting(
+        WaitReason.WORKERS,
+        f"due and free: every worker is busy ({n} run{'' if n == 1 else 's'} running)",
+    )
 
 
 class FireHeap:

@@ -64,6 +64,7 @@ def add(
         spec, next_fire(spec.trigger, now), now, paused=paused, replace_existing=replace_
     )
     obj.poke(f"job:{job.id}")
+    obj.warn_if_no_daemon()
     _emit_job(obj, job, as_json, "replaced" if replace_ else "added")
 
 
@@ -106,6 +107,7 @@ def edit(
     nxt = next_fire(changes["trigger"], now) if restart else None
     job = store.edit_job(name, changes, now, next_run_at=nxt, restart_schedule=restart)
     obj.poke(f"job:{job.id}")
+    obj.warn_if_no_daemon()
     _emit_job(obj, job, as_json, "edited")
 
 
@@ -241,6 +243,7 @@ def resume(obj: Ctx, name: str) -> None:
     store, now = obj.store(), obj.now()
     job = store.resume_job(name, next_fire(store.get_job(name).trigger, now), now)
     obj.poke(f"job:{job.id}")
+    obj.warn_if_no_daemon()
     output.print_lines([f"resumed {job.name}; next run: {output.local_time(job.next_run_at)}"])
 
 

@@ -34,6 +34,7 @@ from ..models import (
     Plan,
     Run,
     RunState,
+    WaitFacts,
 )
 
 # ------------------------------------------------------------------------- value types
@@ -278,6 +279,26 @@ class CommandStore(Protocol):
 
     def prune(self, cutoff: datetime) -> int:
         """Delete finished runs that ended before ``cutoff``; returns how many."""
+        ...
+
+    def waiting(self, run_id: int, now: datetime) -> WaitFacts | None:
+        """What keeps run ``run_id`` from being claimed at ``now``, read in one statement (or
+        one read transaction) from the very predicates the claim uses; None when the run is
+        not ``pending``/``failed``. Raises NotFound for an unknown id.
+
+        - ``due``: ``not_before <= now``.
+        - ``paused``: its job's state is ``paused``.
+        - ``lock``: ``(name, run id)`` of a leased run (another run) holding one of this
+          run's locks; the smallest name, then the smallest holder id; else None.
+        - ``overlap_run_id``: when its job's overlap is ``forbid`` or ``replace``, the
+          smallest id of another leased run of the same job; else None.
+        - ``claimable``: the claim's whole condition (open, due, locks free, job neither
+          paused nor overlap-blocked), without the per-daemon reserved-worker quota.
+        - ``live_daemons``: daemons whose row has not expired at ``now``; ``leased_runs``:
+          runs in state ``leased``.
+
+        :func:`jobctl.planner.waiting_reason` turns these facts into one reason.
+        """
         ...
 
     # the system --------------------------------------------------------------------

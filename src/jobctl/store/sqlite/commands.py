@@ -21,6 +21,7 @@ from ...models import (
     Run,
     RunReason,
     RunState,
+    WaitFacts,
     Window,
 )
 from ..protocol import CopiedJob, DbInfo, Status
@@ -316,6 +317,28 @@ class SqliteCommands:
             which = "attempts yet" if attempt is None else f"attempt {attempt}"
             raise NotFound(f"run {run_id} has no {which}")
         return attempt_from_row(rows[0]), bytes(rows[0]["output"] or b"")
+
+    def waiting(self, run_id: int, now: datetime) -> WaitFacts | None:
+        rows = self.db.read(sql.WAITING, {"run_id": run_id, "now": to_us(now)})
+        if not rows:
+            raise NotFound(f"no run with id {run_id}")
+        r = rows[0]
+        state = RunState(r["state"])
+        if state not in (RunState.PENDING, RunState.FAILED):
+            return None
+        return WaitFacts(
+            run_id=run_id,
+            job_name=r["job_name"],
+            state=state,
+            not_before=opt_dt(r["not_before"]),
+            due=bool(r["due"]),
+            paused=bool(r["paused"]),
+            lock=None if r["lock_name"] is None else (r["lock_name"], r["lock_holder"]),
+            overlap_run_id=r["overlap_run"],
+            claimable=bool(r["claimable"]),
+            live_daemons=r["live_daemons"],
+            leased_runs=r["leased_runs"],
+        )
 
     def enqueue_run(
         self,
