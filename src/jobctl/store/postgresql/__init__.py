@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from ...clock import Clock
+from ..protocol import CommandStore
 from .commands import PgCommands
 from .daemon import PgDaemonStore
 from .db import EXTRA_MISSING, PgDb, load_driver
@@ -32,7 +33,7 @@ class PostgresStore:
         self.db = db
         #: the URL without its password
         self.location = db.location
-        self.commands = PgCommands(db)
+        self.commands: CommandStore = PgCommands(db)
         self.daemon = PgDaemonStore(db)
 
     @classmethod

@@ -17,9 +17,27 @@ from typing import Any
 
 from ...clock import from_us, to_us
 from ...errors import Conflict, NotFound, StoreError, UsageError
-from ...models import Attempt, DaemonInfo, Job, JobSpec, JobState, Run, RunReason, RunState, Window
+from ...models import (
+    Attempt,
+    DaemonInfo,
+    Job,
+    JobSpec,
+    JobState,
+    Run,
+    RunReason,
+    RunState,
+    WaitFacts,
+    Window,
+)
 from ..protocol import CopiedJob, DbInfo, Status
-from ..sqlite.rows import attempt_from_row, job_from_row, opt_us, run_from_row, settings_json
+from ..sqlite.rows import (
+    attempt_from_row,
+    job_from_row,
+    opt_dt,
+    opt_us,
+    run_from_row,
+    settings_json,
+)
 from ..transfer import attempt_columns, job_columns, run_columns
 from .db import PgDb
 from .schema import SCHEMA_VERSION
@@ -27,8 +45,31 @@ from .schema import SCHEMA_VERSION
 RUN_SELECT = """
 SELECT runs.*, jobs.name AS job_name,
        (SELECT string_agg(l.name, E'\\n' ORDER BY l.name) FROM run_locks l
-        WHERE l.run_id = runs.id) AS lock_list
+        WHERE l.run_id = runs.id) AS lock_list,
+       la.started_at AS attempt_started_at, la.finished_at AS attempt_finished_at,
+       la.host AS attempt_host
 FROM runs JOIN jobs ON jobs.id = runs.job_id
+LEFT JOIN attempts la ON la.run_id = runs.id AND la.attempt = runs.attempt
+"""
+
+# why a run waits, from the predicates the claim uses (held_locks: the locks of leased runs)
+_LOCK_HELD = """
+    FROM run_locks mine JOIN held_locks h ON h.name = mine.name AND h.run_id <> mine.run_id
+    WHERE mine.run_id = runs.id ORDER BY h.name, h.run_id LIMIT 1
+"""
+WAITING = f"""
+SELECT runs.state, runs.not_before, j.name AS job_name,
+    (runs.not_before IS NOT NULL AND runs.not_before <= %(now)s) AS due,
+    (j.state = 'paused') AS paused,
+    (SELECT h.name {_LOCK_HELD}) AS lock_name,
+    (SELECT h.run_id {_LOCK_HELD}) AS lock_holder,
+    CASE WHEN j.overlap IN ('forbid', 'replace') THEN (
+        SELECT sib.id FROM runs sib WHERE sib.job_id = runs.job_id AND sib.id <> runs.id
+        AND sib.state = 'leased' ORDER BY sib.id LIMIT 1) END AS overlap_run,
+    (SELECT COUNT(*) FROM daemons WHERE expires_at >= %(now)s) AS live_daemons,
+    (SELECT COUNT(*) FROM runs r2 WHERE r2.state = 'leased') AS leased_runs
+FROM runs JOIN jobs j ON j.id = runs.job_id
+WHERE runs.id = %(run_id)s
 """
 RUN_BY_ID = RUN_SELECT + " WHERE runs.id = %s"
 
@@ -386,6 +427,30 @@ class PgCommands:
             which = "attempt yet" if attempt is None else f"attempt {attempt}"
             raise NotFound(f"run {run_id} has no {which}")
         return attempt_from_row(rows[0]), bytes(rows[0]["output"] or b"")
+
+    def waiting(self, run_id: int, now: datetime) -> WaitFacts | None:
+        rows = self.db.read(WAITING, {"run_id": run_id, "now": to_us(now)})
+        if not rows:
+            raise NotFound(f"no run with id {run_id}")
+        r = rows[0]
+        state = RunState(r["state"])
+        if state not in (RunState.PENDING, RunState.FAILED):
+            return None
+        lock = None if r["lock_name"] is None else (r["lock_name"], r["lock_holder"])
+        claimable = bool(r["due"]) and not r["paused"] and lock is None
+        return WaitFacts(
+            run_id=run_id,
+            job_name=r["job_name"],
+            state=state,
+            not_before=opt_dt(r["not_before"]),
+            due=bool(r["due"]),
+            paused=bool(r["paused"]),
+            lock=lock,
+            overlap_run_id=r["overlap_run"],
+            claimable=claimable and r["overlap_run"] is None,
+            live_daemons=r["live_daemons"],
+            leased_runs=r["leased_runs"],
+        )
 
     def enqueue_run(
         self,
