@@ -24,7 +24,8 @@ LAYERS = {
     "service": 5,
     "daemon": 6,
     "output": 6,
-    "cli": 7,
+    "web": 7,
+    "cli": 8,
 }
 
 
@@ -100,3 +101,7 @@ def test_only_store_speaks_sql_and_only_cli_uses_click():
             assert "import click" not in text, name
         if name != "output":
             assert "from rich" not in text and "import rich" not in text, name
+        if name != "web":
+            for framework in ("starlette", "uvicorn", "jinja2"):
+                assert f"import {framework}" not in text, name
+                assert f"from {framework}" not in text, name

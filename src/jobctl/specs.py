@@ -7,8 +7,8 @@ one-line message, before anything is written.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -242,3 +242,46 @@ def spec_from_crontab(job: ImportedJob, now: datetime) -> JobSpec:
         jitter_seconds=job.jitter_seconds,
         on_failure=job.on_failure,
     )
+
+
+# ---------------------------------------------------------------------- shared by `jobctl serve`
+
+
+def check_run_key(key: str) -> str:
+    """A keyed run's key (``run --key``): 1 to 1024 characters of UTF-8. Raises UsageError."""
+    check_text(key, "--key")
+    if not key or len(key) > 1024:
+        raise UsageError("invalid --key: 1 to 1024 characters")
+    return key
+
+
+def edit_changes(
+    trig: TriggerOptions,
+    policies: dict[str, Any],
+    now: datetime,
+    current_trigger: Callable[[], Trigger],
+    *,
+    command: str | None = None,
+    rename: str | None = None,
+) -> dict[str, Any]:
+    """What ``edit`` was given -> the JobSpec field changes it makes. Raises UsageError.
+
+    A trigger flag builds a new trigger; ``--tz`` alone re-zones the current cron trigger
+    (``current_trigger`` is called only then); nothing at all is invalid input.
+    """
+    changes = policy_changes(policies)
+    if trig.given():
+        changes["trigger"] = build_trigger(trig, now)
+    elif trig.tz or trig.after_completion or trig.start:
+        current = current_trigger()
+        if current.kind is not TriggerKind.CRON or trig.after_completion or trig.start:
+            raise UsageError("--tz, --start and --after-completion need their trigger flag too")
+        durations.parse_zone(check_text(trig.tz or "", "--tz"))
+        changes["trigger"] = replace(current, tz=trig.tz or current.tz)
+    if command is not None:
+        changes["command"] = join_command([command])
+    if rename is not None:
+        changes["name"] = check_name(rename)
+    if not changes:
+        raise UsageError("nothing to change: give a trigger, a policy, --command or --rename")
+    return changes
