@@ -32,10 +32,10 @@ def spawn_seconds(children: int, width: int) -> float:
 def sqlite_commits_per_second(seconds: float = 1.0) -> float:
     """One-row ``BEGIN IMMEDIATE`` UPDATE commits per second, on a file opened by the
     project's Store (WAL, synchronous=NORMAL, foreign keys, busy timeout)."""
-    from jobctl.store import Store
+    from jobctl.store.sqlite import Db
 
     with tempfile.TemporaryDirectory(prefix="jobctl-bench-") as tmp:
-        store = Store.open(Path(tmp) / "commits.db")
+        store = Db.open(Path(tmp) / "commits.db")
         c = store.conn
         c.execute("CREATE TABLE bench_counter (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
         c.execute("INSERT INTO bench_counter VALUES (1, 0)")

@@ -2,7 +2,7 @@ function _jobctl_completion;
     set -l response (env _JOBCTL_COMPLETE=fish_complete COMP_WORDS=(commandline -cp) COMP_CWORD=(commandline -t) jobctl);
 
     for completion in $response;
-        set -l metadata (string split "," $completion);
+        set -l metadata (string split -m 1 "," $completion);
 
         if test $metadata[1] = "dir";
             __fish_complete_directories $metadata[2];

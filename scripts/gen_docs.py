@@ -131,7 +131,20 @@ daemons may share one database; one of them holds the scheduler lease.
 A job has exactly one trigger: `--cron EXPR` (5 fields, names, macros, `@reboot`),
 `--every DURATION` (fixed rate, or with `--after-completion` fixed delay), `--at TIME`
 or `--in DURATION` (one shot), or `--manual` (runs only from `jobctl run`). A DURATION
-is `90`, `90s`, `5m`, `1h30m`, `2d` or `1w`; a bare number is seconds.
+is `90`, `90s`, `5m`, `1h30m`, `2d` or `1w`: whole numbers with units, a bare number is
+seconds, at least 1s (`--jitter` may be 0) and at most 100 years.
+
+A cron EXPR has the fields minute, hour, day-of-month, month and day-of-week, with `*`,
+lists, ranges, steps over a range and names. Two extensions: `L` alone in day-of-month
+is the month's last day, and `D#N` in day-of-week is the Nth weekday D of the month (N
+1 to 5; `5#2` is the second Friday; it may stand in a list). When neither day field
+starts with `*` a day matches either field (`L` and `D#N` count as restricted), else
+both. Seconds and year fields, `?`, `W`, `H`, `N/step` without a range and wrapping
+ranges are invalid. An expression that can never fire is accepted with a warning.
+
+A command that only reads (`list`, `show`, `next NAME`, `runs`, `logs`, `status`) never
+creates a database: on a missing one it answers as for an empty one after a `warning:`
+line. When standard output is not a terminal, tables are one line a row, never wrapped.
 
 Every reading command takes `--json`: times are ISO 8601 strings in UTC with Z,
 durations are numbers of seconds, absent values are null. Errors are one line on

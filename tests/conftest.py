@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from jobctl.cli import cli as click_cli
-from jobctl.store import Store
+from jobctl.store import open_store
 
 
 def wait_until(
@@ -31,6 +31,75 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+class StoreView:
+    """Both faces of one open store, for tests that play a command and a daemon at once.
+
+    Unknown attributes come from the commands' face, then the daemon's. ``add_job`` computes
+    the first window as the CLI does; ``claim`` and ``finish`` decide as a daemon would.
+    """
+
+    def __init__(self, location: Any) -> None:
+        self.handle = open_store(location)
+        self.commands = self.handle.commands
+        self.daemon = self.handle.daemon
+
+    @property
+    def conn(self) -> Any:
+        return self.handle.db.conn  # SQLite only
+
+    def write(self) -> Any:
+        return self.handle.db.write()  # SQLite only
+
+    def add_job(self, spec: Any, now: Any, **kw: Any) -> Any:
+        from jobctl.triggers import next_fire
+
+        return self.commands.add_job(spec, next_fire(spec.trigger, now), now, **kw)
+
+    def claim(
+        self, daemon: str, host: str, now: Any, lease: float, limit: int = 10
+    ) -> tuple[list[Any], list[Any]]:
+        from jobctl import planner
+
+        claimed, ended = self.daemon.claim_runs(
+            daemon,
+            host,
+            now,
+            lease,
+            limit=limit,
+            low_limit=None,
+            reserved_priority=None,
+            on_expired=lambda e: planner.decide_expired(
+                e.attempt, e.max_attempts, e.cancel_requested
+            ),
+        )
+        return claimed, [r for r, _ in ended]
+
+    def finish(self, run: Any, attempt: int, daemon: str, now: Any, exit_code: int = 0) -> Any:
+        import random
+
+        from jobctl import planner
+        from jobctl.models import AttemptResult
+
+        result = AttemptResult(exit_code)
+        decision = planner.decide(run, attempt, result, now, random.Random(0))
+        return self.daemon.finish_attempt(run.id, attempt, daemon, now, result, decision)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return getattr(self.commands, name)
+        except AttributeError:
+            return getattr(self.daemon, name)
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def __enter__(self) -> StoreView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Jobctl:
@@ -53,8 +122,8 @@ class Jobctl:
     def json(self, *args: str) -> Any:
         return json.loads(self(*args, "--json").stdout)
 
-    def store(self) -> Store:
-        return Store.open(self.db)
+    def store(self) -> StoreView:
+        return StoreView(self.db)
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import StoreView
 
 from jobctl.cli import main
 from jobctl.models import RunState
-from jobctl.store import Store
 
 UTC = UTC
 
@@ -129,8 +129,8 @@ class Jobctl:
     def json(self, *args: str) -> Any:
         return self.ok(*args, "--json").json()
 
-    def store(self) -> Store:
-        return Store.open(self.db)
+    def store(self) -> StoreView:
+        return StoreView(self.db)
 
 
 @pytest.fixture
@@ -177,8 +177,8 @@ def check_run_json(run: dict[str, Any]) -> None:
 
 def lease(db: Path, limit: int = 10) -> list[Any]:
     """Make due runs ``leased`` the way a daemon would (a claim through the store)."""
-    with Store.open(db) as store:
-        claimed, _dead = store.claim_runs(
+    with StoreView(db) as store:
+        claimed, _dead = store.claim(
             "test-daemon", "test-host", now() + timedelta(seconds=1), 30, limit=limit
         )
     return [c.run for c in claimed]
@@ -186,25 +186,24 @@ def lease(db: Path, limit: int = 10) -> list[Any]:
 
 def make_dead(db: Path, *run_ids: int) -> None:
     """Claim the runs and finish their attempt ``dead``, as a daemon does after the last try."""
-    with Store.open(db) as store:
-        claimed, _ = store.claim_runs(
+    with StoreView(db) as store:
+        claimed, _ = store.claim(
             "test-daemon", "test-host", now() + timedelta(seconds=1), 30, limit=50
         )
         attempts = {c.run.id: c.run.attempt for c in claimed}
         assert set(run_ids) <= set(attempts), "a run could not be claimed"
+        from jobctl.models import AttemptResult, Decision
+
         for run_id in run_ids:
-            applied, _ = store.finish_attempt(
+            done = store.daemon.finish_attempt(
                 run_id,
                 attempts[run_id],
                 "test-daemon",
                 now() + timedelta(seconds=1),
-                exit_code=3,
-                error="exit 3",
-                output=b"boom\n",
-                output_bytes=5,
-                outcome=RunState.DEAD,
+                AttemptResult(3, output=b"boom\n", output_bytes=5),
+                Decision(RunState.DEAD, "exit 3"),
             )
-            assert applied
+            assert done.state is RunState.DEAD
 
 
 # ---------------------------------------------------------------------- add
@@ -342,7 +341,7 @@ def test_add_policies(jobctl: Jobctl) -> None:
 
 
 def test_add_defaults(jobctl: Jobctl) -> None:
-    jobctl.ok("add", "j", "--manual", "--", "true")
+    jobctl.ok("add", "j", "--cron", "@daily", "--", "true")
     job = jobctl.json("show", "j")
     assert (job["catchup"], job["catchup_limit"], job["overlap"]) == ("once", 6, "forbid")
     assert (job["timeout"], job["retries"], job["backoff"]) == (None, 2, 10)
@@ -426,14 +425,14 @@ def test_edit_runs_already_created_keep_their_settings(jobctl: Jobctl) -> None:
     after = jobctl.json("runs", "j")[0]
     assert after["id"] == run["id"]
     assert after["priority"] == 3
-    with Store.open(jobctl.db) as store:
+    with StoreView(jobctl.db) as store:
         r = store.get_run(run["id"])
     assert r.max_attempts == 2
     assert r.settings is not None and r.settings.command == "echo old"
     assert r.settings.env == {}
     new = jobctl.json("run", "j")
     assert new["priority"] == 9
-    with Store.open(jobctl.db) as store:
+    with StoreView(jobctl.db) as store:
         r2 = store.get_run(new["id"])
     assert r2.max_attempts == 8 and r2.settings is not None and r2.settings.command == "echo new"
 
@@ -570,9 +569,11 @@ def test_status(jobctl: Jobctl) -> None:
 
 
 def test_status_lists_live_daemons(jobctl: Jobctl) -> None:
-    with Store.open(jobctl.db) as store:
-        store.register_daemon("d1", 4242, "hostx", None, now(), 60)
-        store.heartbeat("d1", now(), 60, want_leader=True, held=[])
+    with StoreView(jobctl.db) as store:
+        store.register_daemon("d1", 4242, "hostx", "boot", now(), 60)
+        store.heartbeat(
+            "d1", now(), 60, want_leader=True, held=[], host="hostx", pid=4242, boot_id="boot"
+        )
     data = jobctl.json("status")
     assert len(data["daemons"]) == 1
     d = data["daemons"][0]
@@ -634,7 +635,7 @@ def test_next_default_count_and_human(jobctl: Jobctl) -> None:
         "-n",
         "1",
     )
-    assert r.out == "2025-01-01T12:00:00+01:00\n"
+    assert r.out == "2025-01-01 12:00:00 CET\n"  # people get one local style; --json ISO UTC
 
 
 def test_next_strictly_after_from(jobctl: Jobctl) -> None:
@@ -876,7 +877,7 @@ def test_retry_dead_by_run_id(jobctl: Jobctl) -> None:
     claimed = lease(jobctl.db)
     assert [r.attempt for r in claimed] == [2]
     assert jobctl.json("logs", str(rid), "--attempt", "1")["exit_code"] == 3
-    with Store.open(jobctl.db) as store:
+    with StoreView(jobctl.db) as store:
         assert [a.attempt for a in store.get_attempts(rid)] == [1, 2]
         assert store.get_run(rid).max_attempts == 1 + 2
 
@@ -887,7 +888,7 @@ def test_retry_dead_by_name_and_all(jobctl: Jobctl) -> None:
     ra = int(jobctl.ok("run", "a").out)
     rb = int(jobctl.ok("run", "b").out)
     make_dead(jobctl.db, ra, rb)
-    assert jobctl.ok("retry-dead", "a").out == "1 dead runs back to pending\n"
+    assert jobctl.ok("retry-dead", "a").out == "1 dead run back to pending\n"
     assert {r["id"] for r in jobctl.json("runs", "--state", "dead")} == {rb}
     assert [r["id"] for r in jobctl.json("retry-dead", "--all")] == [rb]
     assert jobctl.json("runs", "--state", "dead") == []
@@ -913,7 +914,7 @@ def test_prune(jobctl: Jobctl) -> None:
     live = int(jobctl.ok("run", "j").out)
     jobctl.ok("cancel", str(old))
     assert jobctl.ok("prune", "--older-than", "1h").out == "pruned 0 runs\n"
-    with Store.open(jobctl.db) as store:
+    with StoreView(jobctl.db) as store:
         n = store.prune(now() + timedelta(seconds=5))
     assert n == 1
     assert [r["id"] for r in jobctl.json("runs")] == [live]
@@ -924,7 +925,7 @@ def test_prune_cli_deletes_finished_runs_only(jobctl: Jobctl) -> None:
     done = int(jobctl.ok("run", "j").out)
     jobctl.ok("run", "j")
     jobctl.ok("cancel", str(done))
-    with Store.open(jobctl.db) as store:  # age the cancelled run by two days
+    with StoreView(jobctl.db) as store:  # age the cancelled run by two days
         store.conn.execute(
             "UPDATE runs SET finished_at = finished_at - 172800000000, "
             "scheduled_for = scheduled_for - 172800000000 WHERE id = ?",
@@ -1174,6 +1175,7 @@ def test_entry_point_errors(tmp_path: Path) -> None:
     p = _run_jobctl(db, "add", "j", "--cron", "5-3 * * * *", "--", "true")
     assert p.returncode == 2
     assert p.stderr.decode().startswith("Error: ") and len(p.stderr.splitlines()) == 1
+    assert _run_jobctl(db, "add", "j", "--manual", "--", "true").returncode == 0
     p = _run_jobctl(db, "show", "nope")
     assert p.returncode == 1 and p.stderr.startswith(b"Error: ")
 

@@ -336,11 +336,11 @@ def test_no_percent_means_no_stdin() -> None:
 def test_escaped_percent_is_literal() -> None:
     job = only_job(r"0 * * * * date +\%Y-\%m-\%d > /tmp/d%50\% done\%%x" + "\n")
     assert job.command == "date +%Y-%m-%d > /tmp/d"
-    assert job.stdin == "50% done%\nx"
+    assert job.stdin == "50% done%\nx\n"
 
 
 def test_split_percent_keeps_other_backslashes() -> None:
-    assert split_percent(r"echo \n \\%in") == (r"echo \n \\", "in")
+    assert split_percent(r"echo \n \\%in") == (r"echo \n \\", "in\n")
     assert split_percent(r"a\\\%b") == (r"a\\%b", None)
 
 
@@ -363,7 +363,7 @@ def test_last_line_without_newline() -> None:
 def test_crlf_line_endings() -> None:
     report = parse('SHELL=/bin/bash\r\nA = "x"\r\n0 * * * * echo hi%in\r\n@daily two\r\n')
     assert report.errors == []
-    assert [(j.command, j.stdin) for j in report.jobs] == [("echo hi", "in"), ("two", None)]
+    assert [(j.command, j.stdin) for j in report.jobs] == [("echo hi", "in\n"), ("two", None)]
     assert report.jobs[0].shell == "/bin/bash"
     assert report.jobs[0].env == {"A": "x"}
 

@@ -61,7 +61,7 @@ def test_retries_backoff_dead_on_failure_once_and_retry_dead(jobctl, start_daemo
         "--retries",
         "2",
         "--backoff",
-        "0.2s",
+        "1s",
         "--on-failure",
         f'echo "$JOBCTL_STATE $JOBCTL_ERROR $(cat)" >> {hook_log}',
         "--",
@@ -84,7 +84,7 @@ def test_retries_backoff_dead_on_failure_once_and_retry_dead(jobctl, start_daemo
         lambda: (
             _run(jobctl, run["id"]).state is RunState.DEAD and _run(jobctl, run["id"]).attempt == 6
         ),
-        15,
+        40,  # 1s is the shortest backoff now; retries 4 and 5 wait up to 8 s and 16 s
         what="dead again",
     )
     assert [a.attempt for a in _attempts(jobctl, run["id"])] == [1, 2, 3, 4, 5, 6]
@@ -143,19 +143,28 @@ def test_catchup_policies_after_downtime(jobctl, start_daemon):
     for name in ("skip", "once", "all"):
         wait_until(
             lambda n=name: any(
-                r["reason"] == "schedule" and r["scheduled_for"] > stopped.isoformat()
+                r["reason"] == "schedule"
+                and r["state"] != "skipped"
+                and r["scheduled_for"] > stopped.isoformat()
                 for r in _runs(jobctl, n)
             ),
             10,
             what=f"{name} resumes",
         )
     for name in ("skip", "once", "all"):
-        rows = [r for r in _runs(jobctl, name) if r["reason"] == "catchup"]
+        rows = [
+            r
+            for r in _runs(jobctl, name)
+            if r["reason"] == "catchup" or r["skip_reason"] == "missed"
+        ]
         skipped = [r for r in rows if r["state"] == "skipped"]
         ran = [r for r in rows if r["state"] != "skipped"]
         missed = len(rows)
         assert 4 <= missed <= 6, (name, rows)
         assert all(r["skip_reason"] == "missed" for r in skipped)
+        # a skipped row keeps reason schedule; catchup marks only the runs that catch up
+        assert all(r["reason"] == "schedule" for r in skipped), skipped
+        assert all(r["reason"] == "catchup" for r in ran), ran
         job = jobctl.json("show", name)
         if name == "skip":
             assert ran == [] and job["missed_total"] == missed
@@ -338,7 +347,7 @@ def test_fixed_delay_never_overlaps(jobctl, start_daemon):
 
 
 def test_unsafe_database_is_refused(jobctl, db, start_daemon):
-    jobctl("list")
+    jobctl("add", "seed", "--manual", "--", "true")  # creates the file
     os.chmod(db, 0o666)
     d = start_daemon(ready=False)
     assert d.proc.wait(10) == 1
@@ -418,12 +427,17 @@ def test_orphan_without_recorded_group_is_found_and_killed(jobctl, start_daemon)
     run = jobctl.json("run", "work")
     store = jobctl.store()
     now = store.get_run(run["id"]).scheduled_for
-    claimed, _ = store.claim_runs("ghost", socket.gethostname(), now, 0.5, limit=1)
-    assert claimed and claimed[0].run.pgid is None
+    claimed, _ = store.claim("ghost", socket.gethostname(), now, 0.5, limit=1)
+    assert claimed and store.get_attempts(run["id"])[0].pid is None
     orphan = subprocess.Popen(
         ["sh", "-c", "exec sleep 60"],
         start_new_session=True,
-        env={**os.environ, "JOBCTL_RUN_ID": str(run["id"]), "JOBCTL_ATTEMPT": "1"},
+        env={
+            **os.environ,
+            "JOBCTL_RUN_ID": str(run["id"]),
+            "JOBCTL_ATTEMPT": "1",
+            "JOBCTL_DB": str(jobctl.db.resolve()),  # what a child of this database carries
+        },
     )
     try:
         start_daemon()

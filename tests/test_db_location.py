@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import StoreView
 
 from jobctl.cli import main
 from jobctl.paths import resolve_db_path
-from jobctl.store import Store
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -108,14 +108,14 @@ def test_file_0600_folder_0700_under_umask_0(
     assert code == 0, err
     assert mode(db) == 0o600
     assert mode(db.parent) == 0o700
-    with Store.open(db) as store:  # an open connection keeps -wal and -shm around
+    with StoreView(db) as store:  # an open connection keeps -wal and -shm around
         store.enqueue_run("j", __import__("jobctl.clock").clock.SystemClock().now())
         for suffix in ("-wal", "-shm"):
             side = db.with_name(db.name + suffix)
             assert side.exists(), suffix
             assert mode(side) == 0o600, (suffix, oct(mode(side)))
     # a file created under umask 0 by the default path too
-    code, _, err = run(capsys, "list")
+    code, _, err = run(capsys, "add", "j", "--manual", "--", "true")
     assert code == 0, err
     default = home / "xdg" / "jobctl" / "jobctl.db"
     assert mode(default) == 0o600 and mode(default.parent) == 0o700
@@ -123,7 +123,7 @@ def test_file_0600_folder_0700_under_umask_0(
 
 def test_wal_mode_and_schema_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "j.db"
-    assert run(capsys, "--db", str(db), "list")[0] == 0
+    assert run(capsys, "--db", str(db), "add", "j", "--manual", "--", "true")[0] == 0
     conn = sqlite3.connect(db)
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -136,7 +136,7 @@ def test_existing_file_mode_is_left_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = tmp_path / "j.db"
-    assert run(capsys, "--db", str(db), "list")[0] == 0
+    assert run(capsys, "--db", str(db), "add", "j", "--manual", "--", "true")[0] == 0
     os.chmod(db, 0o640)
     assert run(capsys, "--db", str(db), "list")[0] == 0
     assert mode(db) == 0o640
@@ -166,9 +166,49 @@ def test_directory_as_db_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_uncreatable_folder_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    code, _, err = run(capsys, "--db", str(blocker / "sub" / "j.db"), "list")
+    code, _, err = run(
+        capsys, "--db", str(blocker / "sub" / "j.db"), "add", "j", "--manual", "--", "x"
+    )
     assert code == 1
     assert_error(err)
+
+
+READING = [
+    ["list"],
+    ["list", "--json"],
+    ["runs"],
+    ["runs", "--json"],
+    ["status"],
+    ["status", "--json"],
+    ["next", "j"],
+    ["show", "j"],
+    ["logs", "1"],
+]
+
+
+@pytest.mark.parametrize("args", READING)
+def test_reading_commands_create_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    db = tmp_path / "nonexistent" / "sub" / "x.db"
+    code, out, err = run(capsys, "--db", str(db), *args)
+    assert not db.parent.parent.exists()  # no folder, no file
+    assert err.splitlines()[0] == f"warning: no database at {db}"
+    if args[0] in ("show", "next", "logs"):  # as on an empty database: not found
+        assert code == 1 and err.splitlines()[1].startswith("Error: ")
+    else:
+        assert code == 0, err
+    if args == ["list", "--json"] or args == ["runs", "--json"]:
+        assert json.loads(out) == []
+    if args == ["status", "--json"]:
+        assert json.loads(out)["daemons"] == []
+
+
+def test_empty_db_option_is_invalid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for args in (["list"], ["add", "j", "--manual", "--", "true"]):
+        code, _, err = run(capsys, "--db", "", *args)
+        assert code == 2, err
+        assert_error(err)
 
 
 def test_newer_schema_is_refused_untouched(

@@ -9,16 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobctl.durations import (
-    format_duration,
-    local_zone_name,
-    parse_duration,
-    parse_relative,
-    parse_time,
-    parse_zone,
-    resolve_wall_time,
-)
+from jobctl.durations import format_duration, parse_duration, parse_relative, parse_time
 from jobctl.errors import UsageError
+from jobctl.zones import local_zone_name, parse_zone, resolve_wall_time
 
 UTC = UTC
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -33,8 +26,6 @@ NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
         ("1h30m", 5400),
         ("2d", 172_800),
         ("1w", 604_800),
-        ("0.5", 0.5),
-        ("0.5s", 0.5),
         (" 5m\t", 300),
         ("1w2d3h4m5s", 604_800 + 2 * 86_400 + 3 * 3600 + 4 * 60 + 5),
         ("1d12h", 129_600),
@@ -70,11 +61,29 @@ def test_parse_duration_valid(text: str, seconds: float) -> None:
         "h30m",
         "30m1h",
         ".5",
+        "1.5h",
+        "0.5",
+        "0.5s",
+        "0.000001",
+        "-1",
+        "1e3",
+        "99999999999999999999999",
     ],
 )
 def test_parse_duration_invalid(text: str) -> None:
-    with pytest.raises(UsageError, match="invalid duration .*: use e.g. 90, 90s, 5m"):
+    with pytest.raises(UsageError, match="invalid duration .*: (use e.g. 90, 90s, 5m|at most)"):
         parse_duration(text)
+
+
+def test_durations_are_whole_seconds_from_1s_to_100_years() -> None:
+    assert parse_duration("1") == 1.0
+    assert parse_duration("5214w") == 5214 * 604_800  # just under 100 years
+    with pytest.raises(UsageError, match="at most 100 years"):
+        parse_duration("5215w")
+    with pytest.raises(UsageError):
+        parse_duration("0")
+    assert parse_duration("0", allow_zero=True) == 0.0  # --jitter 0
+    assert parse_duration("0s", allow_zero=True) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -107,7 +116,7 @@ def test_parse_duration_garbage_is_usage_error_or_positive(text: str) -> None:
         value = parse_duration(text)
     except UsageError:
         return
-    assert value > 0
+    assert value >= 1 and value == int(value)
 
 
 @pytest.mark.parametrize(

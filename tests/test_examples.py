@@ -36,7 +36,7 @@ def test_digest_example(jobctl, start_daemon, db, tmp_path):
     env = _env(db, DIGEST_USERS="alice bob broken-carol", DIGEST_OUTBOX=str(outbox))
     _sh("examples/digest/setup.sh", env)
     assert jobctl.json("show", "digest-fanout")["trigger"]["expr"] == "0 8 * * *"
-    jobctl("edit", "digest", "--backoff", "0.1s")  # a minute is too long for a test
+    jobctl("edit", "digest", "--backoff", "1s")  # a minute is too long for a test
     start_daemon(env={k: env[k] for k in ("PATH", "DIGEST_USERS", "DIGEST_OUTBOX")})
     for _ in range(2):  # a retried fan-out enqueues nothing twice
         assert jobctl("run", "digest-fanout", "--wait").exit_code == 0

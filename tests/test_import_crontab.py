@@ -223,3 +223,28 @@ def test_no_argument_reads_crontab_l(db: Path, tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["jobs"][0]["command"] == "echo from-crontab"
+
+
+def test_last_day_and_nth_weekday_import(db: Path) -> None:
+    text = "CRON_TZ=UTC\n0 23 L * * echo month-end\n0 9 * * 5#2,1#1 echo meeting\n"
+    report = imported(db, "-", stdin=text)
+    assert report["errors"] == []
+    jobs = {j["name"]: j for j in listed(db)}
+    assert jobs["cron-1"]["trigger"]["expr"] == "0 23 L * *"
+    assert jobs["cron-2"]["trigger"]["expr"] == "0 9 * * 5#2,1#1"
+    assert jobs["cron-1"]["next_run_at"] is not None and jobs["cron-2"]["next_run_at"] is not None
+    proc = jobctl(db, "next", "cron-1", "--from", "2025-02-01T00:00Z", "-n", "2", "--json")
+    assert json.loads(proc.stdout) == ["2025-02-28T23:00:00Z", "2025-03-31T23:00:00Z"]
+
+
+def test_percent_stdin_ends_with_a_newline_as_cron_writes_it(db: Path) -> None:
+    report = imported(db, "-", stdin="0 * * * * cat \\%\\% % stdin%with%lines\n")
+    assert report["jobs"][0]["command"] == "cat %% "
+    assert report["jobs"][0]["stdin"] == " stdin\nwith\nlines\n"
+
+
+@pytest.mark.parametrize("schedule", ["0 0 LW * *", "0 0 ? * *", "0 0 * * 5L", "H 0 * * *"])
+def test_other_dialect_extensions_are_reported(db: Path, schedule: str) -> None:
+    proc = jobctl(db, "import-crontab", "-", stdin=f"{schedule} true\n")
+    assert proc.returncode == 2 and "line 1" in proc.stderr
+    assert not db.exists()

@@ -36,7 +36,7 @@ def test_digest_fan_out_one_run_per_user_and_day(jobctl, start_daemon, db, tmp_p
         "--retries",
         "1",
         "--backoff",
-        "0.2s",
+        "1s",
         "--",
         f'[ "$USER_ID" = u3 ] && {{ echo "no mailbox for u3"; exit 1; }}; '
         f'echo "$USER_ID $JOBCTL_RUN_KEY" >> {out}',

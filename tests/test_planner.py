@@ -33,9 +33,7 @@ def every_job(seconds: float, catchup: Catchup, limit: int = 6, next_run=None) -
         spec=spec,
         state=JobState.ACTIVE,
         created_at=T0,
-        schedule_from=T0,
         next_run_at=next_run or T0 + timedelta(seconds=seconds),
-        last_window_at=None,
         missed_total=0,
         last_boot_id=None,
     )
@@ -48,7 +46,7 @@ def cron_job(expr: str, catchup: Catchup, next_run: datetime, tz: str = "UTC") -
         command="true",
         catchup=catchup,
     )
-    return Job(1, spec, JobState.ACTIVE, T0, T0, next_run, None, 0, None)
+    return Job(1, spec, JobState.ACTIVE, T0, next_run, 0, None)
 
 
 def states(plan):
@@ -82,6 +80,16 @@ def test_downtime_skip_records_every_window_skipped():
     )
     assert plan.missed_increment == 4
     assert plan.next_run_at == T0 + timedelta(seconds=10)
+
+
+def test_skipped_missed_windows_keep_reason_schedule():
+    now = T0 + timedelta(seconds=9)
+    for catchup in (Catchup.SKIP, Catchup.ONCE, Catchup.ALL):
+        plan = plan_due(every_job(2, catchup, limit=1), now, missed=True, rng=random.Random(1))
+        skipped = [w for w in plan.windows if w.state is RunState.SKIPPED]
+        ran = [w for w in plan.windows if w.state is RunState.PENDING]
+        assert skipped and all(w.reason is RunReason.SCHEDULE for w in skipped), catchup
+        assert all(w.reason is RunReason.CATCHUP for w in ran), catchup
 
 
 def test_downtime_once_runs_latest_with_catchup_from_earliest():
@@ -127,7 +135,7 @@ def test_cron_missed_over_a_week_once():
 def test_jitter_delays_not_before_within_bound():
     trig = Trigger(TriggerKind.INTERVAL, tz="UTC", every_seconds=60, anchor=T0)
     spec = JobSpec(name="j", trigger=trig, command="true", jitter_seconds=30)
-    job = Job(1, spec, JobState.ACTIVE, T0, T0, T0 + timedelta(seconds=60), None, 0, None)
+    job = Job(1, spec, JobState.ACTIVE, T0, T0 + timedelta(seconds=60), 0, None)
     for seed in range(20):
         plan = plan_due(job, T0 + timedelta(seconds=60), missed=False, rng=random.Random(seed))
         nb = plan.windows[0].not_before
@@ -169,3 +177,17 @@ def test_fake_clock_only_moves_when_told():
     assert c.now() == T0
     c.advance(5)
     assert to_us(c.now()) - to_us(T0) == 5_000_000
+
+
+def test_last_day_and_nth_weekday_jobs_fire_through_the_planner():
+    """The daemon's path (planner -> triggers) takes the L and # extensions."""
+    jan31 = datetime(2025, 1, 31, tzinfo=UTC)
+    plan = plan_due(
+        cron_job("0 0 L * *", Catchup.ONCE, jan31), jan31, missed=False, rng=random.Random(1)
+    )
+    assert [w.scheduled_for for w in plan.windows] == [jan31]
+    assert plan.next_run_at == datetime(2025, 2, 28, tzinfo=UTC)
+    second_friday = datetime(2025, 1, 10, 9, tzinfo=UTC)
+    job = cron_job("0 9 * * 5#2", Catchup.ONCE, second_friday)
+    plan = plan_due(job, second_friday, missed=False, rng=random.Random(1))
+    assert plan.next_run_at == datetime(2025, 2, 14, 9, tzinfo=UTC)

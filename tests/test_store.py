@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from jobctl import planner
 from jobctl.errors import Conflict, NotFound, StoreError
-from jobctl.models import JobSpec, Overlap, RunReason, RunState, Trigger, TriggerKind
-from jobctl.store import SCHEMA_VERSION, Store, WindowRow, _migrations, schema_sql, split_statements
+from jobctl.models import (
+    AttemptResult,
+    JobSpec,
+    Overlap,
+    RunReason,
+    RunState,
+    Trigger,
+    TriggerKind,
+    Window,
+)
+from jobctl.store.sqlite import (
+    SCHEMA_VERSION,
+    SqliteStore,
+    migrations,
+    schema_sql,
+    split_statements,
+)
+from jobctl.triggers import next_fire
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -18,9 +36,28 @@ def manual(name: str, **kw) -> JobSpec:
     return JobSpec(name=name, trigger=Trigger(TriggerKind.MANUAL, tz="UTC"), command="true", **kw)
 
 
+class S:
+    """Both faces of one SQLite store, for tests that play command and daemon at once."""
+
+    def __init__(self, path) -> None:
+        self.handle = SqliteStore.open(path)
+        self.c = self.handle.commands
+        self.d = self.handle.daemon
+        self.conn = self.handle.db.conn
+
+    def add_job(self, spec: JobSpec, now: datetime, **kw):
+        return self.c.add_job(spec, next_fire(spec.trigger, now), now, **kw)
+
+    def __getattr__(self, name: str):
+        return getattr(self.c, name)
+
+    def close(self) -> None:
+        self.handle.close()
+
+
 @pytest.fixture
 def store(tmp_path):
-    s = Store.open(tmp_path / "j.db")
+    s = S(tmp_path / "j.db")
     yield s
     s.close()
 
@@ -31,14 +68,38 @@ def _dump(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
     ).fetchall()
 
 
+def _finish(store, run, attempt, daemon, now, code=0, rng=None):
+    result = AttemptResult(
+        code, output=b"hi" if code == 0 else b"", output_bytes=2 if code == 0 else 0
+    )
+    decision = planner.decide(run, attempt, result, now, rng or random.Random(0))
+    return store.d.finish_attempt(run.id, attempt, daemon, now, result, decision)
+
+
+def _fire(store, job, now, has_leased_ok=True):
+    due = [
+        (
+            job.id,
+            int((job.next_run_at - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(microseconds=1)),
+        )
+    ]
+
+    def plan(j, has_leased):
+        return planner.plan_due(
+            j, now, missed=False, rng=random.Random(0), has_leased_run=has_leased
+        )
+
+    return store.d.fire(due, now, plan)
+
+
 def test_migrations_reproduce_schema_sql(tmp_path):
-    migrated = Store.open(tmp_path / "m.db")
+    migrated = SqliteStore.open(tmp_path / "m.db")
     reference = sqlite3.connect(":memory:")
     for stmt in split_statements(schema_sql()):
         reference.execute(stmt)
-    assert [tuple(r) for r in migrated.schema_dump()] == [tuple(r) for r in _dump(reference)]
-    assert migrated.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-    assert max(n for n, _ in _migrations()) == SCHEMA_VERSION
+    assert [tuple(r) for r in migrated.db.schema_dump()] == [tuple(r) for r in _dump(reference)]
+    assert migrated.db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert max(n for n, _ in migrations()) == SCHEMA_VERSION
 
 
 def test_newer_schema_is_refused_untouched(tmp_path):
@@ -48,7 +109,7 @@ def test_newer_schema_is_refused_untouched(tmp_path):
     conn.close()
     before = path.read_bytes()
     with pytest.raises(StoreError, match="newer"):
-        Store.open(path)
+        SqliteStore.open(path)
     assert path.read_bytes() == before
 
 
@@ -56,12 +117,12 @@ def test_garbage_file_is_a_store_error(tmp_path):
     path = tmp_path / "g.db"
     path.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreError):
-        Store.open(path)
+        SqliteStore.open(path)
 
 
 def test_wal_mode_and_permissions(tmp_path):
     path = tmp_path / "sub" / "j.db"
-    s = Store.open(path)
+    s = S(path)
     s.add_job(manual("a"), T0)
     assert s.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert (path.stat().st_mode & 0o777) == 0o600
@@ -82,9 +143,22 @@ def test_add_conflict_and_replace(store):
         store.get_job("nope")
 
 
+def _expired(lease):
+    return planner.decide_expired(lease.attempt, lease.max_attempts, lease.cancel_requested)
+
+
 def _claim(store, daemon="d1", now=T0, lease=30.0, limit=10):
-    claimed, dead = store.claim_runs(daemon, "host", now, lease, limit=limit)
-    return [c.run for c in claimed], dead
+    claimed, ended = store.d.claim_runs(
+        daemon,
+        "host",
+        now,
+        lease,
+        limit=limit,
+        low_limit=None,
+        reserved_priority=None,
+        on_expired=_expired,
+    )
+    return [c.run for c in claimed], [r for r, _ in ended]
 
 
 def test_claim_is_exclusive_and_fenced(store):
@@ -99,34 +173,17 @@ def test_claim_is_exclusive_and_fenced(store):
     later = T0 + timedelta(seconds=31)
     taken, _ = _claim(store, "d2", now=later)
     assert taken[0].attempt == 2
-    ok, _ = store.finish_attempt(
-        run.id,
-        1,
-        "d1",
-        later,
-        exit_code=0,
-        error=None,
-        output=b"",
-        output_bytes=0,
-        outcome=RunState.SUCCEEDED,
+    done = _finish(store, got[0], 1, "d1", later)
+    assert done.state is None
+    renewal = store.d.heartbeat(
+        "d1", later, 30, want_leader=False, held=[(run.id, 1)], host="h", pid=1, boot_id="b"
     )
-    assert not ok
-    _leader, lost, _ = store.heartbeat("d1", later, 30, want_leader=False, held=[(run.id, 1)])
-    assert lost == {run.id}
+    assert renewal.lost == {run.id}
     attempts = store.get_attempts(run.id)
     assert [(a.attempt, a.error) for a in attempts] == [(1, "lost"), (2, None)]
-    ok, _ = store.finish_attempt(
-        run.id,
-        2,
-        "d2",
-        later,
-        exit_code=0,
-        error=None,
-        output=b"hi",
-        output_bytes=2,
-        outcome=RunState.SUCCEEDED,
-    )
-    assert ok and store.get_run(run.id).state is RunState.SUCCEEDED
+    done = _finish(store, taken[0], 2, "d2", later)
+    assert done.state is RunState.SUCCEEDED
+    assert store.get_run(run.id).state is RunState.SUCCEEDED
 
 
 def test_claim_priority_order(store):
@@ -164,15 +221,15 @@ def test_keyed_run_is_unique(store):
     assert created_a and not created_b and a.id == b.id
     assert b.env == {"USER_ID": "1"}
     with pytest.raises(StoreError, match="UNIQUE"):  # a constraint, not a check in Python
-        with store.write() as c:
+        with store.handle.db.write() as c:
             c.execute(
-                "INSERT INTO runs (job_id, scheduled_for, state, reason, run_key, created_at) "
-                "VALUES (?, 1, 'pending', 'manual', 'u1:2026-01-01', 0)",
+                "INSERT INTO runs (job_id, scheduled_for, state, reason, run_key, created_at, "
+                "settings) VALUES (?, 1, 'pending', 'manual', 'u1:2026-01-01', 0, '{}')",
                 (a.job_id,),
             )
 
 
-def test_record_windows_unique_and_compare_and_set(store):
+def test_fire_unique_and_compare_and_set(store):
     spec = JobSpec(
         name="tick",
         trigger=Trigger(TriggerKind.INTERVAL, tz="UTC", every_seconds=60, anchor=T0),
@@ -180,46 +237,28 @@ def test_record_windows_unique_and_compare_and_set(store):
     )
     job = store.add_job(spec, T0)
     assert job.next_run_at == T0 + timedelta(seconds=60)
-    w = WindowRow(job.next_run_at, RunState.PENDING, RunReason.SCHEDULE)
-    ids = store.record_windows(
-        job.id,
-        job.next_run_at,
-        [w],
-        next_run_at=job.next_run_at + timedelta(seconds=60),
-        last_window_at=job.next_run_at,
-        missed_increment=0,
-        now=job.next_run_at,
-    )
-    assert ids and len(ids) == 1
+    [fired] = _fire(store, job, job.next_run_at)
+    assert len(fired.run_ids) == 1
     # a second writer with the old expectation is refused; nothing doubles
-    again = store.record_windows(
-        job.id,
-        job.next_run_at,
-        [w],
-        next_run_at=job.next_run_at + timedelta(seconds=60),
-        last_window_at=job.next_run_at,
-        missed_increment=0,
-        now=job.next_run_at,
-    )
-    assert again is None
+    assert _fire(store, job, job.next_run_at) == []
     assert len(store.list_runs("tick")) == 1
+
+
+def test_a_window_is_never_recorded_twice(store):
+    job = store.add_job(manual("m"), T0)
+    w = Window(T0, RunState.PENDING, RunReason.SCHEDULE)
+    with store.handle.db.write() as c:
+        from jobctl.store.sqlite.commands import insert_run
+
+        assert insert_run(c, job, w, T0) is not None
+        assert insert_run(c, job, w, T0) is None
 
 
 def test_retry_dead_numbers_attempts_on(store):
     store.add_job(manual("a", retries=0), T0)
     run, _ = store.enqueue_run("a", T0)
-    _claim(store)
-    store.finish_attempt(
-        run.id,
-        1,
-        "d1",
-        T0,
-        exit_code=3,
-        error="exit 3",
-        output=b"",
-        output_bytes=0,
-        outcome=RunState.DEAD,
-    )
+    [got], _ = _claim(store)
+    assert _finish(store, got, 1, "d1", T0, code=3).state is RunState.DEAD
     assert store.get_run(run.id).state is RunState.DEAD
     [back] = store.retry_dead(T0, job_name="a")
     assert back.state is RunState.PENDING and back.max_attempts == 2
@@ -228,12 +267,17 @@ def test_retry_dead_numbers_attempts_on(store):
 
 
 def test_scheduler_lease_single_holder(store):
-    a, _, _ = store.heartbeat("d1", T0, 10, want_leader=True, held=[])
-    b, _, _ = store.heartbeat("d2", T0, 10, want_leader=True, held=[])
+    def beat(daemon, now):
+        return store.d.heartbeat(
+            daemon, now, 10, want_leader=True, held=[], host="h", pid=1, boot_id="b"
+        ).leader
+
+    a = beat("d1", T0)
+    b = beat("d2", T0)
     assert a and not b
     later = T0 + timedelta(seconds=11)
-    b, _, _ = store.heartbeat("d2", later, 10, want_leader=True, held=[])
-    a, _, _ = store.heartbeat("d1", later, 10, want_leader=True, held=[])
+    b = beat("d2", later)
+    a = beat("d1", later)
     assert b and not a
 
 
@@ -244,30 +288,39 @@ def _fixed_delay(store, name="fd"):
         command="true",
     )
     job = store.add_job(spec, T0)
-    w = WindowRow(job.next_run_at, RunState.PENDING, RunReason.SCHEDULE)
-    [run_id] = store.record_windows(
-        job.id, job.next_run_at, [w], next_run_at=None, last_window_at=job.next_run_at,
-        missed_increment=0, now=job.next_run_at,
-    )
+    [fired] = _fire(store, job, job.next_run_at)
+    [run_id] = fired.run_ids
     assert store.get_job(name).next_run_at is None  # waits for the run to end
     return job, run_id
+
+
+def _scheduler(store):
+    from jobctl.scheduler import Scheduler
+
+    sched = Scheduler(
+        store.d, log=lambda m: None, rng=random.Random(0), boot_id="b", lease_seconds=10
+    )
+    sched.leading = True
+    return sched
 
 
 def test_fixed_delay_job_moves_on_when_its_run_is_cancelled(store):
     job, run_id = _fixed_delay(store)
     later = T0 + timedelta(minutes=5)
     store.cancel_runs([run_id], later)
+    _scheduler(store).on_runs_ended([job.id], later + timedelta(seconds=1))
     assert store.get_job("fd").next_run_at == later + timedelta(seconds=60)
 
 
 def test_fixed_delay_job_moves_on_when_its_last_attempt_is_lost(store):
     job, run_id = _fixed_delay(store)
-    with store.write() as c:
+    with store.handle.db.write() as c:
         c.execute("UPDATE runs SET max_attempts = 1 WHERE id = ?", (run_id,))
     t = T0 + timedelta(minutes=2)
     _claim(store, "d1", now=t, lease=10)
     _, dead = _claim(store, "d2", now=t + timedelta(seconds=11))
     assert [r.id for r in dead] == [run_id]
+    _scheduler(store).on_runs_ended([job.id], t + timedelta(seconds=12))
     assert store.get_job("fd").next_run_at == t + timedelta(seconds=71)
 
 
@@ -290,9 +343,5 @@ def test_replace_keeps_keyed_runs(store):
     )
     job = store.add_job(spec, T0)
     keyed, _ = store.enqueue_run("r", T0, key="k1")
-    w = WindowRow(job.next_run_at, RunState.PENDING, RunReason.SCHEDULE)
-    store.record_windows(
-        job.id, job.next_run_at, [w], next_run_at=job.next_run_at + timedelta(seconds=60),
-        last_window_at=job.next_run_at, missed_increment=0, now=job.next_run_at,
-    )
+    _fire(store, job, job.next_run_at)
     assert store.get_run(keyed.id).state is RunState.PENDING

@@ -10,17 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobctl.cronexpr import CronSchedule, parse_cron, validate_cron_expr
 from jobctl.errors import UsageError
 from jobctl.models import Trigger, TriggerKind
-from jobctl.triggers import (
-    CronSchedule,
-    count_fires,
-    describe,
-    iter_fires,
-    next_fire,
-    parse_cron,
-    validate_cron_expr,
-)
+from jobctl.triggers import count_fires, describe, iter_fires, next_fire
 
 UTC = UTC
 MINUTE = timedelta(minutes=1)
@@ -118,9 +111,20 @@ def test_flags() -> None:
         ("@reboot", "@reboot"),
         ("@every 5m", "unknown macro"),
         ("@fortnightly", "unknown macro"),
-        ("* * ? * *", "bad day-of-month"),
-        ("* * L * *", "unknown day-of-month"),
-        ("* * * * 1#2", "bad day-of-week"),
+        ("* * ? * *", "'?' in day-of-month field is not supported"),
+        ("* * L,1 * *", "L stands alone"),
+        ("* * 15W * *", "W (nearest weekday)"),
+        ("* * LW * *", "W (nearest weekday)"),
+        ("H * * * *", "H (hashed value)"),
+        ("* * * * 5L", "L in day-of-week"),
+        ("* * * * 1#6", "N in D#N is 1-5"),
+        ("* * * * 1#0", "N in D#N is 1-5"),
+        ("* * * * 1-2#2", "bad day-of-week item"),
+        ("* * 1#2 * *", "'#' goes in the day-of-week field"),
+        ("0 0 * * * 2026", "seconds and year fields"),
+        ("0 0 0 * * * *", "seconds and year fields"),
+        ("5/15 * * * *", "a step needs a range"),
+        ("0 0 5-3 * *", "wrapping range"),
         ("1,,2 * * * *", "bad minute"),
         ("a * * * *", "unknown minute"),
         ("* * * * jan", "unknown day-of-week"),
@@ -550,3 +554,73 @@ def test_next_fire_increases_and_matches_fields(expr: str, tz: str, after: datet
         current = nxt
     assert len(set(seen)) == len(seen)
     assert list(iter_fires(t, after, seen[-1])) == seen
+
+
+# --- L and D#N -------------------------------------------------------------------------
+
+
+def days_of(expr: str, after: datetime, until: datetime, tz: str = "UTC") -> list[str]:
+    return [f.date().isoformat() for f in fires(expr, tz, after, until)]
+
+
+def test_last_day_of_month_knows_leap_years() -> None:
+    got = days_of("0 0 L * *", z(2024, 1, 1), z(2024, 5, 1))
+    assert got == ["2024-01-31", "2024-02-29", "2024-03-31", "2024-04-30"]
+    assert days_of("0 0 L 2 *", z(2025, 1, 1), z(2026, 1, 1)) == ["2025-02-28"]
+
+
+def test_nth_weekday_of_month() -> None:
+    assert days_of("0 0 * * 5#2", z(2025, 1, 1), z(2025, 4, 1)) == [
+        "2025-01-10",
+        "2025-02-14",
+        "2025-03-14",
+    ]
+    # a 5th Monday exists only in some months; 7#1 is the first Sunday
+    assert days_of("0 0 * * 1#5", z(2025, 1, 1), z(2025, 7, 1)) == ["2025-03-31", "2025-06-30"]
+    assert days_of("0 0 * * 7#1", z(2025, 1, 1), z(2025, 3, 1)) == ["2025-01-05", "2025-02-02"]
+
+
+def test_nth_weekday_stands_in_a_list_with_plain_weekdays() -> None:
+    # the first Monday or any Friday
+    assert days_of("0 0 * * 1#1,fri", z(2025, 1, 1), z(2025, 1, 20)) == [
+        "2025-01-03",
+        "2025-01-06",
+        "2025-01-10",
+        "2025-01-17",
+    ]
+
+
+def test_l_and_nth_count_as_restricted_for_the_day_rule() -> None:
+    # both restricted: the 13th or the second Friday (croniter would AND them)
+    assert days_of("0 0 13 * 5#2", z(2025, 1, 1), z(2025, 3, 1)) == [
+        "2025-01-10",
+        "2025-01-13",
+        "2025-02-13",
+        "2025-02-14",
+    ]
+    # the last day or any Sunday
+    assert days_of("0 0 L * sun", z(2025, 1, 20), z(2025, 2, 10)) == [
+        "2025-01-26",
+        "2025-01-31",
+        "2025-02-02",
+        "2025-02-09",
+    ]
+    # a day-of-month starting with * ANDs: odd days that are a second Friday
+    assert days_of("0 0 */2 * 5#2", z(2025, 1, 1), z(2025, 6, 1)) == ["2025-04-11", "2025-05-09"]
+
+
+def test_l_follows_the_dst_rules() -> None:
+    # 2025-03-30 (the fifth Sunday) 02:30 does not exist in Berlin: it fires right after
+    got = fires("30 2 * * 0#5", "Europe/Berlin", z(2025, 3, 1), z(2025, 4, 1))
+    assert got == [z(2025, 3, 30, 1, 0)]  # right after the change, once
+    got = fires("30 2 L * *", "Europe/Berlin", z(2025, 10, 1), z(2025, 11, 1))
+    assert got == [z(2025, 10, 31, 1, 30)]
+
+
+def test_never_firing_expressions_are_known() -> None:
+    assert not parse_cron("0 0 30 2 *").can_fire
+    assert not parse_cron("0 0 31 4,6,9,11 *").can_fire
+    assert parse_cron("0 0 */31 2,4 *").can_fire  # */31 is {1}
+    assert parse_cron("0 0 29 2 *").can_fire
+    assert parse_cron("0 0 * 2 1#5").can_fire  # a leap February that starts on a Monday
+    assert not parse_cron("0 0 30-31 2 */7").can_fire  # */7 starts with *: ANDed

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
-UTC = UTC
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -31,6 +31,15 @@ def iso(dt: datetime | None) -> str | None:
     if dt.utcoffset():
         dt = dt.astimezone(UTC)
     return dt.replace(tzinfo=None).isoformat() + "Z"
+
+
+class Clock(Protocol):
+    """Where the daemon reads time: ``now`` decides what is due, ``monotonic`` how long
+    to sleep (it never goes back)."""
+
+    def now(self) -> datetime: ...
+
+    def monotonic(self) -> float: ...
 
 
 class SystemClock:
@@ -61,5 +70,7 @@ class FakeClock:
         self._mono += seconds
 
     def set(self, when: datetime) -> None:
-        self._mono += (when - self._now).total_seconds()
+        """Jump the wall clock (a suspend, an NTP step); monotonic time moves on only
+        forward, by as much as the wall clock did when it moved forward."""
+        self._mono += max((when - self._now).total_seconds(), 0.0)
         self._now = when

@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import re
 import shlex
-import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from jobctl.errors import UsageError
-from jobctl.models import NAME_RE
+from .cronexpr import MACROS as SCHEDULE_MACROS
+from .cronexpr import REBOOT
+from .errors import UsageError
+from .models import NAME_RE
+from .zones import zone_exists
 
-MACROS = frozenset(
-    {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly", "@reboot"}
-)
+MACROS = frozenset(SCHEDULE_MACROS) | {REBOOT}
+"""The ``@`` words a crontab line may start with: the schedule macros and ``@reboot``."""
 
 # Variables cron itself consumes; they map to job settings, not to the job's environment.
 
@@ -44,7 +45,7 @@ _BLANKS_RE = re.compile(r"[ \t]+")
 # A token that can only be a schedule field (a seconds or year field when it is the sixth).
 _NUMERIC_FIELD_RE = re.compile(r"^[0-9*][0-9*/,-]*$")
 # What a schedule field may contain; a token with anything else (a path) is the command.
-_FIELD_RE = re.compile(r"^(?:@[a-z]+|[0-9A-Za-z*][0-9A-Za-z*/,-]*)$")
+_FIELD_RE = re.compile(r"^(?:@[a-z]+|[0-9A-Za-z*?][0-9A-Za-z*/,#?-]*)$")
 _USER_RE = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.@-]*\$?$")
 
 
@@ -173,7 +174,7 @@ def _assign(
     if name == "SHELL":
         settings.shell = value or None
     elif name == "CRON_TZ":
-        if value and not _zone_exists(value):
+        if value and not zone_exists(value):
             report.errors.append((number, f"CRON_TZ={value}: unknown time zone"))
         settings.tz = value or None
     elif name == "RANDOM_DELAY":
@@ -206,15 +207,6 @@ def _unquote(value: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
         return value[1:-1]
     return value
-
-
-def _zone_exists(name: str) -> bool:
-    """True when ``name`` is an IANA zone this machine knows."""
-    try:
-        zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
-        return False
-    return True
 
 
 def mail_command(address: str, sendmail: str) -> str:
@@ -338,9 +330,10 @@ def split_percent(text: str) -> tuple[str, str | None]:
     """Split a crontab command at its first unescaped ``%`` into (command, stdin).
 
     In both parts ``\\%`` becomes ``%``; in stdin every other unescaped ``%`` becomes a
-    newline. A backslash escapes only the next character (``\\\\%`` is a backslash pair
-    followed by an unescaped ``%``), and backslashes not before ``%`` are kept. stdin is
-    None when there is no unescaped ``%``.
+    newline, and a newline ends non-empty stdin without one (as cron: ``cat %a%b`` gives
+    ``"a\\nb\\n"``). A backslash escapes only the next character (``\\\\%`` is a
+    backslash pair followed by an unescaped ``%``), and backslashes not before ``%`` are
+    kept. stdin is None when there is no unescaped ``%``.
     """
     command: list[str] = []
     stdin: list[str] | None = None
@@ -362,4 +355,8 @@ def split_percent(text: str) -> tuple[str, str | None]:
                 out.append("\n")
             continue
         out.append(ch)
-    return "".join(command), None if stdin is None else "".join(stdin)
+    if stdin is None:
+        return "".join(command), None
+    text = "".join(stdin)
+    # vixie cron's do_command: a newline after the last character unless it is one
+    return "".join(command), text + "\n" if text and not text.endswith("\n") else text

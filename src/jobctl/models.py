@@ -135,6 +135,36 @@ class Window:
 
 
 @dataclass(frozen=True)
+class Plan:
+    """What the planner decided for one due job at one turn: the rows to record, where the
+    schedule moves, and (``--overlap replace``) whether the job's open runs make way."""
+
+    windows: list[Window]
+    next_run_at: datetime | None
+    last_window_at: datetime | None
+    missed_increment: int = 0
+    done: bool = False
+    replace_open: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What an attempt's end does to its run (decided by :func:`jobctl.planner.decide`).
+
+    ``state`` is succeeded, failed (retried at ``retry_at``), dead, cancelled, or pending
+    (interrupted by a shutdown: the attempt does not count). When a cancel was requested
+    while the attempt ran, ``if_cancelled`` is written instead. ``error`` is the run's
+    ``last_error``.
+    """
+
+    state: RunState
+    error: str | None
+    retry_at: datetime | None = None
+    if_cancelled: RunState | None = None
+    counts_attempt: bool = True
+
+
+@dataclass(frozen=True)
 class Trigger:
     """When a job fires. Exactly one kind; the other fields are None where they do not apply.
 
@@ -187,9 +217,7 @@ class Job:
     spec: JobSpec
     state: JobState
     created_at: datetime
-    schedule_from: datetime
     next_run_at: datetime | None
-    last_window_at: datetime | None
     missed_total: int
     last_boot_id: str | None
 
@@ -277,10 +305,12 @@ class Run:
     run_key: str | None
     env: dict[str, str]
     locks: tuple[str, ...]
-    settings: RunSettings | None
+    settings: RunSettings
     cancel_requested: bool = False
-    pgid: int | None = None
-    lease_host: str | None = None
+    #: the attempt number the current set of attempts counts from (``retry-dead`` moves it)
+    attempt_base: int = 0
+    #: how the ``--on-failure`` command ended (``exit 0``, ``signal 9``, ``not started``)
+    hook_status: str | None = None
 
 
 @dataclass(frozen=True)
@@ -292,6 +322,8 @@ class Attempt:
     exit_code: int | None
     error: str | None
     output_bytes: int
+    host: str | None = None
+    pid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -303,3 +335,4 @@ class DaemonInfo:
     started_at: datetime
     heartbeat_at: datetime
     wake_address: str | None = None
+    boot_id: str | None = None

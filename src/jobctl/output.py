@@ -146,9 +146,15 @@ def safe(text: str | None) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
-def local_time(dt: datetime | None) -> str:
+def local_time(dt: datetime | None, zone: str | None = None) -> str:
+    """A time for people: ``2026-12-01 08:00:00 CET``, to the second, in the machine's
+    local zone or in ``zone``; ``-`` for None. (JSON has ISO UTC with ``Z`` instead.)"""
     if dt is None:
         return "-"
+    if zone is not None:
+        from zoneinfo import ZoneInfo
+
+        return dt.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M:%S %Z")
     return dt.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
@@ -158,7 +164,21 @@ def _console() -> Any:
     return Console(highlight=False, markup=False, emoji=False, soft_wrap=False)
 
 
+def plain_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A table as lines for a pipe or a file: one line a row, columns padded to their
+    widest cell and two spaces apart, never wrapped, no trailing spaces."""
+    cells = [list(columns), *([safe(c) for c in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+
+
 def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """On a terminal a table that fits its width; elsewhere :func:`plain_table`."""
+    if not sys.stdout.isatty():
+        sys.stdout.write("".join(line + "\n" for line in plain_table(columns, rows)))
+        return
     from rich.table import Table
     from rich.text import Text
 
@@ -243,11 +263,15 @@ def print_job(job: Job, runs: Sequence[Run]) -> None:
         ("locks", ", ".join(s.locks) or "-"),
         ("missed", str(job.missed_total)),
     ]
-    console = _console()
     width = max(len(k) for k, _ in fields)
-    for k, v in fields:
-        console.print(Text(f"{k:<{width}}  {safe(v)}"))
-    console.print(Text(""))
+    lines = [f"{k:<{width}}  {safe(v)}".rstrip() for k, v in fields]
+    if sys.stdout.isatty():
+        console = _console()
+        for line in lines:
+            console.print(Text(line))
+        console.print(Text(""))
+    else:
+        sys.stdout.write("".join(line + "\n" for line in lines) + "\n")
     print_runs(runs)
 
 

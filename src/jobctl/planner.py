@@ -9,18 +9,24 @@ from __future__ import annotations
 import heapq
 import random
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from . import triggers
 from .models import (
     MAX_BACKOFF_SECONDS,
     MAX_SKIPPED_ROWS,
+    AttemptResult,
     Catchup,
+    Decision,
     Job,
+    Overlap,
+    Plan,
+    Run,
     RunReason,
     RunState,
     SkipReason,
+    StopReason,
     TriggerKind,
     Window,
 )
@@ -31,21 +37,10 @@ MISSED_GAP_SECONDS = 60.0
 MAX_ENUMERATED_WINDOWS = 2_000_000
 
 
-@dataclass(frozen=True)
-class Plan:
-    """What to record for one job at one turn of the loop."""
-
-    windows: list[Window]
-    next_run_at: datetime | None
-    last_window_at: datetime | None
-    missed_increment: int = 0
-    done: bool = False
-
-
 def retry_delay_seconds(attempt: int, backoff_seconds: float, rng: random.Random) -> float:
     """Delay before retry ``attempt`` (1-based): ``min(backoff·2^(k-1), 1h)`` × U[0.5, 1]."""
     base = min(backoff_seconds * (2 ** max(attempt - 1, 0)), MAX_BACKOFF_SECONDS)
-    return base * rng.uniform(0.5, 1.0)
+    return float(base * rng.uniform(0.5, 1.0))
 
 
 def _jittered(when: datetime, jitter_seconds: float, rng: random.Random) -> datetime:
@@ -79,7 +74,14 @@ def _due_windows(job: Job, now: datetime, keep: int) -> tuple[int, datetime | No
     return count, first, list(tail)
 
 
-def plan_due(job: Job, now: datetime, *, missed: bool, rng: random.Random) -> Plan | None:
+def plan_due(
+    job: Job,
+    now: datetime,
+    *,
+    missed: bool,
+    rng: random.Random,
+    has_leased_run: bool = False,
+) -> Plan | None:
     """Decide the rows for a job whose next window is due (``job.next_run_at <= now``).
 
     ``missed`` says the windows passed while no scheduler ran (start-up, a takeover, or a
@@ -87,7 +89,9 @@ def plan_due(job: Job, now: datetime, *, missed: bool, rng: random.Random) -> Pl
     ``skip`` records them skipped, ``once`` runs the latest with ``catchup_from`` the
     earliest, ``all`` runs the ``catchup_limit`` latest, oldest first. At most
     ``MAX_SKIPPED_ROWS`` skipped rows are written; every missed window that does not run
-    counts in ``missed_increment``. Returns None when nothing is due.
+    counts in ``missed_increment``. Overlap: with ``forbid`` a window that would run while
+    ``has_leased_run`` is recorded skipped (``overlap``); with ``replace`` the plan asks
+    for the job's open runs to make way. Returns None when nothing is due.
     """
     spec = job.spec
     keep = MAX_SKIPPED_ROWS + max(spec.catchup_limit, 1)
@@ -119,7 +123,7 @@ def plan_due(job: Job, now: datetime, *, missed: bool, rng: random.Random) -> Pl
         running = tail[len(tail) - run_n :]
         missed_increment = count - run_n
         for w in skipped[-MAX_SKIPPED_ROWS:]:
-            windows.append(Window(w, RunState.SKIPPED, RunReason.CATCHUP, SkipReason.MISSED))
+            windows.append(Window(w, RunState.SKIPPED, RunReason.SCHEDULE, SkipReason.MISSED))
         for w in running:
             frm = earliest if spec.catchup is Catchup.ONCE else w
             windows.append(
@@ -139,7 +143,73 @@ def plan_due(job: Job, now: datetime, *, missed: bool, rng: random.Random) -> Pl
         )
     else:
         nxt = triggers.next_fire(trig, max(last, now) if missed else last)
-    return Plan(windows, nxt, last, missed_increment, done)
+    windows, replace_open = apply_overlap(windows, spec.overlap, has_leased_run)
+    return Plan(windows, nxt, last, missed_increment, done, replace_open)
+
+
+def apply_overlap(
+    windows: list[Window], overlap: Overlap, has_leased_run: bool
+) -> tuple[list[Window], bool]:
+    """Overlap policy (SPEC §4) on the windows a job fires while ``has_leased_run`` says
+    whether one of its runs is leased. Returns the windows and whether open runs make way."""
+    runs = any(w.state is RunState.PENDING for w in windows)
+    if overlap is Overlap.REPLACE:
+        return windows, runs
+    if overlap is Overlap.FORBID and has_leased_run:
+        return [
+            replace(w, state=RunState.SKIPPED, skip_reason=SkipReason.OVERLAP)
+            if w.state is RunState.PENDING
+            else w
+            for w in windows
+        ], False
+    return windows, False
+
+
+def next_after_completion(job: Job, ended_at: datetime) -> datetime | None:
+    """A fixed-delay job's next window: its interval after its last run ended."""
+    return triggers.next_fire(job.trigger, ended_at)
+
+
+def decide(
+    run: Run, attempt: int, result: AttemptResult, now: datetime, rng: random.Random
+) -> Decision | None:
+    """What the end of ``attempt`` of ``run`` does to the run (SPEC §5).
+
+    Succeeded on exit 0; a shutdown's kill puts the run back to pending without counting
+    the attempt; a cancel ends it cancelled; any other failure is retried after the
+    backoff while attempts remain (counted from the current set's ``attempt_base``), else
+    the run is dead. A cancel requested while it ran turns a failure into cancelled
+    (``if_cancelled``). None when the lease was lost: nothing may be written.
+    """
+    stop = result.stop_reason
+    if stop is StopReason.LOST:
+        return None
+    if stop is StopReason.INTERRUPTED:
+        return Decision(RunState.PENDING, "interrupted", retry_at=now, counts_attempt=False)
+    if stop is StopReason.CANCELLED:
+        return Decision(RunState.CANCELLED, "cancelled")
+    if result.ok:
+        return Decision(RunState.SUCCEEDED, None)
+    if attempt < run.max_attempts:
+        k = attempt - run.attempt_base
+        delay = retry_delay_seconds(k, run.settings.backoff_seconds, rng)
+        return Decision(
+            RunState.FAILED,
+            result.error,
+            retry_at=now + timedelta(seconds=delay),
+            if_cancelled=RunState.CANCELLED,
+        )
+    return Decision(RunState.DEAD, result.error, if_cancelled=RunState.CANCELLED)
+
+
+def decide_expired(attempt: int, max_attempts: int, cancel_requested: bool) -> Decision:
+    """A run whose daemon lost its lease (died, cut off): its attempt is ``lost``; it is
+    cancelled if that was asked, dead when out of attempts, else claimable again now."""
+    if cancel_requested:
+        return Decision(RunState.CANCELLED, "cancelled")
+    if attempt >= max_attempts:
+        return Decision(RunState.DEAD, "lost")
+    return Decision(RunState.FAILED, "lost")
 
 
 class FireHeap:

@@ -6,15 +6,17 @@ one-line message, before anything is written.
 
 from __future__ import annotations
 
+import os
 import shlex
-from collections.abc import Callable, Sequence
+import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import durations, triggers
+from . import cronexpr, durations, zones
 from .errors import UsageError
-from .models import NAME_RE, Catchup, JobSpec, Overlap, Trigger, TriggerKind
+from .models import NAME_RE, Catchup, Job, JobSpec, Overlap, Trigger, TriggerKind
 
 if TYPE_CHECKING:
     from .crontab import ImportedJob
@@ -105,9 +107,8 @@ def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None
             "give exactly one trigger: --cron, --every, --at, --in or --manual"
             + (f" (got {', '.join(chosen)})" if chosen else "")
         )
-    tz = opts.tz or default_tz or durations.local_zone_name()
-    check_text(tz, "--tz")
-    durations.parse_zone(tz)
+    tz = check_zone(opts.tz) if opts.tz is not None else default_tz or zones.local_zone_name()
+    zones.parse_zone(tz)
     if opts.after_completion and not opts.every:
         raise UsageError("--after-completion goes with --every")
     if opts.start and not opts.every:
@@ -116,7 +117,7 @@ def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None
         expr = check_text(opts.cron.strip(), "--cron")
         if expr == "@reboot":
             return Trigger(TriggerKind.REBOOT, tz=tz, expr="@reboot")
-        triggers.parse_cron(expr)
+        cronexpr.parse_cron(expr)
         return Trigger(TriggerKind.CRON, tz=tz, expr=expr)
     if opts.every is not None:
         seconds = durations.parse_duration(opts.every)
@@ -141,6 +142,74 @@ def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None
     return Trigger(TriggerKind.MANUAL, tz=tz)
 
 
+def check_zone(name: str, flag: str = "--tz") -> str:
+    """A ``--tz`` value: an IANA zone name this machine knows (``''`` is invalid)."""
+    check_text(name, flag)
+    zones.parse_zone(name)
+    return name
+
+
+def trigger_warnings(trigger: Trigger) -> list[str]:
+    """What to tell a user about a valid trigger: a cron expression that can never fire."""
+    expr = trigger.expr
+    if trigger.kind is TriggerKind.CRON and expr and not cronexpr.parse_cron(expr).can_fire:
+        return [f"cron expression {expr!r} can never fire (no date matches it)"]
+    return []
+
+
+def check_start_settings(cwd: str | None, shell: str | None) -> list[str]:
+    """Check ``--cwd`` and ``--shell`` now rather than at the first run (SPEC §4).
+
+    A path that provably does not exist (or is not a directory, not an executable) is
+    invalid input. A path this user cannot look into (another user's home, a mount
+    not readable now) may still exist when the daemon runs the job: that is only a
+    warning. A shell without a ``/`` is looked up on ``PATH`` as the daemon does.
+    Returns the warnings; raises UsageError.
+    """
+    warnings: list[str] = []
+    if cwd is not None:
+        state = _path_state(cwd)
+        if state == "missing":
+            raise UsageError(f"--cwd {cwd!r}: no such directory")
+        if state == "exists" and not os.path.isdir(cwd):
+            raise UsageError(f"--cwd {cwd!r} is not a directory")
+        if state == "unknown":
+            warnings.append(f"--cwd {cwd!r} cannot be checked now; it must exist when the job runs")
+    if shell is not None:
+        if "/" not in shell:
+            if shutil.which(shell) is None:
+                raise UsageError(f"--shell {shell!r}: not found on PATH")
+            return warnings
+        state = _path_state(shell)
+        if state == "missing":
+            raise UsageError(f"--shell {shell!r}: no such file")
+        if state == "exists" and not _executable(shell):
+            raise UsageError(f"--shell {shell!r} is not an executable file")
+        if state == "unknown":
+            warnings.append(
+                f"--shell {shell!r} cannot be checked now; it must exist when the job runs"
+            )
+    return warnings
+
+
+def _executable(path: str) -> bool:
+    """A regular file with an execute bit (os.access says yes to root for any file)."""
+    return os.path.isfile(path) and bool(os.stat(path).st_mode & 0o111) and os.access(path, os.X_OK)
+
+
+def _path_state(path: str) -> str:
+    """``exists``, ``missing`` (a parent we can read says so) or ``unknown`` (no access)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return "missing"
+    except NotADirectoryError:
+        return "missing"
+    except OSError:
+        return "unknown"
+    return "exists"
+
+
 def _choice(value: str, enum: Any, flag: str) -> Any:
     try:
         return enum(value)
@@ -149,10 +218,21 @@ def _choice(value: str, enum: Any, flag: str) -> Any:
         raise UsageError(f"invalid {flag} {value!r}: use {allowed}") from None
 
 
-def _nonneg_int(value: int, flag: str, minimum: int = 0) -> int:
+INT64_MAX = 2**63 - 1
+"""The largest integer an option or id may be (SQLite's INTEGER; SPEC §7)."""
+
+
+def check_int(value: int, flag: str, minimum: int = -INT64_MAX - 1) -> int:
+    """An integer option within ``[minimum, 2**63-1]``; beyond 64 bits is invalid input."""
     if value < minimum:
         raise UsageError(f"invalid {flag} {value}: must be at least {minimum}")
+    if value > INT64_MAX or value < -INT64_MAX - 1:
+        raise UsageError(f"invalid {flag} {value}: beyond the 64-bit integer range")
     return value
+
+
+def _nonneg_int(value: int, flag: str, minimum: int = 0) -> int:
+    return check_int(value, flag, minimum)
 
 
 def _nonempty(value: str, flag: str) -> str:
@@ -177,9 +257,9 @@ def policy_changes(p: dict[str, Any]) -> dict[str, Any]:
     if p.get("backoff") is not None:
         out["backoff_seconds"] = durations.parse_duration(p["backoff"])
     if p.get("priority") is not None:
-        out["priority"] = p["priority"]
+        out["priority"] = check_int(p["priority"], "--priority")
     if p.get("jitter") is not None:
-        out["jitter_seconds"] = durations.parse_duration(p["jitter"])
+        out["jitter_seconds"] = durations.parse_duration(p["jitter"], allow_zero=True)
     if p.get("env"):
         out["env"] = parse_env_pairs(p["env"])
     if p.get("cwd") is not None:
@@ -210,9 +290,51 @@ def build_spec(
     check_name(name)
     trigger = build_trigger(trig, now)
     cmd = join_command(command)
-    return JobSpec(
-        name=name, trigger=trigger, command=cmd, paused=paused, **policy_changes(policies)
-    )
+    changes = policy_changes(policies)
+    if trigger.kind is TriggerKind.MANUAL:
+        # a keyed queue (SPEC §9) runs its keys side by side; locks keep them polite
+        changes.setdefault("overlap", Overlap.ALLOW)
+    return JobSpec(name=name, trigger=trigger, command=cmd, paused=paused, **changes)
+
+
+def edit_changes(
+    job: Job,
+    trig: TriggerOptions,
+    policies: dict[str, Any],
+    *,
+    command: str | None,
+    rename: str | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """What ``edit`` was given -> the JobSpec changes to write (SPEC §7). Raises UsageError.
+
+    A new trigger replaces the job's. ``--tz`` alone changes the zone of a cron job.
+    ``--every`` alone on a fixed-delay job keeps it fixed-delay (``--start`` makes it
+    fixed-rate again). At least one change is required.
+    """
+    changes = policy_changes(policies)
+    current = job.trigger
+    if trig.given():
+        if (
+            trig.every
+            and not trig.after_completion
+            and not trig.start
+            and current.kind is TriggerKind.INTERVAL
+            and current.after_completion
+        ):
+            trig = replace(trig, after_completion=True)
+        changes["trigger"] = build_trigger(trig, now)
+    elif trig.tz is not None or trig.after_completion or trig.start:
+        if current.kind is not TriggerKind.CRON or trig.after_completion or trig.start:
+            raise UsageError("--tz, --start and --after-completion need their trigger flag too")
+        changes["trigger"] = replace(current, tz=check_zone(trig.tz or ""))
+    if command is not None:
+        changes["command"] = join_command([command])
+    if rename is not None:
+        changes["name"] = check_name(rename)
+    if not changes:
+        raise UsageError("nothing to change: give a trigger, a policy, --command or --rename")
+    return changes
 
 
 def check_lock_name(name: str) -> str:
@@ -253,35 +375,3 @@ def check_run_key(key: str) -> str:
     if not key or len(key) > 1024:
         raise UsageError("invalid --key: 1 to 1024 characters")
     return key
-
-
-def edit_changes(
-    trig: TriggerOptions,
-    policies: dict[str, Any],
-    now: datetime,
-    current_trigger: Callable[[], Trigger],
-    *,
-    command: str | None = None,
-    rename: str | None = None,
-) -> dict[str, Any]:
-    """What ``edit`` was given -> the JobSpec field changes it makes. Raises UsageError.
-
-    A trigger flag builds a new trigger; ``--tz`` alone re-zones the current cron trigger
-    (``current_trigger`` is called only then); nothing at all is invalid input.
-    """
-    changes = policy_changes(policies)
-    if trig.given():
-        changes["trigger"] = build_trigger(trig, now)
-    elif trig.tz or trig.after_completion or trig.start:
-        current = current_trigger()
-        if current.kind is not TriggerKind.CRON or trig.after_completion or trig.start:
-            raise UsageError("--tz, --start and --after-completion need their trigger flag too")
-        durations.parse_zone(check_text(trig.tz or "", "--tz"))
-        changes["trigger"] = replace(current, tz=trig.tz or current.tz)
-    if command is not None:
-        changes["command"] = join_command([command])
-    if rename is not None:
-        changes["name"] = check_name(rename)
-    if not changes:
-        raise UsageError("nothing to change: give a trigger, a policy, --command or --rename")
-    return changes

@@ -14,21 +14,15 @@ results are aware UTC. A cron expression is evaluated in the trigger's zone:
 
 from __future__ import annotations
 
-import calendar
-import re
-from bisect import bisect_left
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta, timezone
-from functools import lru_cache
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from jobctl.clock import from_us, iso, to_us
-from jobctl.durations import first_offset_change, format_duration, parse_zone, utc_offset
-from jobctl.errors import UsageError
-from jobctl.models import Trigger, TriggerKind
-
-UTC = UTC
+from .clock import from_us, iso, to_us
+from .cronexpr import CronSchedule, parse_cron
+from .durations import format_duration
+from .models import Job, JobState, Trigger, TriggerKind
+from .zones import first_offset_change, parse_zone, utc_offset
 
 SEARCH_YEARS = 50
 """How far ahead (in years of wall time) a cron search looks before giving up."""
@@ -41,272 +35,15 @@ _REPEAT_LOOKBACK = timedelta(hours=3)
 
 _MINUTE = timedelta(minutes=1)
 
-MACROS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
 
-_MONTH_NAMES = {
-    name: i
-    for i, name in enumerate(
-        ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"],
-        start=1,
-    )
-}
-_DOW_NAMES = {name: i for i, name in enumerate(["sun", "mon", "tue", "wed", "thu", "fri", "sat"])}
+def is_fixed_rate(trigger: Trigger) -> bool:
+    """An interval trigger whose windows sit on ``anchor + k*every`` (not after completion)."""
+    return trigger.kind is TriggerKind.INTERVAL and not trigger.after_completion
 
 
-@dataclass(frozen=True)
-class _FieldSpec:
-    name: str
-    lo: int
-    hi: int
-    names: dict[str, int]
-    star_hi: int
-
-
-_FIELDS = (
-    _FieldSpec("minute", 0, 59, {}, 59),
-    _FieldSpec("hour", 0, 23, {}, 23),
-    _FieldSpec("day-of-month", 1, 31, {}, 31),
-    _FieldSpec("month", 1, 12, _MONTH_NAMES, 12),
-    _FieldSpec("day-of-week", 0, 7, _DOW_NAMES, 6),
-)
-
-_ITEM_RE = re.compile(r"(\*|[0-9a-z]+)(?:-([0-9a-z]+))?(?:/([0-9]+))?")
-_MAX_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-
-
-@dataclass(frozen=True)
-class CronSchedule:
-    """A parsed 5-field cron expression.
-
-    ``weekdays`` uses 0-6 with 0 = Sunday. ``dom_star``/``dow_star``: that field's text
-    starts with ``*`` (unrestricted for the day rule). ``wildcard``: the minute or hour
-    text starts with ``*`` (the job fires by elapsed time through DST changes).
-    ``expr`` is the normalized 5-field text (macros expanded, names lower case).
-    """
-
-    expr: str
-    minutes: frozenset[int]
-    hours: frozenset[int]
-    days: frozenset[int]
-    months: frozenset[int]
-    weekdays: frozenset[int]
-    dom_star: bool
-    dow_star: bool
-    wildcard: bool
-    _sorted: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
-    _possible: bool = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(
-            self,
-            "_sorted",
-            tuple(sorted(s) for s in (self.minutes, self.hours, self.days, self.months)),
-        )
-        possible = any(d <= _MAX_DAYS[m] for m in self.months for d in self.days)
-        object.__setattr__(self, "_possible", possible)
-
-    @property
-    def fixed(self) -> bool:
-        """True for a fixed-time job (neither minute nor hour text starts with ``*``)."""
-        return not self.wildcard
-
-    @property
-    def can_fire(self) -> bool:
-        """False when no calendar date can ever match (e.g. ``0 0 31 2 *``)."""
-        if not (self.dom_star or self.dow_star):
-            return True  # either-rule: every month has every weekday
-        return self._possible
-
-    def matches_day(self, year: int, month: int, day: int) -> bool:
-        """Whether the date matches month, day-of-month and day-of-week (vixie rule)."""
-        if month not in self.months:
-            return False
-        wd = (date(year, month, day).weekday() + 1) % 7
-        if self.dom_star or self.dow_star:
-            return day in self.days and wd in self.weekdays
-        return day in self.days or wd in self.weekdays
-
-    def matches(self, wall: datetime) -> bool:
-        """Whether a (naive, local) wall time matches every field; seconds are ignored."""
-        return (
-            wall.minute in self.minutes
-            and wall.hour in self.hours
-            and self.matches_day(wall.year, wall.month, wall.day)
-        )
-
-    def _days_of(self, year: int, month: int, first_day: int) -> Iterator[int]:
-        ndays = calendar.monthrange(year, month)[1]
-        wd1 = (date(year, month, 1).weekday() + 1) % 7
-        days, weekdays = self.days, self.weekdays
-        if self.dom_star or self.dow_star:
-            all_weekdays = len(weekdays) == 7
-            sorted_days = self._sorted[2]
-            for day in sorted_days[bisect_left(sorted_days, first_day) :]:
-                if day > ndays:
-                    return
-                if all_weekdays or (wd1 + day - 1) % 7 in weekdays:
-                    yield day
-        else:
-            for day in range(first_day, ndays + 1):
-                if day in days or (wd1 + day - 1) % 7 in weekdays:
-                    yield day
-
-    def walls_from(
-        self, start: datetime, end_year: int, tzinfo: timezone | None = None
-    ) -> Iterator[datetime]:
-        """Matching wall times >= ``start`` (seconds ignored), increasing, up to end_year.
-
-        ``start`` is naive; the results are naive, or carry ``tzinfo`` when given (a
-        shortcut for callers that shift them by an offset into UTC).
-        """
-        minutes, hours, _, months = self._sorted
-        y, mo, d, h, mi = start.year, start.month, start.day, start.hour, start.minute
-        first = True  # still on the start's month/day/hour
-        while y <= end_year:
-            for month in months:
-                if first:
-                    if month < mo:
-                        continue
-                    if month > mo:
-                        first = False
-                for day in self._days_of(y, month, d if first else 1):
-                    if first and day > d:
-                        first = False
-                    for hour in hours:
-                        if first:
-                            if hour < h:
-                                continue
-                            if hour > h:
-                                first = False
-                        for minute in minutes:
-                            if first:
-                                if minute < mi:
-                                    continue
-                                first = False
-                            yield datetime(y, month, day, hour, minute, tzinfo=tzinfo)
-                        first = False
-                    first = False
-                first = False
-            first = False
-            y += 1
-
-
-def _cron_error(expr: str, problem: str) -> UsageError:
-    return UsageError(f"invalid cron expression {expr!r}: {problem}")
-
-
-def _parse_value(tok: str, spec: _FieldSpec, expr: str) -> int:
-    if tok.isdigit():
-        value = int(tok)
-    elif tok in spec.names:
-        return spec.names[tok]
-    else:
-        raise _cron_error(expr, f"unknown {spec.name} value {tok!r}")
-    if not spec.lo <= value <= spec.hi:
-        raise _cron_error(expr, f"{spec.name} value {value} out of range {spec.lo}-{spec.hi}")
-    return value
-
-
-def _parse_field(text: str, spec: _FieldSpec, expr: str) -> frozenset[int]:
-    values: set[int] = set()
-    for item in text.split(","):
-        m = _ITEM_RE.fullmatch(item)
-        if not item or m is None:
-            raise _cron_error(expr, f"bad {spec.name} field {text!r}")
-        start, end, step_text = m.groups()
-        if start == "*":
-            if end is not None:
-                raise _cron_error(expr, f"bad {spec.name} field {text!r}")
-            lo, hi = spec.lo, spec.star_hi
-        else:
-            lo = _parse_value(start, spec, expr)
-            if end is None:
-                if step_text is not None:
-                    raise _cron_error(
-                        expr,
-                        f"{item!r} in {spec.name} field: a step needs a range "
-                        f"(write {start}-{spec.hi}/{step_text} or */{step_text})",
-                    )
-                hi = lo
-            else:
-                hi = _parse_value(end, spec, expr)
-                if lo > hi:
-                    raise _cron_error(expr, f"wrapping range {item!r} in {spec.name} field")
-        step = int(step_text) if step_text is not None else 1
-        if step == 0:
-            raise _cron_error(expr, f"zero step in {spec.name} field {text!r}")
-        values.update(range(lo, hi + 1, step))
-    if spec.name == "day-of-week" and 7 in values:
-        values.discard(7)
-        values.add(0)
-    return frozenset(values)
-
-
-@lru_cache(maxsize=1024)
-def parse_cron(expr: str) -> CronSchedule:
-    """Parse a 5-field cron expression or a macro (``@daily``...) into a CronSchedule.
-
-    Fields: minute 0-59, hour 0-23, day-of-month 1-31, month 1-12 or jan-dec, day-of-week
-    0-7 or sun-sat (7 = Sunday); with ``*``, lists, ranges and steps (``*/15``,
-    ``1-10/2``); names are case-insensitive.
-
-    Raises UsageError ``invalid cron expression 'EXPR': ...`` for seconds/year fields,
-    ``N/step`` without a range, wrapping ranges, zero steps, out-of-range values,
-    ``@reboot`` (not a schedule), empty input or anything else unreadable.
-    """
-    if not isinstance(expr, str):
-        raise _cron_error(str(expr), "not text")
-    text = expr.strip().lower()
-    if not text:
-        raise _cron_error(expr, "empty expression")
-    if text.startswith("@"):
-        if text == "@reboot":
-            raise _cron_error(expr, "@reboot is not a time schedule")
-        if text not in MACROS:
-            raise _cron_error(
-                expr,
-                "unknown macro (use @yearly @annually @monthly @weekly @daily @midnight @hourly)",
-            )
-        text = MACROS[text]
-    parts = re.split(r"[ \t]+", text)
-    if len(parts) != 5:
-        raise _cron_error(
-            expr,
-            f"expected 5 fields (minute hour day-of-month month day-of-week), got {len(parts)}",
-        )
-    minutes, hours, days, months, weekdays = (
-        _parse_field(part, spec, expr) for part, spec in zip(parts, _FIELDS, strict=False)
-    )
-    return CronSchedule(
-        expr=" ".join(parts),
-        minutes=minutes,
-        hours=hours,
-        days=days,
-        months=months,
-        weekdays=weekdays,
-        dom_star=parts[2].startswith("*"),
-        dow_star=parts[4].startswith("*"),
-        wildcard=parts[0].startswith("*") or parts[1].startswith("*"),
-    )
-
-
-def validate_cron_expr(expr: str) -> str | None:
-    """The error message for an invalid cron expression, or None (``@reboot`` is valid)."""
-    if isinstance(expr, str) and expr.strip().lower() == "@reboot":
-        return None
-    try:
-        parse_cron(expr)
-    except UsageError as exc:
-        return str(exc)
-    return None
+def is_fixed_delay(trigger: Trigger) -> bool:
+    """An interval trigger whose next window is ``every`` after the previous run ends."""
+    return trigger.kind is TriggerKind.INTERVAL and trigger.after_completion
 
 
 def _naive(instant: datetime, off: timedelta) -> datetime:
@@ -417,7 +154,7 @@ def next_fire(trigger: Trigger, after: datetime) -> datetime | None:
     if kind == TriggerKind.INTERVAL:
         every_us = _interval_us(trigger)
         after_us = to_us(after)
-        if trigger.after_completion:
+        if is_fixed_delay(trigger):
             return from_us(after_us + every_us)
         anchor_us = _anchor_us(trigger)
         if anchor_us > after_us:
@@ -429,6 +166,45 @@ def next_fire(trigger: Trigger, after: datetime) -> datetime | None:
             raise ValueError("a once trigger needs at")
         return trigger.at.astimezone(UTC) if trigger.at > after else None
     return None
+
+
+def next_fires(trigger: Trigger, after: datetime, count: int) -> list[datetime]:
+    """The first ``count`` fire times strictly after ``after``, increasing, as aware UTC.
+
+    What ``next`` prints: exactly the windows the daemon fires. A fixed-delay interval
+    gives at most its single next window (later ones follow when each run ends). Raises
+    as next_fire.
+    """
+    _require_aware("after", after)
+    if trigger.kind is TriggerKind.CRON:
+        fires = _cron_iter(trigger, after)
+        return [fire for fire, _ in zip(fires, range(count), strict=False)]
+    out: list[datetime] = []
+    t = after
+    while len(out) < count:
+        nt = next_fire(trigger, t)
+        if nt is None:
+            break
+        out.append(nt)
+        if is_fixed_delay(trigger):
+            break
+        t = nt
+    return out
+
+
+def upcoming(job: Job, after: datetime, count: int) -> list[datetime]:
+    """The next ``count`` windows of a stored job after ``after`` (``next NAME``).
+
+    A cancelled or done job has none; a paused one has those it would fire if resumed
+    now. An active fixed-delay job has only its stored next window, since each later one
+    is ``every`` after the run before it ends.
+    """
+    if job.state in (JobState.CANCELLED, JobState.DONE):
+        return []
+    if is_fixed_delay(job.trigger) and job.state is JobState.ACTIVE:
+        nxt = job.next_run_at
+        return [nxt] if nxt is not None and nxt > after and count > 0 else []
+    return next_fires(job.trigger, after, count)
 
 
 def _cron_iter(
@@ -454,8 +230,7 @@ def iter_fires(trigger: Trigger, after: datetime, until: datetime) -> Iterator[d
 
 
 def _other_fires(trigger: Trigger, after: datetime, until: datetime) -> Iterator[datetime]:
-    kind = trigger.kind
-    if kind == TriggerKind.INTERVAL and not trigger.after_completion:
+    if is_fixed_rate(trigger):
         every_us = _interval_us(trigger)
         anchor_us = _anchor_us(trigger)
         k, last = _interval_k_range(anchor_us, every_us, to_us(after), to_us(until))
@@ -483,7 +258,7 @@ def count_fires(trigger: Trigger, after: datetime, until: datetime) -> int:
     """
     _require_aware("after", after)
     _require_aware("until", until)
-    if trigger.kind == TriggerKind.INTERVAL and not trigger.after_completion:
+    if is_fixed_rate(trigger):
         first, last = _interval_k_range(
             _anchor_us(trigger), _interval_us(trigger), to_us(after), to_us(until)
         )
@@ -502,9 +277,9 @@ def describe(trigger: Trigger) -> str:
         return f"{trigger.expr} ({trigger.tz})"
     if kind == TriggerKind.INTERVAL:
         text = f"every {format_duration(trigger.every_seconds or 0)}"
-        return text + " after completion" if trigger.after_completion else text
+        return text + " after completion" if is_fixed_delay(trigger) else text
     if kind == TriggerKind.ONCE:
-        return f"at {iso(trigger.at)}"
+        return f"at {iso(trigger.at.replace(microsecond=0) if trigger.at else None)}"
     if kind == TriggerKind.REBOOT:
         return "@reboot"
     return "manual"

@@ -3,28 +3,69 @@
 The daemon owns the event loop; a :class:`Child` only exposes file descriptors to wait
 on (the output pipe and a pidfd) and methods to call when they are ready. Children are
 handled whole: each runs in a new session (so its process group is its pid), every
-signal goes to the whole group, and every child is reaped.
+signal goes to the whole group, and every child is reaped after its group is killed.
+
+Children are started with ``os.posix_spawn`` (a ``vfork``-style clone in glibc: no copy
+of the daemon's page tables, no Python between fork and exec). What ``subprocess.Popen``
+did in the child is done by spawn attributes and file actions instead:
+
+- ``setsid=True``: a new session, so the process group id is the pid;
+- ``setsigdef``: the signals Popen restores (``SIGPIPE``, ``SIGXFSZ``, ignored by Python)
+  and those a daemon handles are back to their default; the signal mask is emptied
+  (glibc leaves its two reserved real-time signals, 32 and 33, ignored across the exec;
+  Python does not let a caller name them, and glibc programs reset them at start);
+- ``dup2`` file actions put stdin, and the write end of one pipe for merged
+  stdout+stderr, on 0, 1 and 2. Every other descriptor is close-on-exec: Python creates
+  them so (PEP 446), and :func:`mark_inherited_fds_cloexec` marks those the daemon
+  inherited, once at start-up;
+- the working directory: ``posix_spawn`` has no cwd parameter in Python 3.11, so the
+  spawn runs between an ``os.chdir`` to the child's directory and an ``os.fchdir`` back
+  (the daemon is one thread; an exec wrapper would cost a second exec per child). The
+  chdir is also the check that the directory exists, and its error names it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
+import select
 import signal
-import subprocess
 import tempfile
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .clock import iso
-from .models import OUTPUT_LIMIT_BYTES, Run, RunSettings
+from .models import OUTPUT_LIMIT_BYTES, AttemptResult, Run, RunSettings, StopReason
+from .reaper import kill_group
 
 #: SIGTERM first, SIGKILL this long after (SPEC §4 --timeout)
 KILL_GRACE_SECONDS = 5.0
 #: a cancel is acted on within 2 s: SIGTERM, then SIGKILL this long after
 CANCEL_GRACE_SECONDS = 1.0
 READ_CHUNK_BYTES = 65536
+#: reads per readiness event: a child that writes without end cannot hold the loop
+MAX_READS_PER_EVENT = 16
+#: back to the default disposition in the child: what Popen restores (Python ignores
+#: SIGPIPE and SIGXFSZ) and what a daemon may catch or ignore itself
+DEFAULT_SIGNALS: tuple[int, ...] = tuple(
+    int(s)
+    for s in (
+        signal.SIGPIPE,
+        signal.SIGXFSZ,
+        signal.SIGINT,
+        signal.SIGTERM,
+        signal.SIGHUP,
+        signal.SIGQUIT,
+        signal.SIGCHLD,
+        signal.SIGUSR1,
+        signal.SIGUSR2,
+        signal.SIGALRM,
+    )
+)
+#: what a new pipe holds on Linux; larger ``--stdin`` text asks for a larger pipe
+PIPE_DEFAULT_BYTES = 65536
 
 
 def build_env(
@@ -50,77 +91,176 @@ def build_env(
     return env
 
 
-def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
-    """Signal a whole process group. Returns False when no such group exists."""
-    if pgid <= 1:
-        return False
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False
+def mark_inherited_fds_cloexec(keep: Sequence[int] = (0, 1, 2)) -> list[int]:
+    """Mark every open descriptor but ``keep`` close-on-exec; return those changed.
 
-
-def group_alive(pgid: int) -> bool:
-    return kill_group(pgid, 0)
-
-
-def processes_of_run(run_id: int, proc_root: str = "/proc") -> list[int]:
-    """Pids on this host whose environment has ``JOBCTL_RUN_ID=run_id``.
-
-    The last resort after a daemon died between starting an attempt and recording its
-    process group: every process of the attempt inherited the variable.
+    Call once at start-up, before the first spawn: descriptors the daemon inherited (from
+    a shell, a service manager, a C library) would otherwise reach every child. The ones
+    Python opens later are close-on-exec already.
     """
-    needle = f"JOBCTL_RUN_ID={run_id}".encode()
-    me = os.getpid()
-    found = []
+    changed = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd in keep:
+            continue
+        try:
+            if os.get_inheritable(fd):
+                os.set_inheritable(fd, False)
+                changed.append(fd)
+        except OSError:  # the descriptor listdir itself used, closed by now
+            continue
+    return changed
+
+
+def _high_fd(fd: int) -> int:
+    """``fd`` moved to 3 or above (close-on-exec), so the dup2 onto 0/1/2 cannot clobber
+    one another when the daemon runs with a standard descriptor closed."""
+    if fd >= 3:
+        return fd
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return new
+
+
+def _stdin_fd(data: bytes) -> int:
+    """A close-on-exec descriptor to read ``data`` from, with no file on disk.
+
+    A pipe filled before the spawn when the text fits in it (growing the pipe up to the
+    system's limit if need be); else an anonymous memory file (``memfd_create``), else a
+    temporary file. The caller closes it once the child holds its copy.
+    """
+    r, w = os.pipe2(os.O_CLOEXEC)
     try:
-        entries = os.listdir(proc_root)
+        if len(data) > PIPE_DEFAULT_BYTES:
+            fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, len(data))
+        os.set_blocking(w, False)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(w, view) :]
+    except OSError:  # too large for a pipe (EPERM, EINVAL) or it filled (EAGAIN)
+        os.close(r)
+        os.close(w)
+        return _file_with(data)
+    os.close(w)
+    return _high_fd(r)
+
+
+def _file_with(data: bytes) -> int:
+    try:
+        fd = os.memfd_create("jobctl-stdin", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        with tempfile.TemporaryFile() as f:  # closed here; the descriptor is a dup
+            fd = os.dup(f.fileno())
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
     except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
+        os.close(fd)
+        raise
+    return _high_fd(fd)
+
+
+def _not_found(path: str, err: int) -> OSError:
+    """An OSError whose ``strerror`` names the path: ``/no/such/dir: No such file or
+    directory`` (the daemon records ``spawn: `` + strerror)."""
+    return OSError(err, f"{path}: {os.strerror(err)}")
+
+
+def _resolve_shell(shell: str, env: Mapping[str, str]) -> str:
+    """The shell as an absolute path; a bare name is looked up in the child's PATH, as
+    Popen does. Raises OSError naming the shell when it is missing or not executable."""
+    if "/" in shell:
+        if os.access(shell, os.X_OK):
+            return shell
+        raise _not_found(shell, errno.EACCES if os.path.exists(shell) else errno.ENOENT)
+    for d in env.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(d or ".", shell)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    raise _not_found(shell, errno.ENOENT)
+
+
+def spawn(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str,
+    stdin: bytes | None,
+    output_fd: int | None,
+) -> int:
+    """Start ``argv`` in a new session with exactly ``env``, in directory ``cwd``.
+
+    stdin reads ``stdin`` (``/dev/null`` when None); stdout and stderr both go to
+    ``output_fd`` (``/dev/null`` when None). The child gets descriptors 0, 1 and 2 only
+    (given every other one is close-on-exec). ``argv[0]`` is resolved like Popen does.
+    Returns the pid. Raises OSError whose ``strerror`` names the directory or the program
+    when either is missing or unusable.
+    """
+    path = _resolve_shell(argv[0], env)
+    actions: list[tuple[Any, ...]] = []
+    in_fd = None
+    try:
+        if stdin is None:
+            actions.append((os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0))
+        else:
+            in_fd = _stdin_fd(stdin)
+            actions.append((os.POSIX_SPAWN_DUP2, in_fd, 0))
+        if output_fd is None:
+            actions.append((os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0))
+            actions.append((os.POSIX_SPAWN_DUP2, 1, 2))
+        else:
+            actions.append((os.POSIX_SPAWN_DUP2, output_fd, 1))
+            actions.append((os.POSIX_SPAWN_DUP2, output_fd, 2))
+        back = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            with open(f"{proc_root}/{entry}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        if needle in env.split(b"\0"):
-            found.append(int(entry))
-    return found
+            try:
+                os.chdir(cwd)
+            except OSError as e:
+                raise _not_found(cwd, e.errno or errno.ENOENT) from None
+            try:
+                return os.posix_spawn(
+                    path,
+                    list(argv),
+                    env,
+                    file_actions=actions,
+                    setsid=True,
+                    setsigmask=(),
+                    setsigdef=DEFAULT_SIGNALS,
+                )
+            except OSError as e:  # the exec failed: the directory was fine
+                raise _not_found(path, e.errno or errno.ENOEXEC) from None
+        finally:
+            os.fchdir(back)
+            os.close(back)
+    finally:
+        if in_fd is not None:
+            os.close(in_fd)
 
 
-def kill_run_processes(run_id: int) -> int:
-    """SIGKILL the process group of every process left from an earlier attempt of a run.
-    Returns how many processes were found."""
-    pids = processes_of_run(run_id)
-    for pid in pids:
+def _default_cwd(cwd: str | None, env: Mapping[str, str]) -> str:
+    return cwd or env.get("HOME") or "/"
+
+
+def _exit_status(pid: int) -> int:
+    """Reap ``pid``: its exit status, or minus the signal that ended it (like Popen)."""
+    while True:
         try:
-            pgid = os.getpgid(pid)
-        except ProcessLookupError:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:  # reaped elsewhere: nothing more to learn
+            return -signal.SIGKILL
+        except InterruptedError:
             continue
-        if pgid != os.getpgid(0):
-            kill_group(pgid)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    return len(pids)
-
-
-@dataclass
-class Outcome:
-    exit_code: int | None
-    error: str | None  # None on success; "exit 3", "signal 9", "timeout", "cancelled"
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
+        return os.waitstatus_to_exitcode(status)
 
 
 class OutputTail:
-    """Keeps the last ``limit`` bytes written, and counts them all."""
+    """Keeps the last ``limit`` bytes written, and counts them all.
+
+    ``total`` only grows, by every byte fed: a caller that stores the tail now and then
+    keeps the ``total`` it stored and compares (``changed_since``) to know whether new
+    output arrived since, at the cost of one integer comparison.
+    """
 
     def __init__(self, limit: int = OUTPUT_LIMIT_BYTES) -> None:
         self.limit = limit
@@ -136,6 +276,10 @@ class OutputTail:
     def value(self) -> bytes:
         return bytes(self.buf[-self.limit :])
 
+    def changed_since(self, mark: int) -> bool:
+        """Whether bytes arrived since ``total`` was ``mark``."""
+        return self.total != mark
+
 
 class Child:
     """A running command. Create with :meth:`start`; feed it readiness events.
@@ -144,82 +288,89 @@ class Child:
     The process is finished when :attr:`returncode` is set and the output is closed.
     """
 
-    def __init__(self, proc: subprocess.Popen[bytes], pidfd: int, deadline: float | None) -> None:
-        self.proc = proc
-        self.pid = proc.pid
+    def __init__(self, pid: int, pidfd: int, output_fd: int, deadline: float | None) -> None:
+        self.pid = pid
         self.pidfd: int | None = pidfd
-        assert proc.stdout is not None
-        self.output_fd: int | None = proc.stdout.fileno()
-        os.set_blocking(self.output_fd, False)
+        self.output_fd: int | None = output_fd
+        os.set_blocking(output_fd, False)
         self.tail = OutputTail()
         self.returncode: int | None = None
         self.deadline = deadline  # monotonic seconds, for --timeout
         self.kill_at: float | None = None  # monotonic: SIGKILL the group then
-        self.stop_reason: str | None = None  # "timeout" | "cancelled" | "interrupted" | "lost"
+        self.stop_reason: StopReason | None = None
 
     @classmethod
     def start(
         cls,
         settings: RunSettings,
-        env: dict[str, str],
+        env: Mapping[str, str],
         now_monotonic: float,
     ) -> Child:
-        """Spawn ``shell -c command`` in a new session. Raises OSError if it cannot start."""
-        stdin_file = None
-        if settings.stdin is not None:
-            stdin_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed below)
-            stdin_file.write(settings.stdin.encode())
-            stdin_file.seek(0)
-        cwd = settings.cwd or env.get("HOME") or "/"
+        """Spawn ``shell -c command`` in a new session (see :func:`spawn`).
+
+        Raises OSError, its ``strerror`` naming the path, if it cannot start.
+        """
+        r, w = os.pipe2(os.O_CLOEXEC)
+        r, w = _high_fd(r), _high_fd(w)
         try:
-            proc = subprocess.Popen(
+            pid = spawn(
                 [settings.shell, "-c", settings.command],
-                stdin=stdin_file if stdin_file is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=cwd,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
+                env,
+                _default_cwd(settings.cwd, env),
+                None if settings.stdin is None else settings.stdin.encode(),
+                w,
             )
+        except BaseException:
+            os.close(r)
+            raise
         finally:
-            if stdin_file is not None:
-                stdin_file.close()
-        pidfd = os.pidfd_open(proc.pid)
+            os.close(w)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            kill_group(pid)
+            _exit_status(pid)
+            os.close(r)
+            raise
         deadline = now_monotonic + settings.timeout_seconds if settings.timeout_seconds else None
-        return cls(proc, pidfd, deadline)
+        return cls(pid, pidfd, r, deadline)
 
     # -- events
 
     def on_output(self) -> bool:
-        """Drain what is readable. Returns False at end of file (the fd is then closed)."""
+        """Drain what is readable (at most ``MAX_READS_PER_EVENT`` reads: the loop is
+        told again if more is there). Returns False at end of file (the fd is then
+        closed)."""
         if self.output_fd is None:
             return False
-        while True:
+        for _ in range(MAX_READS_PER_EVENT):
             try:
                 data = os.read(self.output_fd, READ_CHUNK_BYTES)
             except BlockingIOError:
                 return True
-            except OSError as e:
-                if e.errno == errno.EINTR:
-                    continue
+            except InterruptedError:
+                continue
+            except OSError:
                 data = b""
             if not data:
                 self._close_output()
                 return False
             self.tail.feed(data)
+        return True
 
     def on_exit(self) -> None:
-        """The process exited: reap it, kill what is left of its group, drain the pipe.
+        """The process exited: kill what is left of its group, reap it, drain the pipe.
 
-        Whatever the command left running in its process group is killed (like systemd's
+        The group is killed first: until the exited process is reaped its pid (the
+        group id) cannot be reused, so the signal cannot reach an unrelated group.
+        Whatever the command left running in its group is killed (like systemd's
         KillMode=control-group), so an attempt leaves no stray process behind.
         """
-        self.returncode = self.proc.wait()
+        kill_group(self.pid, signal.SIGKILL)
+        self.returncode = _exit_status(self.pid)
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
-        kill_group(self.pid, signal.SIGKILL)
         # what is already in the pipe is kept; a process outside the group that still
         # holds the pipe open does not keep the attempt alive
         self.on_output()
@@ -227,9 +378,8 @@ class Child:
 
     def _close_output(self) -> None:
         if self.output_fd is not None:
-            assert self.proc.stdout is not None
             with contextlib.suppress(OSError):
-                self.proc.stdout.close()
+                os.close(self.output_fd)
             self.output_fd = None
 
     @property
@@ -238,15 +388,17 @@ class Child:
 
     # -- control
 
-    def stop(self, reason: str, now_monotonic: float, grace_seconds: float) -> None:
-        """SIGTERM the whole group now and SIGKILL it ``grace_seconds`` later."""
+    def stop(self, reason: StopReason, now_monotonic: float, grace_seconds: float) -> None:
+        """SIGTERM the whole group now and SIGKILL it ``grace_seconds`` later. The first
+        reason given is the one kept."""
         if self.stop_reason is None:
             self.stop_reason = reason
         kill_group(self.pid, signal.SIGTERM)
         kill_at = now_monotonic + grace_seconds
         self.kill_at = kill_at if self.kill_at is None else min(self.kill_at, kill_at)
 
-    def kill_now(self, reason: str) -> None:
+    def kill_now(self, reason: StopReason) -> None:
+        """SIGKILL the whole group now. The first reason given is the one kept."""
         if self.stop_reason is None:
             self.stop_reason = reason
         kill_group(self.pid, signal.SIGKILL)
@@ -261,7 +413,7 @@ class Child:
             and now_monotonic >= self.deadline
             and self.stop_reason is None
         ):
-            self.stop("timeout", now_monotonic, KILL_GRACE_SECONDS)
+            self.stop(StopReason.TIMEOUT, now_monotonic, KILL_GRACE_SECONDS)
         if self.kill_at is not None and now_monotonic >= self.kill_at:
             kill_group(self.pid, signal.SIGKILL)
             self.kill_at = None
@@ -275,38 +427,59 @@ class Child:
             times.append(self.deadline)
         return min(times) if times else None
 
-    def outcome(self) -> Outcome:
+    def result(self) -> AttemptResult:
+        """How the attempt ended; only once :attr:`finished`."""
         rc = self.returncode
-        assert rc is not None
-        if self.stop_reason in ("timeout", "cancelled", "interrupted", "lost"):
-            return Outcome(rc if rc >= 0 else None, self.stop_reason)
-        if rc == 0:
-            return Outcome(0, None)
-        if rc < 0:
-            return Outcome(None, f"signal {-rc}")
-        return Outcome(rc, f"exit {rc}")
+        if rc is None:
+            raise RuntimeError("the child has not been reaped yet")
+        return AttemptResult(
+            exit_code=rc if rc >= 0 else None,
+            signal=-rc if rc < 0 else None,
+            stop_reason=self.stop_reason,
+            output=self.tail.value(),
+            output_bytes=self.tail.total,
+        )
+
+
+class Hook:
+    """An ``--on-failure`` command: fire and forget, but watched and reaped.
+
+    The caller waits for ``pidfd`` to be readable, unregisters it and calls :meth:`wait`.
+    """
+
+    def __init__(self, pid: int, pidfd: int) -> None:
+        self.pid = pid
+        self.pidfd = pidfd
+        self.returncode: int | None = None
+
+    def wait(self) -> int:
+        """Kill what is left of the hook's process group, reap the hook, close ``pidfd``.
+
+        Returns the exit status, or minus the signal that ended it. Called before
+        ``pidfd`` is readable, it first blocks until the hook exits. Idempotent.
+        """
+        if self.returncode is None:
+            select.select([self.pidfd], [], [])
+            kill_group(self.pid, signal.SIGKILL)  # before the reap: see Child.on_exit
+            self.returncode = _exit_status(self.pid)
+            os.close(self.pidfd)
+        return self.returncode
 
 
 def spawn_hook(
-    command: str, shell: str, env: dict[str, str], stdin: bytes, cwd: str | None
-) -> subprocess.Popen[bytes] | None:
-    """Start an ``--on-failure`` command with ``stdin`` as its input (fire and forget;
-    the caller reaps it). Returns None if it cannot start."""
-    stdin_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed below)
+    command: str, shell: str, env: Mapping[str, str], stdin: bytes, cwd: str | None
+) -> Hook | None:
+    """Start an ``--on-failure`` command with ``stdin`` as its input and its output
+    discarded, in its own session like an attempt (same :func:`spawn`). The caller
+    watches ``Hook.pidfd`` and calls ``Hook.wait()``. Returns None if it cannot start."""
     try:
-        stdin_file.write(stdin)
-        stdin_file.seek(0)
-        return subprocess.Popen(
-            [shell, "-c", command],
-            stdin=stdin_file,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            cwd=cwd or env.get("HOME") or "/",
-            env=env,
-            start_new_session=True,
-            close_fds=True,
-        )
+        pid = spawn([shell, "-c", command], env, _default_cwd(cwd, env), stdin, None)
     except OSError:
         return None
-    finally:
-        stdin_file.close()
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        kill_group(pid)
+        _exit_status(pid)
+        return None
+    return Hook(pid, pidfd)

@@ -9,7 +9,7 @@ from rhelpers import cli_main
 
 from jobctl.clock import FakeClock, SystemClock
 from jobctl.daemon import Daemon, DaemonConfig
-from jobctl.store import Store
+from jobctl.store import open_store
 
 
 def test_suspend_is_missed_windows_by_policy_busy_is_not(tmp_path):
@@ -24,17 +24,19 @@ def test_suspend_is_missed_windows_by_policy_busy_is_not(tmp_path):
         )
         assert code == 0, err
     clock = FakeClock(SystemClock().now())
-    store = Store.open(db)
+    handle = open_store(db)
+    store = handle.commands
     logs: list[str] = []
     d = Daemon(
-        store,
+        handle.daemon,
         DaemonConfig(workers=1, lease_seconds=30, reap_strays=False),
         clock=clock,
         log=logs.append,
     )
     d.selector.select = lambda timeout: []  # the fake clock is the only time that passes
-    d._claim = lambda now, mono: setattr(d, "claim_needed", False)  # record, never run
-    store.register_daemon(d.id, os.getpid(), d.host, None, clock.now(), 30)
+    # record, never run
+    d.executor.claim = lambda now, mono: setattr(d.executor, "claim_needed", False)
+    handle.daemon.register_daemon(d.id, os.getpid(), d.host, d.boot_id, clock.now(), 30)
 
     def runs():
         return {
@@ -43,15 +45,15 @@ def test_suspend_is_missed_windows_by_policy_busy_is_not(tmp_path):
         }
 
     try:
-        d._turn()
-        assert d.leader
+        d.turn()
+        assert d.scheduler.leading
         for _ in range(3):  # on time: each window becomes a run
             clock.advance(10)
-            d._turn()
+            d.turn()
         assert all(c == Counter({("pending", "schedule"): 3}) for c in runs().values()), runs()
 
         clock.advance(3600)  # suspended for an hour: 360 windows passed
-        d._turn()
+        d.turn()
         after = runs()
         assert any("late" in line for line in logs), logs
         assert after["skip"][("pending", "catchup")] == 0
@@ -66,13 +68,13 @@ def test_suspend_is_missed_windows_by_policy_busy_is_not(tmp_path):
 
         before = runs()
         clock.advance(10)
-        d._turn()
+        d.turn()
         clock.advance(35)  # busy, not suspended (< 60 s late): the windows still run
-        d._turn()
+        d.turn()
         now_runs = runs()
         for n in ("skip", "once", "all"):
             assert now_runs[n][("pending", "schedule")] - before[n][("pending", "schedule")] >= 4
             assert now_runs[n][("skipped", "catchup")] == before[n][("skipped", "catchup")]
     finally:
         d._cleanup()
-        store.close()
+        handle.close()

@@ -14,7 +14,8 @@ import pytest
 from rhelpers import assert_clean_failure, cli_main, dump, integrity
 
 from jobctl.daemon import Daemon, DaemonConfig
-from jobctl.store import Store
+from jobctl.store import open_store
+from jobctl.store.sqlite.db import Db
 
 
 class FaultyConnection:
@@ -60,7 +61,7 @@ def seeded(tmp_path_factory) -> Path:
         ["run", "a"],
     ):
         assert cli_main([*base, *argv])[0] == 0
-    with Store.open(db) as s, s.write() as c:
+    with Db.open(db) as s, s.write() as c:
         c.execute("UPDATE runs SET state = 'dead' WHERE id = 1")
     return db
 
@@ -88,13 +89,13 @@ COMMANDS = [
 @pytest.mark.parametrize("message", ["database is locked", "disk I/O error"])
 def test_injected_error_at_each_store_call(seeded, tmp_path, monkeypatch, argv, message):
     holder: dict[str, FaultyConnection] = {}
-    real_setup = Store._setup
+    real_setup = Db._setup
 
     def setup(self):
         real_setup(self)
         self.conn = holder["conn"] = FaultyConnection(self.conn, holder.get("fail_at"), message)
 
-    monkeypatch.setattr(Store, "_setup", setup)
+    monkeypatch.setattr(Db, "_setup", setup)
     db = tmp_path / "f.db"
     n = 1
     while True:
@@ -118,14 +119,14 @@ def test_injected_error_at_each_store_call(seeded, tmp_path, monkeypatch, argv, 
 
 
 def test_full_disk(seeded, tmp_path, monkeypatch):
-    real_setup = Store._setup
+    real_setup = Db._setup
 
     def setup(self):
         real_setup(self)
         pages = self.conn.execute("PRAGMA page_count").fetchone()[0]
         self.conn.execute(f"PRAGMA max_page_count = {pages}")
 
-    monkeypatch.setattr(Store, "_setup", setup)
+    monkeypatch.setattr(Db, "_setup", setup)
     db = tmp_path / "full.db"
     shutil.copy(seeded, db)
     before = dump(db)
@@ -151,11 +152,12 @@ def test_daemon_survives_injected_store_errors(tmp_path, capsys):
             ["--db", str(db), "add", name, "--every", "1s", "--", f"echo $JOBCTL_JOB >> {out}"]
         )
         assert code == 0, err
-    store = Store.open(db)
-    faulty = FaultyConnection(store.conn, seed=3)
-    store.conn = faulty
+    store = open_store(db)
+    faulty = FaultyConnection(store.db.conn, seed=3)
+    store.db.conn = faulty
     daemon = Daemon(
-        store, DaemonConfig(workers=4, lease_seconds=2, shutdown_grace_seconds=2, reap_strays=False)
+        store.daemon,
+        DaemonConfig(workers=4, lease_seconds=2, shutdown_grace_seconds=2, reap_strays=False),
     )
     result: dict[str, object] = {}
 

@@ -13,7 +13,7 @@ from jobctl.models import RunState
 
 
 def test_daemon_refuses_a_file_owned_by_another_user(jobctl, db, start_daemon):
-    jobctl("list")
+    jobctl("add", "seed", "--manual", "--", "true")  # creates the file
     os.chown(db, 65534, 65534)  # nobody; the tests run as root
     d = start_daemon(ready=False)
     assert d.proc.wait(10) == 1
@@ -117,7 +117,7 @@ def test_env_secrets_never_reach_the_daemon_log(jobctl, start_daemon, tmp_path):
         "--retries",
         "1",
         "--backoff",
-        "0.1s",
+        "1s",
         "--env",
         f"TOKEN={secret}",
         "--on-failure",
@@ -127,9 +127,10 @@ def test_env_secrets_never_reach_the_daemon_log(jobctl, start_daemon, tmp_path):
     )
     run = jobctl.json("run", "sec", "--env", f"PAYLOAD={secret}")
     wait_until(lambda: jobctl.store().get_run(run["id"]).state is RunState.DEAD, 10)
-    jobctl(
-        "add", "sec2", "--manual", "--env", f"TOKEN={secret}", "--cwd", "/nonexistent", "--", "true"
-    )
+    gone = tmp_path / "gone"  # exists at add (checked), removed before the run: spawn fails
+    gone.mkdir()
+    jobctl("add", "sec2", "--manual", "--env", f"TOKEN={secret}", "--cwd", str(gone), "--", "true")
+    gone.rmdir()
     run2 = jobctl.json("run", "sec2")
     wait_until(lambda: jobctl.store().get_run(run2["id"]).state.value in ("failed", "dead"), 10)
     assert d.terminate() == 0

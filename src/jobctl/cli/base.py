@@ -11,7 +11,7 @@ import click
 from .. import __version__
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..store import CommandStore, Store
 
 
 # ---------------------------------------------------------------------- plumbing
@@ -26,13 +26,37 @@ class Ctx:
         self.db_option = db
         self._store: Store | None = None
 
-    def store(self) -> Store:
+    def handle(self) -> Store:
+        """The open database (both faces); created and migrated on first use (for commands
+        that write, and the daemon)."""
         if self._store is None:
             from ..paths import resolve_db_path
-            from ..store import Store
+            from ..store import open_store
 
-            self._store = Store.open(resolve_db_path(self.db_option))
+            self._store = open_store(resolve_db_path(self.db_option))
         return self._store
+
+    def store(self) -> CommandStore:
+        """The commands' face of the database, created on first use."""
+        return self.handle().commands
+
+    def reader(self) -> CommandStore:
+        """The database for a command that only reads: a missing one is never created.
+
+        It is answered as an empty database, with ``warning: no database at PATH`` on
+        stderr (SPEC §2).
+        """
+        if self._store is None:
+            from ..paths import resolve_db_path
+            from ..store import open_store
+
+            path = resolve_db_path(self.db_option)
+            if path.exists():
+                self._store = open_store(path, create=False)
+            else:
+                warn(f"no database at {path}")
+                self._store = open_store(":memory:")
+        return self._store.commands
 
     def now(self) -> datetime:
         from ..clock import SystemClock
@@ -41,10 +65,7 @@ class Ctx:
 
     def poke(self, message: str) -> None:
         """Tell running daemons that something changed (a hint; the table is the truth)."""
-        from ..wake import poke
-
-        store = self.store()
-        poke(store.wake_addresses(self.now()), message)
+        self.store().notify(message)
 
     def close(self) -> None:
         if self._store is not None:
@@ -54,18 +75,58 @@ class Ctx:
 pass_ctx = click.make_pass_decorator(Ctx)
 
 
+def warn(message: str) -> None:
+    """One ``warning: …`` line on stderr."""
+    click.echo(f"warning: {_one_line(message)}", err=True)
+
+
+INT64 = click.IntRange(-(2**63), 2**63 - 1)
+"""Any integer option: beyond the 64-bit range is invalid input (SPEC §7)."""
+
+
+def int64(minimum: int) -> click.IntRange:
+    """An integer option from ``minimum`` up to the 64-bit limit."""
+    return click.IntRange(minimum, 2**63 - 1)
+
+
+def _complete_choices(values: list[str]) -> Callable[..., list[Any]]:
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(v) for v in values if v.startswith(incomplete)]
+
+    return complete
+
+
+def _complete_zones(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from zoneinfo import available_timezones
+
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(z) for z in sorted(available_timezones()) if z.startswith(incomplete)]
+
+
+def complete_states(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from ..models import RunState
+
+    return _complete_choices([s.value for s in RunState])(ctx, param, incomplete)
+
+
 def _completion_values(ctx: click.Context, read: Callable[[Any], list[Any]]) -> list[Any]:
     """What ``read(store)`` gives on the database the command line names; [] on any
     problem (completion never creates a database nor prints an error)."""
     try:
         from ..paths import resolve_db_path
-        from ..store import Store
+        from ..store import open_store
 
         path = resolve_db_path(ctx.find_root().params.get("db"))
         if not path.exists():
             return []
-        with Store.open(path, create=False) as store:
-            return read(store)
+        handle = open_store(path, create=False)
+        try:
+            return read(handle.commands)
+        finally:
+            handle.close()
     except Exception:
         return []
 
@@ -108,6 +169,8 @@ def cli(ctx: click.Context, db: str | None) -> None:
     One SQLite file holds the jobs, their runs and every attempt; `jobctl daemon` fires
     and runs them; every other command reads or edits the file directly.
     """
+    if db is not None and not db.strip():
+        raise click.BadParameter("give a database path", param_hint="'--db'")
     ctx.obj = Ctx(db)
     ctx.call_on_close(ctx.obj.close)
 
@@ -143,6 +206,7 @@ def trigger_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--tz",
             metavar="ZONE",
+            shell_complete=_complete_zones,
             help="IANA zone the cron expression is read in (default: local).",
         ),
     ]
@@ -156,25 +220,28 @@ def policy_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--catchup",
             metavar="skip|once|all",
+            shell_complete=_complete_choices(["skip", "once", "all"]),
             help="Missed windows: skip, run once, or run all (default once).",
         ),
         click.option(
             "--catchup-limit",
-            type=int,
+            type=INT64,
             metavar="N",
             help="With --catchup all: at most N missed windows run (default 6).",
         ),
         click.option(
             "--overlap",
             metavar="forbid|allow|replace",
-            help="A window while a run is leased: skip it, run both, or replace (default forbid).",
+            shell_complete=_complete_choices(["forbid", "allow", "replace"]),
+            help="A window while a run is leased: skip it, run both, or replace "
+            "(default forbid; allow for --manual).",
         ),
         click.option(
             "--timeout", metavar="DURATION", help="Kill the attempt's process group after DURATION."
         ),
         click.option(
             "--retries",
-            type=int,
+            type=INT64,
             metavar="N",
             help="Retry a failed attempt up to N times (default 2).",
         ),
@@ -185,14 +252,14 @@ def policy_options(f: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--priority",
-            type=int,
+            type=INT64,
             metavar="N",
             help="Higher runs first among due runs (default 0).",
         ),
         click.option(
             "--jitter",
             metavar="DURATION",
-            help="Start each window a random delay in [0, DURATION) late.",
+            help="Start each window a random delay in [0, DURATION) late (0: none).",
         ),
         click.option(
             "--env",
@@ -256,3 +323,8 @@ def _emit_job(obj: Ctx, job: Any, as_json: bool, verb: str) -> None:
     else:
         nxt = output.local_time(job.next_run_at) if job.next_run_at else "-"
         output.print_lines([f"{verb} job {job.name}; next run: {nxt}"])
+
+
+def warn_all(messages: list[str]) -> None:
+    for message in messages:
+        warn(message)

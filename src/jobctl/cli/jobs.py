@@ -10,12 +10,16 @@ from ..errors import UsageError
 from .base import (
     Ctx,
     _complete_jobs,
+    _complete_zones,
     _emit_job,
     _split,
     cli,
+    int64,
     pass_ctx,
     policy_options,
     trigger_options,
+    warn,
+    warn_all,
 )
 
 if TYPE_CHECKING:
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
 @pass_ctx
 def add(
     obj: Ctx,
+    /,
     name: str,
     command: tuple[str, ...],
     paused: bool,
@@ -47,12 +52,15 @@ def add(
 
     One COMMAND argument is a shell string; several are shell-quoted and joined.
     """
-    from ..specs import build_spec
+    from ..specs import build_spec, check_start_settings, trigger_warnings
 
     trig, policies = _split(kwargs)
     now = obj.now()
+    from ..triggers import next_fire
+
     spec = build_spec(name, trig, policies, command, now, paused=paused)
-    job = obj.store().add_job(spec, now, replace_existing=replace_)
+    warn_all(trigger_warnings(spec.trigger) + check_start_settings(spec.cwd, spec.shell))
+    job = obj.store().add_job(spec, next_fire(spec.trigger, now), now, replace_existing=replace_)
     obj.poke(f"job:{job.id}")
     _emit_job(obj, job, as_json, "replaced" if replace_ else "added")
 
@@ -66,36 +74,35 @@ def add(
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @pass_ctx
 def edit(
-    obj: Ctx, name: str, new_command: str | None, rename: str | None, as_json: bool, **kwargs: Any
+    obj: Ctx,
+    /,
+    name: str,
+    new_command: str | None,
+    rename: str | None,
+    as_json: bool,
+    **kwargs: Any,
 ) -> None:
-    """Change a job. Runs already created keep their settings."""
-    from ..specs import build_trigger, check_name, check_text, policy_changes
+    """Change a job. Runs already created keep their settings.
+
+    `--every D` alone keeps a fixed-delay job fixed-delay; `--tz` alone changes the zone of a
+    cron job.
+    """
+    from .. import specs
 
     trig, policies = _split(kwargs)
     now = obj.now()
     store = obj.store()
-    changes = policy_changes(policies)
-    if trig.given():
-        changes["trigger"] = build_trigger(trig, now)
-    elif trig.tz or trig.after_completion or trig.start:
-        current = store.get_job(name).trigger
-        if current.kind.value != "cron" or trig.after_completion or trig.start:
-            raise UsageError("--tz, --start and --after-completion need their trigger flag too")
-        from dataclasses import replace as dc_replace
+    changes = specs.edit_changes(
+        store.get_job(name), trig, policies, command=new_command, rename=rename, now=now
+    )
+    if "trigger" in changes:
+        warn_all(specs.trigger_warnings(changes["trigger"]))
+    warn_all(specs.check_start_settings(changes.get("cwd"), changes.get("shell")))
+    from ..triggers import next_fire
 
-        from ..durations import parse_zone
-
-        parse_zone(check_text(trig.tz or "", "--tz"))
-        changes["trigger"] = dc_replace(current, tz=trig.tz)
-    if new_command is not None:
-        from ..specs import join_command
-
-        changes["command"] = join_command([new_command])
-    if rename is not None:
-        changes["name"] = check_name(rename)
-    if not changes:
-        raise UsageError("nothing to change: give a trigger, a policy, --command or --rename")
-    job = store.edit_job(name, changes, now)
+    restart = "trigger" in changes
+    nxt = next_fire(changes["trigger"], now) if restart else None
+    job = store.edit_job(name, changes, now, next_run_at=nxt, restart_schedule=restart)
     obj.poke(f"job:{job.id}")
     _emit_job(obj, job, as_json, "edited")
 
@@ -107,7 +114,7 @@ def list_(obj: Ctx, as_json: bool) -> None:
     """Jobs: name, schedule, next run, last run state, state."""
     from .. import output
 
-    store = obj.store()
+    store = obj.reader()
     jobs = store.list_jobs()
     last = store.last_runs()
     if as_json:
@@ -120,7 +127,7 @@ def list_(obj: Ctx, as_json: bool) -> None:
 @click.argument("name", shell_complete=_complete_jobs)
 @click.option(
     "--limit",
-    type=click.IntRange(min=1),
+    type=int64(1),
     default=10,
     show_default=True,
     help="Recent runs to show.",
@@ -131,7 +138,7 @@ def show(obj: Ctx, name: str, limit: int, as_json: bool) -> None:
     """One job in full, with its recent runs."""
     from .. import output
 
-    store = obj.store()
+    store = obj.reader()
     job = store.get_job(name)
     runs = store.list_runs(name, limit=limit)
     if as_json:
@@ -148,7 +155,12 @@ def show(obj: Ctx, name: str, limit: int, as_json: bool) -> None:
 @click.option(
     "--every", metavar="DURATION", help="An interval instead of a job (anchored at --from)."
 )
-@click.option("--tz", metavar="ZONE", help="With --cron: the zone (default local).")
+@click.option(
+    "--tz",
+    metavar="ZONE",
+    shell_complete=_complete_zones,
+    help="With --cron: the zone (default local).",
+)
 @click.option(
     "-n",
     "count",
@@ -175,36 +187,35 @@ def next_(
     """The next N fire times, computed exactly as the daemon fires them (DST included)."""
     from .. import durations, output, triggers
     from ..clock import iso
-    from ..specs import TriggerOptions, build_trigger
+    from ..specs import TriggerOptions, build_trigger, trigger_warnings
 
     now = obj.now()
     if sum(x is not None for x in (name, cron, every)) != 1:
         raise UsageError("give a job NAME, --cron EXPR or --every DURATION")
     if name is not None:
-        trigger = obj.store().get_job(name).trigger
+        job = obj.reader().get_job(name)
+        trigger = job.trigger
+        after = durations.parse_time(from_, trigger.tz, now) if from_ else now
+        times = triggers.upcoming(job, after, count)
+        if job.state.value == "paused":
+            warn(f"job {job.name} is paused: these are the times it would fire once resumed")
+        elif job.state.value != "active":
+            warn(f"job {job.name} is {job.state.value}: it fires no more")
+        elif triggers.is_fixed_delay(trigger):
+            warn(f"job {job.name} runs {triggers.describe(trigger)}: later times follow each run")
     else:
         trigger = build_trigger(
             TriggerOptions(cron=cron, every=every, tz=tz, start=from_ if every else None), now
         )
-    zone = trigger.tz
-    after = durations.parse_time(from_, zone, now) if from_ else now
-    times = []
-    t = after
-    for _ in range(count):
-        nt = triggers.next_fire(trigger, t)
-        if nt is None:
-            break
-        times.append(nt)
-        t = nt
+        warn_all(trigger_warnings(trigger))
+        after = durations.parse_time(from_, trigger.tz, now) if from_ else now
+        times = triggers.next_fires(trigger, after, count)
     if as_json:
         output.print_json([iso(x) for x in times])
     elif not times:
         output.print_lines(["no fire times"])
     else:
-        from zoneinfo import ZoneInfo
-
-        z = ZoneInfo(zone)
-        output.print_lines([x.astimezone(z).isoformat() for x in times])
+        output.print_lines([output.local_time(x, trigger.tz) for x in times])
 
 
 @cli.command()
@@ -223,8 +234,10 @@ def pause(obj: Ctx, name: str) -> None:
 def resume(obj: Ctx, name: str) -> None:
     """Restart a paused job from its next future window."""
     from .. import output
+    from ..triggers import next_fire
 
-    job = obj.store().resume_job(name, obj.now())
+    store, now = obj.store(), obj.now()
+    job = store.resume_job(name, next_fire(store.get_job(name).trigger, now), now)
     obj.poke(f"job:{job.id}")
     output.print_lines([f"resumed {job.name}; next run: {output.local_time(job.next_run_at)}"])
 

@@ -11,18 +11,27 @@ import click
 
 from ..errors import UsageError
 from ..models import FINISHED_RUN_STATES
-from .base import Ctx, _complete_jobs, _complete_runs, cli, pass_ctx
+from .base import (
+    INT64,
+    Ctx,
+    _complete_jobs,
+    _complete_runs,
+    cli,
+    complete_states,
+    int64,
+    pass_ctx,
+)
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..store import CommandStore
 
 
 @cli.command()
 @click.argument("name", required=False, shell_complete=_complete_jobs)
-@click.option("--state", metavar="STATE", help="Only runs in this state.")
 @click.option(
-    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="At most N runs."
+    "--state", metavar="STATE", shell_complete=complete_states, help="Only runs in this state."
 )
+@click.option("--limit", type=int64(1), default=20, show_default=True, help="At most N runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of runs.")
 @pass_ctx
 def runs(obj: Ctx, name: str | None, state: str | None, limit: int, as_json: bool) -> None:
@@ -38,7 +47,7 @@ def runs(obj: Ctx, name: str | None, state: str | None, limit: int, as_json: boo
             raise UsageError(
                 f"invalid --state {state!r}: use " + "|".join(s.value for s in RunState)
             ) from None
-    rows = obj.store().list_runs(name, st, limit)
+    rows = obj.reader().list_runs(name, st, limit)
     if as_json:
         output.print_json([output.run_json(r) for r in rows])
     else:
@@ -46,15 +55,15 @@ def runs(obj: Ctx, name: str | None, state: str | None, limit: int, as_json: boo
 
 
 @cli.command()
-@click.argument("run_id", type=int, shell_complete=_complete_runs)
-@click.option("--attempt", type=int, metavar="K", help="Which attempt (default: the last).")
+@click.argument("run_id", type=int64(0), shell_complete=_complete_runs)
+@click.option("--attempt", type=INT64, metavar="K", help="Which attempt (default: the last).")
 @click.option("--json", "as_json", is_flag=True, help="Print the attempt with its output as JSON.")
 @pass_ctx
 def logs(obj: Ctx, run_id: int, attempt: int | None, as_json: bool) -> None:
     """The captured output (last 64 KiB of stdout+stderr) of an attempt."""
     from .. import output
 
-    att, data = obj.store().get_output(run_id, attempt)
+    att, data = obj.reader().get_output(run_id, attempt)
     if as_json:
         d = output.attempt_json(att)
         d["output"] = data.decode("utf-8", "replace")
@@ -72,7 +81,7 @@ def logs(obj: Ctx, run_id: int, attempt: int | None, as_json: bool) -> None:
 )
 @click.option("--lock", multiple=True, metavar="NAME", help="A lock this run holds (repeatable).")
 @click.option(
-    "--priority", type=int, metavar="N", help="Priority of this run (default: the job's)."
+    "--priority", type=INT64, metavar="N", help="Priority of this run (default: the job's)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 @pass_ctx
@@ -116,7 +125,7 @@ def run_(
         sys.exit(1)
 
 
-def _wait_for(store: Store, run_id: int) -> Any:
+def _wait_for(store: CommandStore, run_id: int) -> Any:
     delay = 0.02
     while True:
         run = store.get_run(run_id)
@@ -124,6 +133,13 @@ def _wait_for(store: Store, run_id: int) -> Any:
             return run
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)
+
+
+def _run_ids(targets: tuple[str, ...]) -> list[int]:
+    """Run ids typed on the command line; beyond 64 bits is invalid input."""
+    from ..specs import check_int
+
+    return [check_int(int(t), "run id", 0) for t in targets]
 
 
 @cli.command()
@@ -139,7 +155,7 @@ def cancel(obj: Ctx, targets: tuple[str, ...], as_json: bool) -> None:
     store = obj.store()
     now = obj.now()
     if all(t.isdigit() for t in targets):
-        runs = store.cancel_runs([int(t) for t in targets], now)
+        runs = store.cancel_runs(_run_ids(targets), now)
         obj.poke("run:cancel")
         for job_id in sorted({r.job_id for r in runs}):
             obj.poke(f"job:{job_id}")  # a fixed-delay job moves on when its run ends
@@ -181,7 +197,7 @@ def retry_dead(obj: Ctx, targets: tuple[str, ...], all_: bool, as_json: bool) ->
     if all_:
         runs = store.retry_dead(now, all_jobs=True)
     elif targets and all(t.isdigit() for t in targets):
-        runs = store.retry_dead(now, run_ids=[int(t) for t in targets])
+        runs = store.retry_dead(now, run_ids=_run_ids(targets))
     elif len(targets) == 1:
         runs = store.retry_dead(now, job_name=targets[0])
     else:
@@ -191,7 +207,8 @@ def retry_dead(obj: Ctx, targets: tuple[str, ...], all_: bool, as_json: bool) ->
     if as_json:
         output.print_json([output.run_json(r) for r in runs])
     else:
-        output.print_lines([f"{len(runs)} dead runs back to pending"])
+        n = len(runs)
+        output.print_lines([f"{n} dead run{'' if n == 1 else 's'} back to pending"])
 
 
 @cli.command()

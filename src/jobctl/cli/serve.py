@@ -101,7 +101,7 @@ def serve(obj: Ctx, listen: str, token_file: str | None) -> None:
             ) from None
         raise
     token = resolve_token(token_file, os.environ, default_db_path().parent / "api-token")
-    path = obj.store().path  # created (and migrated) now, as the daemon does
+    location = obj.handle().location  # created (and migrated) now, as the daemon does
     obj.close()
     sock = bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
@@ -118,11 +118,11 @@ def serve(obj: Ctx, listen: str, token_file: str | None) -> None:
         )
 
     def open_store() -> Store:
-        from ..store import Store
+        from ..store import open_store as open_location
 
-        return Store.open(path)
+        return open_location(location)
 
     app = web_app.create_app(open_store, token.value)
-    click.echo(f"jobctl: serving http://{shown}:{bound_port}/ (database {path})", err=True)
+    click.echo(f"jobctl: serving http://{shown}:{bound_port}/ (database {location})", err=True)
     if not server.run(app, sock):
         raise JobctlError(f"the server on {shown}:{bound_port} could not start")

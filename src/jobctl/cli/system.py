@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..errors import JobctlError, UsageError
-from .base import Ctx, JobctlGroup, _one_line, cli, pass_ctx
+from .base import INT64, Ctx, JobctlGroup, _one_line, cli, pass_ctx
 
 if TYPE_CHECKING:
     pass
@@ -24,7 +23,7 @@ def status(obj: Ctx, as_json: bool) -> None:
     from .. import output
     from ..clock import iso
 
-    st = obj.store().status(obj.now())
+    st = obj.reader().status(obj.now())
     if as_json:
         output.print_json(
             {
@@ -54,7 +53,7 @@ def status(obj: Ctx, as_json: bool) -> None:
 )
 @click.option(
     "--reserved-priority",
-    type=int,
+    type=INT64,
     metavar="P",
     help="Runs below P may hold at most workers-reserved workers.",
 )
@@ -84,7 +83,6 @@ def daemon(
     """Run the scheduler and workers in the foreground; logs to stderr."""
     from ..daemon import Daemon, DaemonConfig
     from ..durations import parse_duration
-    from ..store import check_ownership
 
     if reserved >= workers and reserved > 0:
         raise UsageError("--reserved must be less than --workers")
@@ -97,9 +95,9 @@ def daemon(
         lease_seconds=parse_duration(lease),
         shutdown_grace_seconds=parse_duration(shutdown_grace),
     )
-    store = obj.store()
-    check_ownership(store.path)
-    sys.exit(Daemon(store, config).run())
+    handle = obj.handle()
+    handle.check_safe()
+    sys.exit(Daemon(handle.daemon, config).run())
 
 
 @cli.command()
@@ -115,6 +113,11 @@ def completion_script(shell: str) -> str:
     comp_cls = get_completion_class(shell)
     assert comp_cls is not None
     source = comp_cls(cli, {}, "jobctl", "_JOBCTL_COMPLETE").source()
+    if shell == "fish":
+        # click splits "plain,VALUE\tHELP" at every comma, cutting a help text at its first
+        source = source.replace(
+            '(string split "," $completion)', '(string split -m 1 "," $completion)'
+        )
     return source if source.endswith("\n") else source + "\n"
 
 
@@ -192,41 +195,31 @@ def import_crontab(
     """
     import getpass
 
-    from .. import crontab, output, triggers
-    from ..specs import spec_from_crontab
+    from .. import importer, output
 
-    report = crontab.parse_crontab(
+    now = obj.now()
+    plan = importer.plan_import(
         _read_crontab_source(source),
+        now,
         prefix=prefix,
         system=system,
         current_user=getpass.getuser(),
         sendmail=_sendmail_path(),
-        validate_cron=triggers.validate_cron_expr,
     )
-    now = obj.now()
-    errors = list(report.errors)
-    specs = []
-    for job in report.jobs:
-        try:
-            specs.append(spec_from_crontab(job, now))
-        except JobctlError as e:
-            errors.append((job.line, str(e)))
-    errors.sort(key=lambda e: e[0])
-    if errors or dry_run:
-        jobs = (
-            [(_unsaved_job(spec, now), None, "would import") for spec in specs]
-            if not errors
-            else []
-        )
+    if plan.errors or dry_run:
+        rows = importer.preview(plan, now)
     else:
-        jobs = _save_imported(obj, specs, now)
+        rows = importer.save_import(obj.store(), plan, now)
+        if any(row.verb != "unchanged" for row in rows):
+            obj.poke("all")
+    report = plan.report
     if as_json:
         output.print_json(
             {
-                "jobs": [_imported_json(job, last, dry_run) for job, last, _ in jobs],
+                "jobs": [_imported_json(row, dry_run) for row in rows],
                 "env": report.env,
                 "notices": [{"line": n, "message": m} for n, m in report.notices],
-                "errors": [{"line": n, "message": m} for n, m in errors],
+                "errors": [{"line": n, "message": m} for n, m in plan.errors],
             }
         )
     else:
@@ -234,56 +227,21 @@ def import_crontab(
             click.echo(f"notice: line {n}: {_one_line(m)}", err=True)
         output.print_lines(
             [
-                f"{verb} {job.name}  {output.schedule_text(job)}  {job.spec.command}"
-                for job, _, verb in jobs
+                f"{row.verb} {row.job.name}  {output.schedule_text(row.job)}  "
+                f"{row.job.spec.command}"
+                for row in rows
             ]
         )
-    if errors:
-        for n, m in errors:
+    if plan.errors:
+        for n, m in plan.errors:
             click.echo(f"Error: line {n}: {_one_line(m)}", err=True)
         sys.exit(2)
 
 
-def _save_imported(obj: Ctx, specs: list[Any], now: datetime) -> list[tuple[Any, Any, str]]:
-    """Write every spec in one transaction; (job, last run, what happened) per job."""
-    store = obj.store()
-    existing = set(store.job_names())
-    saved = store.add_jobs(specs, now)
-    if any(changed for _, changed in saved):
-        obj.poke("all")
-    last = store.last_runs([job.id for job, _ in saved])
-    return [
-        (
-            job,
-            last.get(job.id),
-            "unchanged" if not changed else "updated" if job.name in existing else "added",
-        )
-        for job, changed in saved
-    ]
-
-
-def _unsaved_job(spec: Any, now: datetime) -> Any:
-    """The Job a spec would become if it were written now (id 0: not stored)."""
-    from ..models import Job, JobState
-    from ..triggers import next_fire
-
-    return Job(
-        id=0,
-        spec=spec,
-        state=JobState.ACTIVE,
-        created_at=now,
-        schedule_from=now,
-        next_run_at=next_fire(spec.trigger, now),
-        last_window_at=None,
-        missed_total=0,
-        last_boot_id=None,
-    )
-
-
-def _imported_json(job: Any, last: Any, dry_run: bool) -> dict[str, Any]:
+def _imported_json(row: Any, dry_run: bool) -> dict[str, Any]:
     from .. import output
 
-    data = output.job_json(job, last)
+    data = output.job_json(row.job, row.last_run)
     if dry_run:
         data["id"] = None
     return data
@@ -361,7 +319,7 @@ def service_status(obj: Ctx, as_json: bool) -> None:
     from .. import output
     from .. import service as svc
     from ..paths import resolve_db_path
-    from ..store import Store
+    from ..store import open_store
 
     path = svc.unit_path()
     result = svc.systemctl(["is-active", svc.UNIT_NAME], svc.run_command)
@@ -369,8 +327,11 @@ def service_status(obj: Ctx, as_json: bool) -> None:
     db = resolve_db_path(obj.db_option)
     daemons = []
     if db.exists():
-        with Store.open(db, create=False) as store:
-            daemons = store.live_daemons(obj.now())
+        handle = open_store(db, create=False)
+        try:
+            daemons = handle.commands.live_daemons(obj.now())
+        finally:
+            handle.close()
     if as_json:
         output.print_json(
             {

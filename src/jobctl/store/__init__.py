@@ -1,48 +1,60 @@
-"""The SQLite store: the only module that speaks SQL.
+"""The store: the only part of jobctl that speaks SQL, behind two protocols.
 
-Every write runs in ``BEGIN IMMEDIATE`` so that concurrent writers wait on the busy
-timeout instead of failing. Times are passed in (aware UTC datetimes) and kept as integer
-microseconds. Callers use named operations; no SQL leaves this module, so a PostgreSQL
-store can later stand beside this one with the same methods.
-
-Fencing rule: every write about an attempt names ``(run_id, attempt, daemon_id)`` and is
-applied only while that attempt still holds the run's lease; otherwise it is rejected
-(the method returns False) and nothing is written.
+:mod:`.protocol` states what the commands (:class:`~.protocol.CommandStore`) and the
+daemons (:class:`~.protocol.DaemonStore`) may ask, with the ordering, lease and fencing
+rules every backend keeps. :func:`open_store` picks the backend from the location: a
+``postgresql://`` or ``postgres://`` URL, or else a SQLite file path.
 """
 
 from __future__ import annotations
 
-from .connection import Connection
-from .rows import Claimed, Status, WindowRow
-from .scheduling import SchedulingOps
-from .schema import (
-    BUSY_TIMEOUT_MS,
-    SCHEMA_VERSION,
-    _migrations,
-    check_ownership,
-    schema_sql,
-    split_statements,
+from pathlib import Path
+
+from .protocol import (
+    Claimed,
+    CommandStore,
+    DaemonStore,
+    DbInfo,
+    Finished,
+    Fired,
+    Renewal,
+    Status,
+    Store,
 )
 
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
-class Store(SchedulingOps):
-    """A jobctl database: every named operation, over one SQLite connection.
 
-    Layers (one idea a module): :mod:`.connection` (open, migrate, transactions) ›
-    :mod:`.jobs` › :mod:`.runs` (the CLI's operations) › :mod:`.scheduling` (the daemon's).
+def is_postgres_url(location: str | Path) -> bool:
+    return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
+
+
+def open_store(location: str | Path, *, create: bool = True) -> Store:
+    """Open the database at ``location`` (creating and migrating it with ``create``).
+
+    Raises StoreError when it cannot be used, NotFound when it does not exist and
+    ``create`` is false.
     """
+    if is_postgres_url(location):
+        from .postgresql import open_postgres  # type: ignore[import-not-found,unused-ignore]
+
+        store: Store = open_postgres(str(location), create=create)
+        return store
+    from .sqlite import SqliteStore
+
+    return SqliteStore.open(location, create=create)
 
 
 __all__ = [
-    "BUSY_TIMEOUT_MS",
-    "SCHEMA_VERSION",
     "Claimed",
-    "Connection",
+    "CommandStore",
+    "DaemonStore",
+    "DbInfo",
+    "Finished",
+    "Fired",
+    "Renewal",
     "Status",
     "Store",
-    "WindowRow",
-    "_migrations",
-    "check_ownership",
-    "schema_sql",
-    "split_statements",
+    "is_postgres_url",
+    "open_store",
 ]

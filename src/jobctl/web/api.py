@@ -8,6 +8,7 @@ and turned into ``{"error": …}`` with their status by :func:`jobctl.web.app.ap
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -15,8 +16,9 @@ from starlette.responses import JSONResponse, Response
 
 from .. import output
 from ..clock import iso
-from ..errors import Conflict, NotFound
+from ..errors import NotFound
 from ..models import FINISHED_RUN_STATES, RunState
+from ..triggers import next_fire
 from . import metrics
 from .app import Web, read_body
 from .auth import CSRF_HEADER
@@ -33,7 +35,7 @@ from .bodies import (
 
 if TYPE_CHECKING:
     from ..models import Job
-    from ..store import Store
+    from ..store import CommandStore as Store
 
 Handler = Callable[[Web, Request], Awaitable[Response]]
 
@@ -98,7 +100,7 @@ async def create_job(web: Web, request: Request) -> Response:
     spec = job_spec_from_body(body, now)
 
     def write(store: Store) -> dict[str, Any]:
-        job = store.add_job(spec, now)
+        job = store.add_job(spec, next_fire(spec.trigger, now), now)
         web.poke(store, f"job:{job.id}")
         return output.job_json(job, None)
 
@@ -124,12 +126,10 @@ async def patch_job(web: Web, request: Request) -> Response:
     now = web.clock.now()
 
     def write(store: Store) -> dict[str, Any]:
-        changes = job_changes_from_body(body, now, lambda: store.get_job(name).trigger)
-        new_name = changes.get("name", name)
-        if new_name != name and new_name in store.job_names():
-            # the store would refuse it as a database error; the API says what it is
-            raise Conflict(f"a job named {new_name!r} already exists")
-        job = store.edit_job(name, changes, now)
+        changes = job_changes_from_body(body, now, store.get_job(name))
+        restart = "trigger" in changes
+        nxt = next_fire(changes["trigger"], now) if restart else None
+        job = store.edit_job(name, changes, now, next_run_at=nxt, restart_schedule=restart)
         web.poke(store, f"job:{job.id}")
         return job_out(store, job)
 
@@ -149,6 +149,13 @@ async def delete_job(web: Web, request: Request) -> Response:
     return Response(status_code=204)
 
 
+def pause_or_resume(store: Store, action: str, name: str, now: datetime) -> Job:
+    """``pause NAME`` or ``resume NAME`` (from the next window after ``now``)."""
+    if action == "pause":
+        return store.pause_job(name, now)
+    return store.resume_job(name, next_fire(store.get_job(name).trigger, now), now)
+
+
 def _job_action(action: str) -> Handler:
     async def handler(web: Web, request: Request) -> Response:
         name = request.path_params["name"]
@@ -156,7 +163,7 @@ def _job_action(action: str) -> Handler:
         now = web.clock.now()
 
         def write(store: Store) -> dict[str, Any]:
-            job = getattr(store, f"{action}_job")(name, now)
+            job = pause_or_resume(store, action, name, now)
             web.poke(store, f"job:{job.id}")
             return job_out(store, job)
 

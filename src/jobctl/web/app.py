@@ -27,7 +27,7 @@ from .auth import SESSION_COOKIE, Sessions, bearer, same_secret
 from .bodies import BadRequest
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..store import CommandStore, Store
 
 T = TypeVar("T")
 AnyClock = SystemClock | FakeClock
@@ -104,22 +104,22 @@ class Web:
 
     # ---------------------------------------------------------------- the store
 
-    async def db(self, fn: Callable[[Store], T]) -> T:
+    async def db(self, fn: Callable[[CommandStore], T]) -> T:
         """``fn(store)`` in a worker thread, over a connection opened for this call."""
 
         def work() -> T:
-            with self.open_store() as store:
-                return fn(store)
+            handle = self.open_store()
+            try:
+                return fn(handle.commands)
+            finally:
+                handle.close()
 
         return await run_in_threadpool(work)
 
-    def poke(self, store: Store, *messages: str) -> None:
+    def poke(self, store: CommandStore, *messages: str) -> None:
         """Wake running daemons after a change, as the CLI does (a hint only)."""
-        from ..wake import poke
-
-        addresses = store.wake_addresses(self.clock.now())
         for m in messages:
-            poke(addresses, m)
+            store.notify(m)
 
 
 async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:

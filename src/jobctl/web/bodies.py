@@ -10,13 +10,13 @@ number goes) get their own one-line message. Everything raises UsageError (422).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from ..errors import UsageError
-from ..models import JobSpec, RunState, Trigger, TriggerKind
+from ..models import Job, JobSpec, RunState, TriggerKind
 from ..specs import (
     TriggerOptions,
     build_spec,
@@ -220,9 +220,7 @@ def job_spec_from_body(body: Mapping[str, Any], now: datetime) -> JobSpec:
     return build_spec(name, trig, _policies(body), _command(body["command"]), now, paused=paused)
 
 
-def job_changes_from_body(
-    body: Mapping[str, Any], now: datetime, current_trigger: Callable[[], Trigger]
-) -> dict[str, Any]:
+def job_changes_from_body(body: Mapping[str, Any], now: datetime, job: Job) -> dict[str, Any]:
     """``PATCH /v1/jobs/{name}``: any subset of the job object -> ``edit``'s changes.
 
     ``name`` renames; ``paused`` is not a field ``edit`` changes (POST ``…/pause``)."""
@@ -240,7 +238,7 @@ def job_changes_from_body(
 
         command = join_command(_command(body["command"]))
     rename = _str(body["name"], "name") if body.get("name") is not None else None
-    return edit_changes(trig, _policies(body), now, current_trigger, command=command, rename=rename)
+    return edit_changes(job, trig, _policies(body), command=command, rename=rename, now=now)
 
 
 # ---------------------------------------------------------------------- runs

@@ -24,13 +24,13 @@ from .. import output
 from ..durations import format_duration
 from ..errors import JobctlError, NotFound
 from ..models import FINISHED_RUN_STATES, RunState
-from .api import SHOW_RUNS_LIMIT, run_detail, run_id_of
+from .api import SHOW_RUNS_LIMIT, pause_or_resume, run_detail, run_id_of
 from .app import Forbidden, Web, error_status, error_text, read_body
 from .auth import CSRF_FIELD, SESSION_COOKIE, SESSION_SECONDS, same_secret
 from .bodies import BadRequest, query_int
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from ..store import CommandStore as Store
 
 #: how often the live output stream re-reads the store, and sends a keep-alive comment
 EVENTS_POLL_SECONDS = 0.5
@@ -238,7 +238,7 @@ def _run_context(store: Store, run_id: int, attempt: int | None) -> dict[str, An
         "final": run.state in FINISHED_RUN_STATES,
         "cancellable": run.state in (RunState.PENDING, RunState.FAILED, RunState.LEASED)
         and not run.cancel_requested,
-        "job": store.get_job_by_id(run.job_id),
+        "job": store.get_job(run.job_name),
     }
 
 
@@ -341,7 +341,7 @@ def _job_verb(web: Web, store: Store, verb: str, name: str, now: datetime) -> st
         run, _ = store.enqueue_run(name, now)
         web.poke(store, f"run:{run.id}")
         return f"/runs/{run.id}"
-    job = store.pause_job(name, now) if verb == "pause" else store.resume_job(name, now)
+    job = pause_or_resume(store, verb, name, now)
     web.poke(store, f"job:{job.id}")
     return f"/jobs/{quote(job.name)}"
 

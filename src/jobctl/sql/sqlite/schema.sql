@@ -1,10 +1,10 @@
--- The whole current schema of a jobctl database (user_version 1).
+-- The whole current schema of a jobctl database (user_version 2).
 -- Migrations in this folder (NNNN_*.sql) applied in order to an empty file must give
 -- exactly this schema; tests/test_store.py checks it.
 -- Times are INTEGER microseconds since the Unix epoch, UTC. Durations are REAL seconds.
 
 CREATE TABLE jobs (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL UNIQUE,
     description TEXT,
     trigger_kind TEXT NOT NULL
@@ -45,7 +45,7 @@ CREATE INDEX jobs_next_run ON jobs (next_run_at) WHERE state = 'active';
 CREATE INDEX jobs_updated ON jobs (updated_at);
 
 CREATE TABLE runs (
-    id INTEGER PRIMARY KEY,
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
     scheduled_for INTEGER NOT NULL,
     state TEXT NOT NULL
@@ -68,7 +68,9 @@ CREATE TABLE runs (
     last_error TEXT,
     run_key TEXT,
     env TEXT NOT NULL DEFAULT '{}',
-    settings TEXT,
+    settings TEXT NOT NULL,
+    attempt_base INTEGER NOT NULL DEFAULT 0,
+    hook_status TEXT,
     created_at INTEGER NOT NULL,
     UNIQUE (job_id, scheduled_for)
 );
@@ -110,7 +112,8 @@ CREATE TABLE daemons (
     started_at INTEGER NOT NULL,
     heartbeat_at INTEGER NOT NULL,
     expires_at INTEGER NOT NULL,
-    wake_address TEXT
+    wake_address TEXT,
+    boot_id TEXT
 );
 
 CREATE TABLE scheduler_lease (

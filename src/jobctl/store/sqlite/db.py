@@ -1,4 +1,4 @@
-"""Opening a database (permissions, WAL, migrations) and its transactions."""
+"""A SQLite database file: opening it (permissions, WAL, migrations) and its transactions."""
 
 from __future__ import annotations
 
@@ -7,31 +7,27 @@ import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
-from ..errors import NotFound, StoreError
-from .schema import BUSY_TIMEOUT_MS, SCHEMA_VERSION, _migrations, split_statements
+from ...errors import NotFound, StoreError
+from .schema import BUSY_TIMEOUT_MS, SCHEMA_VERSION, migrations, split_statements
 
 
-class Connection:
-    """A jobctl database connection. Open with :meth:`open`; close with :meth:`close`."""
-
-    """A jobctl database. Open with :meth:`open`; close with :meth:`close`."""
+class Db:
+    """One connection to a jobctl SQLite file. Open with :meth:`open`."""
 
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
-        self._in_batch = False
-
-    # ---------------------------------------------------------------- connection
 
     @classmethod
-    def open(cls, path: Path | str, *, create: bool = True) -> Self:
+    def open(cls, path: Path | str, *, create: bool = True) -> Db:
         """Open (and with ``create``, create and migrate) the database at ``path``.
 
         The folder is made 0700 and the file 0600 (including ``-wal``/``-shm``) whatever
         the umask. A file from a newer jobctl is refused untouched (StoreError). A file
-        that is not a SQLite database is a StoreError.
+        that is not a SQLite database is a StoreError. Without ``create`` a missing file
+        is NotFound and nothing is made.
         """
         path = Path(path)
         try:
@@ -60,9 +56,9 @@ class Connection:
             except sqlite3.Error as e:
                 raise StoreError(f"cannot open database {path}: {e}") from None
             conn.row_factory = sqlite3.Row
-            store = cls(conn, path)
+            db = cls(conn, path)
             try:
-                store._setup()
+                db._setup()
             except sqlite3.DatabaseError as e:
                 conn.close()
                 raise StoreError(f"cannot use database {path}: {e}") from None
@@ -74,7 +70,7 @@ class Connection:
         if not existed:
             with contextlib.suppress(OSError):
                 os.chmod(path, 0o600)
-        return store
+        return db
 
     def _setup(self) -> None:
         c = self.conn
@@ -91,52 +87,44 @@ class Connection:
         # NORMAL in WAL mode: a power loss may roll back the last commits, never corrupts;
         # a rolled-back window or finish is redone (at-least-once), see README "Guarantees".
         c.execute("PRAGMA synchronous = NORMAL")
-        c.execute("PRAGMA foreign_keys = ON")
         if version < SCHEMA_VERSION:
             self._migrate()
+        c.execute("PRAGMA foreign_keys = ON")
 
     def _migrate(self) -> None:
+        # foreign keys stay off while tables are rebuilt (a DROP would cascade), and are
+        # checked before the commit: a migration that breaks one is rolled back whole
+        self.conn.execute("PRAGMA foreign_keys = OFF")
         with self.write() as c:
             version = c.execute("PRAGMA user_version").fetchone()[0]
-            for number, sql in _migrations():
+            for number, sql in migrations():
                 if number <= version:
                     continue
                 for stmt in split_statements(sql):
                     c.execute(stmt)
                 c.execute(f"PRAGMA user_version = {number}")
+            broken = c.execute("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise StoreError(f"migration left {len(broken)} broken references; not applied")
 
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Db:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
-        """One ``BEGIN IMMEDIATE`` transaction for several named writes: each ``write()``
-        inside joins it, and all commit together at the end (or all roll back on error).
-        The daemon records a burst of due windows this way: one commit, not one per job."""
-        if self._in_batch:
-            yield
-            return
-        with self.write():
-            self._in_batch = True
-            try:
-                yield
-            finally:
-                self._in_batch = False
-
-    @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on error.
-        Inside :meth:`batch` it joins the batch's transaction instead."""
+
+        Immediate, because a deferred read-then-write gets "database is locked" at once
+        whatever the busy timeout; any SQLite error inside becomes a StoreError with
+        nothing kept.
+        """
         c = self.conn
-        if self._in_batch:
-            yield c
-            return
         try:
             c.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:
@@ -145,22 +133,26 @@ class Connection:
             yield c
         except sqlite3.Error as e:
             # SQLITE_FULL, SQLITE_IOERR, a busy timeout... mid-transaction: nothing is kept
-            with contextlib.suppress(sqlite3.Error):
-                c.execute("ROLLBACK")
+            self._rollback()
             raise StoreError(f"database error: {e}") from None
         except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                c.execute("ROLLBACK")
+            self._rollback()
             raise
         else:
             try:
                 c.execute("COMMIT")
             except sqlite3.Error as e:
-                with contextlib.suppress(sqlite3.Error):
-                    c.execute("ROLLBACK")
+                self._rollback()
                 raise StoreError(f"database error: {e}") from None
 
-    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    def _rollback(self) -> None:
+        if self.conn.in_transaction:
+            try:
+                self.conn.execute("ROLLBACK")
+            except sqlite3.Error as e:  # the connection is unusable: say so, do not hide it
+                raise StoreError(f"database error: rollback failed: {e}") from None
+
+    def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         try:
             return self.conn.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as e:
@@ -168,7 +160,7 @@ class Connection:
 
     def schema_dump(self) -> list[tuple[str, str, str]]:
         """(type, name, sql) of every schema object, for the migration test."""
-        rows = self._read(
+        rows = self.read(
             "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name"
         )
         return [(r[0], r[1], r[2]) for r in rows]

@@ -1,4 +1,4 @@
-"""The schema and its migrations: ``sql/schema.sql`` and numbered ``sql/NNNN_*.sql``."""
+"""The SQLite schema and its migrations: ``sql/sqlite/schema.sql`` and ``sql/sqlite/NNNN_*.sql``."""
 
 from __future__ import annotations
 
@@ -7,18 +7,18 @@ import sqlite3
 import stat
 from pathlib import Path
 
-from ..errors import SecurityError
+from ...errors import SecurityError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
 
 
-def _migrations() -> list[tuple[int, str]]:
-    """(version, sql) for every numbered migration in ``sql/``, in order."""
+def migrations() -> list[tuple[int, str]]:
+    """(version, sql) for every numbered migration in ``sql/sqlite/``, in order."""
     from importlib import resources  # deferred: it pulls in tempfile, zlib, lzma...
 
     out = []
-    for entry in resources.files("jobctl").joinpath("sql").iterdir():
+    for entry in resources.files("jobctl").joinpath("sql", "sqlite").iterdir():
         name = entry.name
         if name[:4].isdigit() and name.endswith(".sql"):
             out.append((int(name[:4]), entry.read_text(encoding="utf-8")))
@@ -30,7 +30,11 @@ def schema_sql() -> str:
     """The whole current schema, as kept in ``sql/schema.sql``."""
     from importlib import resources
 
-    return resources.files("jobctl").joinpath("sql", "schema.sql").read_text(encoding="utf-8")
+    return (
+        resources.files("jobctl")
+        .joinpath("sql", "sqlite", "schema.sql")
+        .read_text(encoding="utf-8")
+    )
 
 
 def split_statements(sql: str) -> list[str]:

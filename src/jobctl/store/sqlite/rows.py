@@ -1,18 +1,16 @@
-"""Row mapping and the value types passed between the daemon and the store."""
+"""Rows to models: the mapping of the SQLite tables onto :mod:`jobctl.models`."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..clock import from_us, to_us
-from ..models import (
+from ...clock import from_us, to_us
+from ...models import (
     Attempt,
     Catchup,
-    DaemonInfo,
     Job,
     JobSpec,
     JobState,
@@ -24,29 +22,28 @@ from ..models import (
     SkipReason,
     Trigger,
     TriggerKind,
-    Window,
 )
 
 # --------------------------------------------------------------------------------------
 # row mapping
 
 
-def _opt_dt(us: int | None) -> datetime | None:
+def opt_dt(us: int | None) -> datetime | None:
     return None if us is None else from_us(us)
 
 
-def _opt_us(dt: datetime | None) -> int | None:
+def opt_us(dt: datetime | None) -> int | None:
     return None if dt is None else to_us(dt)
 
 
-def _job_from_row(r: Any) -> Job:
+def job_from_row(r: Any) -> Job:
     trigger = Trigger(
         kind=TriggerKind(r["trigger_kind"]),
         tz=r["trigger_tz"],
         expr=r["trigger_expr"],
         every_seconds=r["every_seconds"],
-        anchor=_opt_dt(r["anchor_at"]),
-        at=_opt_dt(r["once_at"]),
+        anchor=opt_dt(r["anchor_at"]),
+        at=opt_dt(r["once_at"]),
         after_completion=bool(r["after_completion"]),
     )
     state = JobState(r["state"])
@@ -76,23 +73,13 @@ def _job_from_row(r: Any) -> Job:
         spec=spec,
         state=state,
         created_at=from_us(r["created_at"]),
-        schedule_from=from_us(r["schedule_from"]),
-        next_run_at=_opt_dt(r["next_run_at"]),
-        last_window_at=_opt_dt(r["last_window_at"]),
+        next_run_at=opt_dt(r["next_run_at"]),
         missed_total=r["missed_total"],
         last_boot_id=r["last_boot_id"],
     )
 
 
-_RUN_SELECT = """
-SELECT runs.*, jobs.name AS job_name,
-       (SELECT json_group_array(name) FROM run_locks WHERE run_locks.run_id = runs.id) AS lock_list
-FROM runs JOIN jobs ON jobs.id = runs.job_id
-"""
-
-
-def _run_from_row(r: sqlite3.Row) -> Run:
-    settings = r["settings"]
+def run_from_row(r: sqlite3.Row) -> Run:
     return Run(
         id=r["id"],
         job_id=r["job_id"],
@@ -102,63 +89,40 @@ def _run_from_row(r: sqlite3.Row) -> Run:
         skip_reason=SkipReason(r["skip_reason"]) if r["skip_reason"] else None,
         attempt=r["attempt"],
         max_attempts=r["max_attempts"],
-        not_before=_opt_dt(r["not_before"]),
+        not_before=opt_dt(r["not_before"]),
         leased_by=r["leased_by"],
-        lease_until=_opt_dt(r["lease_until"]),
-        started_at=_opt_dt(r["started_at"]),
-        finished_at=_opt_dt(r["finished_at"]),
+        lease_until=opt_dt(r["lease_until"]),
+        started_at=opt_dt(r["started_at"]),
+        finished_at=opt_dt(r["finished_at"]),
         exit_code=r["exit_code"],
         last_error=r["last_error"],
         reason=RunReason(r["reason"]),
-        catchup_from=_opt_dt(r["catchup_from"]),
+        catchup_from=opt_dt(r["catchup_from"]),
         priority=r["priority"],
         run_key=r["run_key"],
         env=json.loads(r["env"]),
-        locks=tuple(sorted(json.loads(r["lock_list"] or "[]"))),
-        settings=RunSettings.from_dict(json.loads(settings)) if settings else None,
+        locks=tuple(sorted(r["lock_list"].split("\n"))) if r["lock_list"] else (),
+        settings=RunSettings.from_dict(json.loads(r["settings"])),
         cancel_requested=bool(r["cancel_requested"]),
-        pgid=r["pgid"],
-        lease_host=r["lease_host"],
+        attempt_base=r["attempt_base"],
+        hook_status=r["hook_status"],
     )
 
 
-def _attempt_from_row(r: sqlite3.Row) -> Attempt:
+def attempt_from_row(r: sqlite3.Row) -> Attempt:
     return Attempt(
         run_id=r["run_id"],
         attempt=r["attempt"],
         started_at=from_us(r["started_at"]),
-        finished_at=_opt_dt(r["finished_at"]),
+        finished_at=opt_dt(r["finished_at"]),
         exit_code=r["exit_code"],
         error=r["error"],
         output_bytes=r["output_bytes"],
+        host=r["host"],
+        pid=r["pid"],
     )
 
 
-# --------------------------------------------------------------------------------------
-# value types passed between the daemon and the store
-
-
-#: what the scheduler records for a window (the planner's :class:`~jobctl.models.Window`)
-WindowRow = Window
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """A run this daemon now holds, and (when the lease was taken over) what to kill first."""
-
-    run: Run
-    stale_pgid: int | None = None
-    #: the run's previous attempt was lost on this host (its processes may still live)
-    lost_here: bool = False
-
-
-@dataclass(frozen=True)
-class Status:
-    daemons: list[DaemonInfo]
-    counts: dict[str, int]
-    next_due_at: datetime | None
-
-
-def _settings_json(spec: JobSpec) -> str:
+def settings_json(spec: JobSpec) -> str:
     settings = RunSettings.from_spec(spec)
     return json.dumps(settings.to_dict(), sort_keys=True)

@@ -1,0 +1,393 @@
+"""The executor role: claim runs for free workers, run each attempt as a child, record its end.
+
+It holds the runs this daemon leased, one :class:`~jobctl.worker.Child` each, and watches
+their output and exit through callbacks it registers with the loop (``watch``). The end of
+an attempt is decided by :func:`jobctl.planner.decide` and persisted by the store in one
+fenced write. It never fires windows: the job ids whose runs ended are handed back
+(:meth:`Executor.take_ended`) and the loop passes them to the scheduler.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from . import planner
+from .errors import StoreError
+from .models import AttemptResult, Decision, Run, RunState, StopReason
+from .reaper import group_alive, kill_group, kill_run_processes
+from .store import Claimed, DaemonStore
+from .store.protocol import ExpiredLease
+from .worker import CANCEL_GRACE_SECONDS, Child, Hook, build_env, spawn_hook
+
+#: a running attempt's output tail is stored at most this often while it changes
+OUTPUT_FLUSH_SECONDS = 1.0
+
+#: a callback for a ready descriptor gets the time the loop read after waking
+Ready = Callable[[datetime, float], None]
+Watch = Callable[[int, Ready], None]
+Unwatch = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    workers: int = 4
+    reserved: int = 0
+    reserved_priority: int | None = None
+    lease_seconds: float = 30.0
+
+
+@dataclass
+class Held:
+    """A run this daemon leased, and the child running its attempt."""
+
+    run: Run
+    attempt: int
+    child: Child
+    started_mono: float
+    saved_total: int = 0
+    saved_mono: float = field(default=0.0)
+
+
+class Executor:
+    """Claims, children, finishes, retries, hooks and cancels (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: DaemonStore,
+        config: ExecutorConfig,
+        *,
+        daemon_id: str,
+        host: str,
+        environ: Mapping[str, str],
+        log: Callable[[str], None],
+        rng: random.Random,
+        watch: Watch,
+        unwatch: Unwatch,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.daemon_id = daemon_id
+        self.host = host
+        self.environ = dict(environ)
+        self.log = log
+        self.rng = rng
+        self.watch = watch
+        self.unwatch = unwatch
+        self.held: dict[int, Held] = {}
+        self.hooks: dict[int, tuple[Hook, int]] = {}  # pidfd -> (hook, run id)
+        self.claim_needed = True
+        self.cancels_unchecked = True
+        self.next_claim_wall: datetime | None = None
+        self._ended_jobs: list[int] = []
+        self._exited = False
+
+    # ------------------------------------------------------------------ what the loop reads
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.held)
+
+    def tracked_pids(self) -> set[int]:
+        """Pids of children this executor reaps itself (attempts and hooks)."""
+        return {h.child.pid for h in self.held.values()} | {h.pid for h, _ in self.hooks.values()}
+
+    def running_pgids(self) -> set[int]:
+        return {h.child.pid for h in self.held.values() if h.child.returncode is None}
+
+    def take_ended(self) -> list[int]:
+        """Job ids whose runs ended since the last call (for fixed-delay scheduling)."""
+        out, self._ended_jobs = self._ended_jobs, []
+        return out
+
+    def take_exited(self) -> bool:
+        """Whether a child exited since the last call (the loop then sweeps strays)."""
+        out, self._exited = self._exited, False
+        return out
+
+    def wants_claim(self, now: datetime) -> bool:
+        return self.claim_needed or (
+            self.next_claim_wall is not None and now >= self.next_claim_wall
+        )
+
+    def next_deadline(self, mono: float) -> float | None:
+        """The next monotonic time :meth:`tick` has something to do."""
+        times = []
+        for h in self.held.values():
+            d = h.child.next_deadline()
+            if d is not None:
+                times.append(d)
+            if h.child.returncode is None and h.child.tail.total != h.saved_total:
+                times.append(max(h.started_mono, h.saved_mono) + OUTPUT_FLUSH_SECONDS)
+        return min(times) if times else None
+
+    # ------------------------------------------------------------------ claims
+
+    def claim(self, now: datetime, mono: float) -> None:
+        """Claim runs for the free workers and start them; check cancel requests."""
+        self.claim_needed = False
+        cfg = self.config
+        free = cfg.workers - len(self.held)
+        low_limit = None
+        if cfg.reserved_priority is not None and cfg.reserved > 0:
+            low_running = sum(
+                1 for h in self.held.values() if h.run.priority < cfg.reserved_priority
+            )
+            low_limit = max(0, cfg.workers - cfg.reserved - low_running)
+        try:
+            claimed: list[Claimed] = []
+            ended: list[tuple[Run, Decision]] = []
+            if free > 0:
+                claimed, ended = self.store.claim_runs(
+                    self.daemon_id,
+                    self.host,
+                    now,
+                    cfg.lease_seconds,
+                    limit=free,
+                    low_limit=low_limit,
+                    reserved_priority=cfg.reserved_priority,
+                    on_expired=_decide_expired,
+                )
+            if self.cancels_unchecked:
+                # a cancel request comes with a wake-up (or is seen at the next renewal)
+                self.cancels_unchecked = False
+                self.check_held(mono)
+            if len(self.held) + len(claimed) < cfg.workers:
+                self.next_claim_wall = self.store.next_claim_at(self.daemon_id, now)
+            else:
+                # every worker is busy: the next claim comes when one of them finishes
+                self.next_claim_wall = None
+        except StoreError as e:
+            self.log(f"claim failed: {e}")
+            self.next_claim_wall = now + timedelta(seconds=1)
+            return
+        for run, decision in ended:
+            self.log(
+                f"run {run.id} of {run.job_name}: lease lost on its last attempt: "
+                f"{decision.state.value}"
+            )
+            self._ended_jobs.append(run.job_id)
+            if decision.state is RunState.DEAD:
+                self._on_failure_hook(run, "lost", b"")
+        started: list[tuple[int, int, int]] = []
+        for c in claimed:
+            self._start(c, now, mono, started)
+        try:  # one commit for the whole turn; only a takeover's kill needs the pids
+            self.store.set_attempt_processes(self.daemon_id, started)
+        except StoreError as e:
+            self.log(f"cannot record process groups: {e}")
+
+    def _start(
+        self, claimed: Claimed, now: datetime, mono: float, started: list[tuple[int, int, int]]
+    ) -> None:
+        run = claimed.run
+        if claimed.stale_pgid and group_alive(claimed.stale_pgid):
+            self.log(f"run {run.id}: killing process group {claimed.stale_pgid} of a lost attempt")
+            kill_group(claimed.stale_pgid)
+        env = build_env(self.environ, run, run.settings, run.attempt)
+        if claimed.lost_here:
+            # also what a daemon killed before it recorded the process group left behind
+            n = kill_run_processes(run.id, env.get("JOBCTL_DB", ""))
+            if n:
+                self.log(f"run {run.id}: killed {n} leftover processes of a lost attempt")
+        try:
+            child = Child.start(run.settings, env, mono)
+        except OSError as e:
+            error = f"spawn: {e.strerror or e}" if not str(e).startswith("spawn:") else str(e)
+            if e.filename and e.filename not in error:
+                error = f"spawn: {e.filename}: {e.strerror or e}"
+            self.log(f"run {run.id} of {run.job_name}: cannot start: {error}")
+            self._finish(run, run.attempt, AttemptResult(None, spawn_error=error), now)
+            return
+        held = Held(run, run.attempt, child, mono)
+        self.held[run.id] = held
+        assert child.output_fd is not None and child.pidfd is not None  # just started
+        self.watch(child.output_fd, lambda now, mono: self._on_output(held, now))
+        self.watch(child.pidfd, lambda now, mono: self._on_exit(held, now))
+        started.append((run.id, run.attempt, child.pid))
+        self.log(f"run {run.id} of {run.job_name}: attempt {run.attempt} started, pid {child.pid}")
+
+    # ------------------------------------------------------------------ children
+
+    def _on_output(self, held: Held, now: datetime) -> None:
+        fd = held.child.output_fd
+        if not held.child.on_output() and fd is not None:
+            self.unwatch(fd)
+        self._maybe_finish(held, now)
+
+    def _on_exit(self, held: Held, now: datetime) -> None:
+        child = held.child
+        if child.pidfd is not None:
+            self.unwatch(child.pidfd)
+        if child.output_fd is not None:
+            self.unwatch(child.output_fd)
+        child.on_exit()
+        self._exited = True
+        self._maybe_finish(held, now)
+
+    def tick(self, now: datetime, mono: float) -> None:
+        """Timeouts and SIGKILL follow-ups; store the output of running attempts at most
+        once a second while it changes (none for an attempt in its first second); and
+        record the ends that could not be recorded before (a store error)."""
+        outputs = []
+        for h in list(self.held.values()):
+            h.child.tick(mono)
+            if h.child.finished:
+                self._maybe_finish(h, now)
+                continue
+            total = h.child.tail.total
+            if (
+                total != h.saved_total
+                and mono >= h.started_mono + OUTPUT_FLUSH_SECONDS
+                and mono >= h.saved_mono + OUTPUT_FLUSH_SECONDS
+            ):
+                outputs.append((h.run.id, h.attempt, h.child.tail.value(), total))
+                h.saved_total, h.saved_mono = total, mono
+        if outputs:
+            try:
+                self.store.save_output(self.daemon_id, outputs)
+            except StoreError as e:
+                self.log(f"cannot store running output: {e}")
+
+    def _maybe_finish(self, held: Held, now: datetime) -> None:
+        if not held.child.finished:
+            return
+        result = held.child.result()
+        run = held.run
+        if result.stop_reason is StopReason.LOST:
+            self.log(f"run {run.id}: attempt {held.attempt} ended after its lease was lost")
+            self._release(held)
+            return
+        try:
+            self._finish(run, held.attempt, result, now)
+        except StoreError as e:
+            # left held: the next turn's tick records it again
+            self.log(f"run {run.id}: cannot record its end yet: {e}")
+            return
+        self._release(held)
+
+    def _release(self, held: Held) -> None:
+        if self.held.get(held.run.id) is held:
+            del self.held[held.run.id]
+        self.claim_needed = True
+
+    def _finish(self, run: Run, attempt: int, result: AttemptResult, now: datetime) -> None:
+        decision = planner.decide(run, attempt, result, now, self.rng)
+        if decision is None:
+            return
+        done = self.store.finish_attempt(run.id, attempt, self.daemon_id, now, result, decision)
+        self.claim_needed = True
+        if done.state is None:
+            self.log(
+                f"run {run.id} of {run.job_name}: attempt {attempt} ended "
+                f"({result.error or 'ok'}), not recorded: lease lost"
+            )
+            return
+        self._ended_jobs.append(run.job_id)
+        state = done.state
+        if state is RunState.SUCCEEDED:
+            self.log(f"run {run.id} of {run.job_name}: attempt {attempt} succeeded")
+        elif state is RunState.FAILED and decision.retry_at is not None:
+            delay = (decision.retry_at - now).total_seconds()
+            self.log(
+                f"run {run.id} of {run.job_name}: attempt {attempt} failed ({result.error}); "
+                f"retry in {delay:.1f}s"
+            )
+        elif state is RunState.PENDING:
+            self.log(f"run {run.id}: interrupted by shutdown, back to pending")
+        elif state is RunState.CANCELLED:
+            self.log(f"run {run.id} of {run.job_name}: cancelled")
+        elif state is RunState.DEAD:
+            self.log(
+                f"run {run.id} of {run.job_name}: attempt {attempt} failed ({result.error}); dead"
+            )
+            self._on_failure_hook(run, result.error or "failed", result.output)
+
+    # ------------------------------------------------------------------ hooks
+
+    def _on_failure_hook(self, run: Run, error: str, tail: bytes) -> None:
+        settings = run.settings
+        if not settings.on_failure:
+            return
+        env = build_env(self.environ, run, settings, run.attempt)
+        env["JOBCTL_STATE"] = "dead"
+        env["JOBCTL_ERROR"] = error
+        hook = spawn_hook(settings.on_failure, settings.shell, env, tail, settings.cwd)
+        if hook is None:
+            self.log(f"run {run.id}: on-failure command could not start")
+            self._record_hook(run.id, "not started")
+            return
+        self.hooks[hook.pidfd] = (hook, run.id)
+        self.watch(hook.pidfd, lambda now, mono: self._on_hook_exit(hook.pidfd))
+        self.log(f"run {run.id} of {run.job_name}: on-failure command started")
+
+    def _on_hook_exit(self, fd: int) -> None:
+        self.unwatch(fd)
+        hook, run_id = self.hooks.pop(fd)
+        status = hook.wait()
+        text = f"signal {-status}" if status < 0 else f"exit {status}"
+        self.log(f"run {run_id}: on-failure command ended: {text}")
+        self._record_hook(run_id, text)
+        self._exited = True
+
+    def _record_hook(self, run_id: int, status: str) -> None:
+        try:
+            self.store.record_hook(run_id, status)
+        except StoreError as e:
+            self.log(f"run {run_id}: cannot record the on-failure result: {e}")
+
+    # ------------------------------------------------------------------ leases and cancels
+
+    def held_attempts(self) -> list[tuple[int, int]]:
+        return [(h.run.id, h.attempt) for h in self.held.values()]
+
+    def on_lost(self, run_ids: frozenset[int]) -> None:
+        """Held runs whose lease is gone (taken over, deleted): kill their attempts."""
+        for run_id in run_ids:
+            h = self.held.get(run_id)
+            if h is not None and h.child.stop_reason is None:
+                self.log(f"run {run_id} attempt {h.attempt}: lease lost, killing it")
+                h.child.kill_now(StopReason.LOST)
+
+    def on_cancel(self, run_ids: frozenset[int], mono: float) -> None:
+        for run_id in run_ids:
+            h = self.held.get(run_id)
+            if h is not None and h.child.stop_reason is None:
+                self.log(f"run {run_id} of {h.run.job_name}: cancel requested")
+                h.child.stop(StopReason.CANCELLED, mono, CANCEL_GRACE_SECONDS)
+
+    def check_held(self, mono: float) -> None:
+        """Act on cancel requests and on held runs that are gone (``rm --force``)."""
+        if not self.held:
+            return
+        cancel, lost = self.store.held_status(self.daemon_id, self.held_attempts())
+        self.on_lost(lost)
+        self.on_cancel(cancel, mono)
+
+    def fence(self) -> None:
+        """Self-fencing: the leases could not be renewed for two thirds of their length, so
+        another daemon may soon take them: kill every attempt's group now."""
+        for h in self.held.values():
+            if h.child.returncode is None and h.child.stop_reason is None:
+                self.log(f"run {h.run.id}: cannot renew its lease: killing attempt {h.attempt}")
+                h.child.kill_now(StopReason.LOST)
+
+    def interrupt_all(self) -> None:
+        """The shutdown grace ran out: kill what still runs; its runs go back to pending."""
+        for h in self.held.values():
+            if h.child.returncode is None:
+                h.child.kill_now(StopReason.INTERRUPTED)
+
+    def kill_all(self) -> None:
+        """Last resort on exit: no attempt outlives its daemon."""
+        for h in self.held.values():
+            kill_group(h.child.pid)
+
+
+def _decide_expired(lease: ExpiredLease) -> Decision:
+    return planner.decide_expired(lease.attempt, lease.max_attempts, lease.cancel_requested)
+
+
+__all__ = ["Executor", "ExecutorConfig", "Held"]

@@ -1,0 +1,184 @@
+"""The scheduler role: while this daemon holds the scheduler lease, turn due windows into runs.
+
+It keeps a heap of jobs keyed by their next window, fires the due ones in chunks (one
+transaction each) through the planner, handles catch-up after a gap, ``@reboot`` once per
+boot, and fixed-delay jobs moving on when their run ended. It never touches children nor
+claims runs: :meth:`Scheduler.fire_due` says whether runs were created and the loop passes
+that on to the executor.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+
+from . import planner
+from .clock import from_us, iso, to_us
+from .models import Job, Plan, RunReason, RunState
+from .store import DaemonStore
+
+#: due jobs whose windows are recorded in one transaction, one chunk a loop turn
+FIRE_BATCH_JOBS = 50
+
+
+class Scheduler:
+    """The heap and the firing. Drive it with :meth:`take_lease` / :meth:`lose_lease`, then
+    :meth:`fire_due` each turn while it leads; :meth:`next_due` says when to wake."""
+
+    def __init__(
+        self,
+        store: DaemonStore,
+        *,
+        log: Callable[[str], None],
+        rng: random.Random,
+        boot_id: str,
+        lease_seconds: float,
+    ) -> None:
+        self.store = store
+        self.log = log
+        self.rng = rng
+        self.boot_id = boot_id
+        self.lease_seconds = lease_seconds
+        self.heap = planner.FireHeap()
+        self.leading = False
+        #: windows at or before this instant (µs) passed while no scheduler ran: missed
+        self.missed_until_us = -1
+        self._reload = False
+
+    # ------------------------------------------------------------------ the lease
+
+    def take_lease(self, now: datetime) -> bool:
+        """This daemon now holds the scheduler lease: every window that already passed
+        was missed (SPEC §6). Loads the heap, records ``@reboot`` runs for this boot, and
+        moves on fixed-delay jobs left without a next window. Returns whether runs were
+        created."""
+        self.leading = True
+        self.missed_until_us = to_us(now)
+        self.heap.load(self.store.schedule_heads())
+        created = False
+        for job in self.store.reboot_jobs():
+            if job.last_boot_id == self.boot_id:
+                continue
+            run_id = self.store.record_reboot(job.id, now, self.boot_id)
+            if run_id is not None:
+                created = True
+                self.log(f"job {job.name}: @reboot run {run_id} (boot {self.boot_id[:8]})")
+        self.on_runs_ended(None, now)
+        self.log(f"took the scheduler lease: scheduling {len(self.heap)} jobs")
+        return created
+
+    def lose_lease(self) -> None:
+        if self.leading:
+            self.log("lost the scheduler lease")
+        self.leading = False
+        self.heap = planner.FireHeap()
+
+    def note_gap(self, now: datetime) -> None:
+        """The loop woke far later than it planned (a suspend): windows up to now are missed."""
+        self.missed_until_us = to_us(now)
+
+    # ------------------------------------------------------------------ firing
+
+    def next_due(self) -> datetime | None:
+        """When the heap's head is due (None when not leading or nothing is scheduled)."""
+        if not self.leading:
+            return None
+        if self._reload:
+            self.heap.load(self.store.schedule_heads())
+            self._reload = False
+        head = self.heap.peek()
+        return None if head is None else from_us(head)
+
+    def fire_due(self, now: datetime) -> bool:
+        """Record one chunk of due windows in one transaction. Returns whether runs were
+        created. A burst of 1,000 windows is 20 commits, not 1,000, and the executor claims
+        the first chunk's runs while the next chunk waits (the head is still due, so the
+        loop comes straight back)."""
+        if not self.leading:
+            return False
+        if self._reload:
+            self.heap.load(self.store.schedule_heads())
+            self._reload = False
+        due = self.heap.pop_due(to_us(now), FIRE_BATCH_JOBS)
+        if not due:
+            return False
+        missed_until = self.missed_until_us
+
+        def plan(job: Job, has_leased: bool) -> Plan | None:
+            missed = job.next_run_at is not None and to_us(job.next_run_at) <= missed_until
+            return planner.plan_due(
+                job, now, missed=missed, rng=self.rng, has_leased_run=has_leased
+            )
+
+        fired = self.store.fire([(job_id, due_us) for due_us, job_id in due], now, plan)
+        seen = {f.job.id for f in fired}
+        created = False
+        for f in fired:
+            created |= bool(f.run_ids)
+            if f.plan.next_run_at is not None:
+                self.heap.push(f.job.id, to_us(f.plan.next_run_at))
+            n_run = sum(1 for w in f.plan.windows if w.state is RunState.PENDING)
+            n_skip = len(f.plan.windows) - n_run
+            missed = any(w.reason is RunReason.CATCHUP for w in f.plan.windows)
+            what = "missed windows" if missed or f.plan.missed_increment else "window"
+            self.log(
+                f"job {f.job.name}: {what} up to {iso(f.plan.last_window_at)}: "
+                f"{n_run} to run, {n_skip} skipped"
+            )
+        for _, job_id in due:
+            if job_id not in seen:  # changed under us (or nothing to do): take the stored state
+                self.reload_job(job_id)
+        return created
+
+    # ------------------------------------------------------------------ changes
+
+    def reload(self) -> None:
+        """Read every job's next window again before the next firing (after a store error)."""
+        self._reload = True
+
+    def reload_job(self, job_id: int) -> None:
+        job = self.store.get_job_by_id(job_id)
+        if job is None or job.state.value != "active" or job.next_run_at is None:
+            self.heap.remove(job_id)
+            return
+        self.heap.push(job_id, to_us(job.next_run_at))
+
+    def on_wake(self, messages: Iterable[str], now: datetime) -> None:
+        """Hints from the commands: ``all`` reloads the heap, ``job:ID`` one job."""
+        if not self.leading:
+            return
+        ended: list[int] | None = []
+        for msg in messages:
+            if msg == "all":
+                self._reload = True
+                ended = None
+            elif msg.startswith("job:"):
+                try:
+                    job_id = int(msg[4:])
+                except ValueError:
+                    continue
+                self.reload_job(job_id)
+                if ended is not None:
+                    ended.append(job_id)
+        if ended is None or ended:
+            self.on_runs_ended(ended, now)
+
+    def on_runs_ended(self, job_ids: list[int] | None, now: datetime) -> None:
+        """Runs of these jobs (None: of any job) ended: a fixed-delay job with no open run
+        left gets its next window, its interval after the last run ended."""
+        if not self.leading:
+            return
+        for idle in self.store.idle_fixed_delay(job_ids):
+            nxt = planner.next_after_completion(idle.job, idle.ended_at)
+            if nxt is not None and self.store.set_next_run(idle.job.id, nxt, now):
+                self.heap.push(idle.job.id, to_us(nxt))
+
+    def catch_changes(self, now: datetime) -> None:
+        """The safety net at each renewal: re-read the jobs changed lately, in case a
+        wake-up was lost (or a writer on another host sent none)."""
+        if not self.leading:
+            return
+        since = now - timedelta(seconds=2 * self.lease_seconds)
+        for job_id, next_us in self.store.jobs_changed_since(since):
+            self.heap.push(job_id, next_us)

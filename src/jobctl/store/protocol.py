@@ -1,0 +1,482 @@
+"""What the commands and the daemons may ask of a store. Every backend implements both.
+
+Rules that hold for every method of every backend:
+
+- Times come in as aware UTC datetimes (``now`` is always passed in, never read) and are
+  kept to the microsecond. Durations are float seconds.
+- Each writing method is one transaction: it is applied whole or not at all, and raises
+  :class:`~jobctl.errors.StoreError` when the database fails (nothing half-written).
+- Lookups by name or id raise :class:`~jobctl.errors.NotFound`; a write that the state
+  forbids raises :class:`~jobctl.errors.Conflict`.
+- Ids are never reused: a job or run id, once given, is never given again in that database.
+- Fencing: every write about an attempt names ``(run_id, attempt, daemon_id)`` and is
+  applied only while that attempt still holds the run's lease; otherwise it is rejected
+  (the method says so in its return value) and nothing is written.
+- The store persists decisions; it does not make them. Next fire times, catch-up,
+  overlap and retry outcomes come from :mod:`jobctl.planner` (passed in as values or as a
+  pure function the store applies inside its transaction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from ..models import (
+    Attempt,
+    AttemptResult,
+    DaemonInfo,
+    Decision,
+    Job,
+    JobSpec,
+    Plan,
+    Run,
+    RunState,
+)
+
+# ------------------------------------------------------------------------- value types
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A run this daemon now holds, and (when the lease was taken over) what to kill first."""
+
+    run: Run
+    #: the process group of the attempt that lost this run on this host, if recorded
+    stale_pgid: int | None = None
+    #: the run's previous attempt was lost on this host (its processes may still live)
+    lost_here: bool = False
+
+
+@dataclass(frozen=True)
+class Status:
+    daemons: list[DaemonInfo]
+    counts: dict[str, int]
+    next_due_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """What one heartbeat learned: leadership, held runs that were lost, cancel requests."""
+
+    leader: bool
+    lost: frozenset[int]
+    cancel: frozenset[int]
+
+
+@dataclass(frozen=True)
+class Fired:
+    """One job whose due windows were recorded: the inserted run ids and what the plan was."""
+
+    job: Job
+    plan: Plan
+    run_ids: list[int]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The result of recording an attempt's end. ``state`` is the state written, or None
+    when the write was fenced out (the attempt no longer held the lease)."""
+
+    state: RunState | None
+    job_id: int
+
+
+@dataclass(frozen=True)
+class ExpiredLease:
+    """A leased run whose lease ran out under another daemon (it died or was cut off)."""
+
+    run_id: int
+    job_id: int
+    attempt: int
+    max_attempts: int
+    cancel_requested: bool
+
+
+@dataclass(frozen=True)
+class IdleFixedDelay:
+    """A fixed-delay job with no open run and no next window: it moves on from ``ended_at``."""
+
+    job: Job
+    ended_at: datetime
+
+
+@dataclass(frozen=True)
+class DbInfo:
+    backend: str
+    location: str
+    schema_version: int
+    jobs: int
+    runs: int
+    size_bytes: int
+
+
+class Waker(Protocol):
+    """A daemon's end of the wake-ups: readable (``fileno``) when a hint arrived."""
+
+    def fileno(self) -> int: ...
+
+    def drain(self) -> list[str]:
+        """Every hint waiting (``job:ID``, ``run`` or ``all``); never blocks."""
+        ...
+
+    def close(self) -> None: ...
+
+
+#: the planner's decision for one due job, applied inside the firing transaction:
+#: ``(job, has_leased_run) -> Plan | None``
+PlanFn = Callable[[Job, bool], "Plan | None"]
+#: the planner's decision for an expired lease of another daemon
+ExpiredFn = Callable[[ExpiredLease], Decision]
+
+
+# ------------------------------------------------------------------------- protocols
+
+
+class CommandStore(Protocol):
+    """What the CLI (and ``jobctl serve``) may do. Each method is one transaction."""
+
+    backend: str
+
+    # jobs --------------------------------------------------------------------------
+    def get_job(self, name: str) -> Job:
+        """The job of that name. Raises NotFound."""
+        ...
+
+    def list_jobs(self) -> list[Job]:
+        """Every job, ordered by name (byte order)."""
+        ...
+
+    def job_names(self) -> list[str]: ...
+
+    def last_runs(self, job_ids: Sequence[int] | None = None) -> dict[int, Run]:
+        """The most recent run that was not skipped, per job id."""
+        ...
+
+    def add_job(
+        self,
+        spec: JobSpec,
+        next_run_at: datetime | None,
+        now: datetime,
+        *,
+        paused: bool = False,
+        replace_existing: bool = False,
+    ) -> Job:
+        """Create a job whose first window is ``next_run_at`` (or overwrite the one of that
+        name with ``replace_existing``). Raises Conflict when the name is taken."""
+        ...
+
+    def add_jobs(
+        self, items: Sequence[tuple[JobSpec, datetime | None]], now: datetime
+    ) -> list[tuple[Job, bool]]:
+        """Create or overwrite several jobs at once (import). Returns (job, changed): a job
+        identical to the stored one is left untouched, so a second import changes nothing."""
+        ...
+
+    def edit_job(
+        self,
+        name: str,
+        changes: dict[str, Any],
+        now: datetime,
+        *,
+        next_run_at: datetime | None = None,
+        restart_schedule: bool = False,
+    ) -> Job:
+        """Change fields of a job's spec (JobSpec field names). With ``restart_schedule``
+        the schedule starts again at ``next_run_at`` (a one-shot that was done becomes
+        active). Runs already created keep their settings. Raises NotFound, Conflict."""
+        ...
+
+    def pause_job(self, name: str, now: datetime) -> Job:
+        """Stop firing. Raises Conflict for a cancelled or done job."""
+        ...
+
+    def resume_job(self, name: str, next_run_at: datetime | None, now: datetime) -> Job:
+        """Restart firing at ``next_run_at`` (missed windows are not run)."""
+        ...
+
+    def delete_job(self, name: str, *, force: bool = False) -> Job:
+        """Delete a job and its history. Refused (Conflict) while a run is leased unless
+        ``force``: the daemon holding it then finds its lease gone (fenced) and kills the
+        attempt. The ids are never given again."""
+        ...
+
+    def cancel_job(self, name: str, now: datetime) -> tuple[Job, list[int]]:
+        """Cancel a job's open runs and stop the job for good."""
+        ...
+
+    # runs --------------------------------------------------------------------------
+    def get_run(self, run_id: int) -> Run: ...
+
+    def list_runs(
+        self, job_name: str | None = None, state: RunState | None = None, limit: int = 20
+    ) -> list[Run]:
+        """Runs, newest window first (then newest id)."""
+        ...
+
+    def get_attempts(self, run_id: int) -> list[Attempt]:
+        """The attempts of a run, oldest first."""
+        ...
+
+    def get_output(self, run_id: int, attempt: int | None = None) -> tuple[Attempt, bytes]:
+        """An attempt's stored output tail (default: the last attempt). Raises NotFound."""
+        ...
+
+    def enqueue_run(
+        self,
+        name: str,
+        now: datetime,
+        *,
+        key: str | None = None,
+        env: dict[str, str] | None = None,
+        locks: Sequence[str] = (),
+        priority: int | None = None,
+    ) -> tuple[Run, bool]:
+        """A manual run with window ``now`` (moved on by 1 µs while taken). With ``key``
+        at most one run per (job, key): an existing one is returned (created False)."""
+        ...
+
+    def cancel_runs(self, ids: Sequence[int], now: datetime) -> list[Run]:
+        """Pending/failed runs become cancelled at once; leased ones get a cancel request
+        that their daemon acts on. Raises NotFound (nothing written) for an unknown id."""
+        ...
+
+    def retry_dead(
+        self,
+        now: datetime,
+        *,
+        job_name: str | None = None,
+        run_ids: Sequence[int] = (),
+        all_jobs: bool = False,
+    ) -> list[Run]:
+        """Dead runs back to pending with a fresh set of attempts, numbered on."""
+        ...
+
+    def prune(self, cutoff: datetime) -> int:
+        """Delete finished runs that ended before ``cutoff``; returns how many."""
+        ...
+
+    # the system --------------------------------------------------------------------
+    def status(self, now: datetime) -> Status:
+        """Live daemons, run counts by state, the earliest next window or due run."""
+        ...
+
+    def live_daemons(self, now: datetime) -> list[DaemonInfo]: ...
+
+    def notify(self, message: str) -> None:
+        """A hint to every live daemon that something changed (after the commit)."""
+        ...
+
+    def info(self) -> DbInfo: ...
+
+    # used by jobctl serve
+
+    def recent_runs_by_job(self, per_job: int = 20) -> dict[int, list[Run]]:
+        """The ``per_job`` most recent runs of every job (skipped too), newest first."""
+        ...
+
+    def run_counts_by_job(self) -> list[tuple[str, int, str | None, int]]:
+        """(job, its missed_total, state or None, count) for every job and state it has."""
+        ...
+
+    def attempt_duration_histogram(
+        self, bounds_seconds: Sequence[float]
+    ) -> list[tuple[str, list[int], int, float]]:
+        """Per job: (name, cumulative counts at each bound, count, sum of seconds) of its
+        finished attempts."""
+        ...
+
+
+class DaemonStore(Protocol):
+    """What a daemon may do. Leases are judged by ``now`` as passed in."""
+
+    backend: str
+
+    def open_waker(self, daemon_id: str) -> Waker:
+        """This daemon's wake-up source, published to the commands by :meth:`register_daemon`."""
+        ...
+
+    def child_location(self) -> str:
+        """The database location handed to children as ``JOBCTL_DB`` (no password)."""
+        ...
+
+    def register_daemon(
+        self,
+        daemon_id: str,
+        pid: int,
+        host: str,
+        boot_id: str,
+        now: datetime,
+        lease_seconds: float,
+    ) -> None:
+        """Announce a daemon. Rows of expired daemons are cleared, and so are those of
+        daemons on this host and boot whose process is gone (``dead_pids``: see
+        :meth:`take_dead_local_leases`)."""
+        ...
+
+    def unregister_daemon(self, daemon_id: str) -> None:
+        """A clean stop: forget the daemon and hand the scheduler lease back at once."""
+        ...
+
+    def local_daemons(self, host: str, boot_id: str, now: datetime) -> list[tuple[str, int]]:
+        """(daemon id, pid) of live daemon rows on this host and boot: the caller checks
+        whether each pid is still a jobctl daemon."""
+        ...
+
+    def forget_daemons(self, daemon_ids: Sequence[str]) -> None:
+        """Drop the rows of daemons found dead on this host, and expire the scheduler
+        lease and run leases they held, so they are taken at once."""
+        ...
+
+    def heartbeat(
+        self,
+        daemon_id: str,
+        now: datetime,
+        lease_seconds: float,
+        *,
+        want_leader: bool,
+        held: Sequence[tuple[int, int]],
+        host: str,
+        pid: int,
+        boot_id: str,
+    ) -> Renewal:
+        """One renewal in one transaction: this daemon's row (re-inserted whole if it
+        expired meanwhile), the scheduler lease when ``want_leader`` (taken when free or
+        expired), and the lease of each held ``(run_id, attempt)``; a held run whose lease
+        no longer names that attempt is reported lost (fencing)."""
+        ...
+
+    def leader_lease_expiry(self) -> datetime | None: ...
+
+    def release_leader(self, daemon_id: str) -> None: ...
+
+    # the scheduler ------------------------------------------------------------------
+    def schedule_heads(self) -> list[tuple[int, int]]:
+        """(next_run_at µs, job id) of every active job that has a next window."""
+        ...
+
+    def jobs_changed_since(self, since: datetime) -> list[tuple[int, int | None]]:
+        """(job id, next_run_at µs or None when not active) of jobs changed at or after
+        ``since``: the safety net for a lost wake-up."""
+        ...
+
+    def get_job_by_id(self, job_id: int) -> Job | None: ...
+
+    def reboot_jobs(self) -> list[Job]: ...
+
+    def fire(self, due: Sequence[tuple[int, int]], now: datetime, plan: PlanFn) -> list[Fired]:
+        """Record the windows of due jobs, ``(job id, due µs)`` pairs, in one transaction.
+
+        For each job still active whose ``next_run_at`` is still the due time
+        (compare-and-set), ``plan(job, has_leased_run)`` decides the rows; they are inserted
+        (a window already present is ignored: one run per window, whatever races), the
+        job's schedule moves to the plan's ``next_run_at``, and at most ``MAX_SKIPPED_ROWS``
+        missed rows are kept. A plan with ``replace_open`` cancels the job's open scheduled
+        runs and asks its leased ones to stop. Jobs that changed meanwhile are left out.
+        """
+        ...
+
+    def record_reboot(self, job_id: int, now: datetime, boot_id: str) -> int | None:
+        """One ``@reboot`` run for this boot (None when this boot already had one)."""
+        ...
+
+    def idle_fixed_delay(self, job_ids: Sequence[int] | None) -> list[IdleFixedDelay]:
+        """Fixed-delay jobs (of ``job_ids``, or all) that are active, have no open run and
+        no next window: each moves on from when its last run ended."""
+        ...
+
+    def set_next_run(self, job_id: int, next_run_at: datetime, now: datetime) -> bool:
+        """Give a fixed-delay job its next window, only if it still has none and no open
+        run (compare-and-set). Returns whether it was applied."""
+        ...
+
+    # the executor -------------------------------------------------------------------
+    def claim_runs(
+        self,
+        daemon_id: str,
+        host: str,
+        now: datetime,
+        lease_seconds: float,
+        *,
+        limit: int,
+        low_limit: int | None,
+        reserved_priority: int | None,
+        on_expired: ExpiredFn,
+    ) -> tuple[list[Claimed], list[tuple[Run, Decision]]]:
+        """Claim up to ``limit`` due runs, highest priority first, then oldest window.
+
+        First, leases of other daemons that expired are settled: ``on_expired`` decides
+        each (retry now, dead, cancelled) and the lost attempt is recorded ``lost``; those
+        that ended are returned with their decision (for the on-failure hook). Then each
+        claim is one compare-and-set: still pending/failed and due, none of its locks held
+        by a leased run, and with ``forbid``/``replace`` no other run of its job leased.
+        Runs of priority < ``reserved_priority`` are claimed at most ``low_limit`` times.
+        """
+        ...
+
+    def next_claim_at(self, daemon_id: str, now: datetime) -> datetime | None:
+        """The earliest future time a run may become claimable (a ``not_before`` or the
+        expiry of another daemon's lease); None when nothing waits."""
+        ...
+
+    def held_status(
+        self, daemon_id: str, held: Sequence[tuple[int, int]]
+    ) -> tuple[frozenset[int], frozenset[int]]:
+        """Of the held ``(run_id, attempt)``: those with a cancel request, and those this
+        attempt no longer leases (taken over, deleted by ``rm --force``). Read only."""
+        ...
+
+    def notify(self, message: str) -> None:
+        """A hint to the other daemons that something changed (after the commit)."""
+        ...
+
+    def set_attempt_processes(
+        self, daemon_id: str, started: Sequence[tuple[int, int, int]]
+    ) -> None:
+        """Record ``(run_id, attempt, pid)`` of children started in one turn. Fenced."""
+        ...
+
+    def save_output(self, daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
+        """Store ``(run_id, attempt, tail, total bytes)`` of running attempts. Fenced."""
+        ...
+
+    def finish_attempt(
+        self,
+        run_id: int,
+        attempt: int,
+        daemon_id: str,
+        now: datetime,
+        result: AttemptResult,
+        decision: Decision,
+    ) -> Finished:
+        """Record an attempt's end and persist the planner's ``decision``. Fenced: a run no
+        longer leased by this attempt is not touched (``state`` None). A cancel requested
+        meanwhile applies ``decision.if_cancelled`` instead (one UPDATE, no read first)."""
+        ...
+
+    def record_hook(self, run_id: int, status: str) -> None:
+        """How the run's ``--on-failure`` command ended (``exit 0``, ``signal 9``, ...)."""
+        ...
+
+    def get_run(self, run_id: int) -> Run: ...
+
+
+class Store(Protocol):
+    """An open database: both faces over one connection (or pool)."""
+
+    backend: str
+    location: str
+
+    @property
+    def commands(self) -> CommandStore: ...
+
+    @property
+    def daemon(self) -> DaemonStore: ...
+
+    def check_safe(self) -> None:
+        """Refuse (SecurityError) a database others could use to run commands as us."""
+        ...
+
+    def close(self) -> None: ...

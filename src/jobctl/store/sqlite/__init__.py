@@ -1,0 +1,55 @@
+"""The SQLite backend: one file, WAL, ``BEGIN IMMEDIATE`` for every write.
+
+:class:`SqliteStore` is an open file with its two faces, built by composition over one
+:class:`~.db.Db`: :attr:`commands` (:class:`~.commands.SqliteCommands`) and :attr:`daemon`
+(:class:`~.daemon.SqliteDaemonStore`). Every statement lives in :mod:`.sql`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .commands import SqliteCommands
+from .daemon import SqliteDaemonStore
+from .db import Db
+from .schema import SCHEMA_VERSION, check_ownership, migrations, schema_sql, split_statements
+
+
+class SqliteStore:
+    """An open jobctl SQLite file."""
+
+    backend = "sqlite"
+
+    def __init__(self, db: Db) -> None:
+        self.db = db
+        self.location = str(db.path)
+        self.commands = SqliteCommands(db)
+        self.daemon = SqliteDaemonStore(db)
+
+    @classmethod
+    def open(cls, path: Path | str, *, create: bool = True) -> SqliteStore:
+        return cls(Db.open(path, create=create))
+
+    @property
+    def path(self) -> Path:
+        return self.db.path
+
+    def check_safe(self) -> None:
+        """Refuse to run jobs from a file or folder others can write (SecurityError)."""
+        check_ownership(self.db.path)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Db",
+    "SqliteCommands",
+    "SqliteDaemonStore",
+    "SqliteStore",
+    "check_ownership",
+    "migrations",
+    "schema_sql",
+    "split_statements",
+]

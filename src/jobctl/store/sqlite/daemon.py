@@ -1,0 +1,421 @@
+"""The daemons' face of the SQLite store (:class:`~jobctl.store.protocol.DaemonStore`)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from ...clock import from_us, to_us
+from ...errors import NotFound
+from ...models import (
+    MAX_SKIPPED_ROWS,
+    OUTPUT_LIMIT_BYTES,
+    AttemptResult,
+    Decision,
+    Job,
+    JobState,
+    Run,
+    RunReason,
+    RunState,
+    Window,
+)
+from ..protocol import (
+    Claimed,
+    ExpiredFn,
+    ExpiredLease,
+    Finished,
+    Fired,
+    IdleFixedDelay,
+    PlanFn,
+    Renewal,
+)
+from . import sql
+from .commands import insert_run, run_by_id
+from .db import Db
+from .rows import job_from_row, opt_us, run_from_row
+from .wake import WakeSocket, poke
+
+
+class SqliteDaemonStore:
+    """See :class:`~jobctl.store.protocol.DaemonStore` for the rules of every method."""
+
+    backend = "sqlite"
+
+    def __init__(self, db: Db) -> None:
+        self.db = db
+        self._wake_address: str | None = None
+        self._peers: list[str] = []
+
+    # ------------------------------------------------------------------ daemons
+
+    def open_waker(self, daemon_id: str) -> WakeSocket:
+        sock = WakeSocket(daemon_id)
+        self._wake_address = sock.published
+        return sock
+
+    def child_location(self) -> str:
+        return str(self.db.path.resolve())
+
+    def register_daemon(
+        self,
+        daemon_id: str,
+        pid: int,
+        host: str,
+        boot_id: str,
+        now: datetime,
+        lease_seconds: float,
+    ) -> None:
+        with self.db.write() as c:
+            c.execute(sql.DELETE_EXPIRED_DAEMONS, (to_us(now),))
+            self._upsert(c, daemon_id, pid, host, boot_id, now, lease_seconds)
+        self._refresh_peers()
+
+    def _upsert(
+        self,
+        c: sqlite3.Connection,
+        daemon_id: str,
+        pid: int,
+        host: str,
+        boot_id: str,
+        now: datetime,
+        lease_seconds: float,
+    ) -> None:
+        c.execute(
+            sql.UPSERT_DAEMON,
+            {
+                "id": daemon_id,
+                "pid": pid,
+                "host": host,
+                "boot_id": boot_id,
+                "now": to_us(now),
+                "until": to_us(now + timedelta(seconds=lease_seconds)),
+                "wake": self._wake_address,
+            },
+        )
+
+    def unregister_daemon(self, daemon_id: str) -> None:
+        with self.db.write() as c:
+            c.execute(sql.DELETE_DAEMON, (daemon_id,))
+            c.execute(sql.RELEASE_LEADER, (daemon_id,))
+
+    def local_daemons(self, host: str, boot_id: str, now: datetime) -> list[tuple[str, int]]:
+        rows = self.db.read(sql.LOCAL_DAEMONS, (host, boot_id, to_us(now), ""))
+        return [(r[0], r[1]) for r in rows]
+
+    def forget_daemons(self, daemon_ids: Sequence[str]) -> None:
+        if not daemon_ids:
+            return
+        with self.db.write() as c:
+            for daemon_id in daemon_ids:
+                c.execute(sql.DELETE_DAEMON, (daemon_id,))
+                c.execute(sql.EXPIRE_LEADER_OF, (daemon_id,))
+                c.execute(sql.EXPIRE_LEASES_OF, (daemon_id,))
+
+    def heartbeat(
+        self,
+        daemon_id: str,
+        now: datetime,
+        lease_seconds: float,
+        *,
+        want_leader: bool,
+        held: Sequence[tuple[int, int]],
+        host: str,
+        pid: int,
+        boot_id: str,
+    ) -> Renewal:
+        until = to_us(now + timedelta(seconds=lease_seconds))
+        lost: set[int] = set()
+        cancel: set[int] = set()
+        leader = False
+        with self.db.write() as c:
+            # our row may have expired and been cleared (a suspend): register again, whole
+            self._upsert(c, daemon_id, pid, host, boot_id, now, lease_seconds)
+            if want_leader:
+                c.execute(sql.ENSURE_LEADER_ROW)
+                cur = c.execute(
+                    sql.TAKE_LEADER, {"me": daemon_id, "until": until, "now": to_us(now)}
+                )
+                leader = cur.rowcount == 1
+            for run_id, attempt in held:
+                row = c.execute(sql.RENEW_RUN, (until, run_id, attempt, daemon_id)).fetchone()
+                if row is None:
+                    lost.add(run_id)
+                elif row[0]:
+                    cancel.add(run_id)
+        self._refresh_peers()
+        return Renewal(leader, frozenset(lost), frozenset(cancel))
+
+    def _refresh_peers(self) -> None:
+        # the daemons list changes rarely: re-read once per renewal
+        rows = self.db.read(sql.WAKE_ADDRESSES)
+        self._peers = [r[0] for r in rows if r[0] != self._wake_address]
+
+    def notify(self, message: str) -> None:
+        """A hint to the other daemons (known as of the last renewal)."""
+        poke(self._peers, message)
+
+    def leader_lease_expiry(self) -> datetime | None:
+        rows = self.db.read(sql.LEADER_LEASE)
+        if not rows or rows[0][0] is None:
+            return None
+        return from_us(rows[0][1])
+
+    def release_leader(self, daemon_id: str) -> None:
+        with self.db.write() as c:
+            c.execute(sql.RELEASE_LEADER, (daemon_id,))
+
+    # ------------------------------------------------------------------ the scheduler
+
+    def schedule_heads(self) -> list[tuple[int, int]]:
+        return [(r[0], r[1]) for r in self.db.read(sql.SCHEDULE_HEADS)]
+
+    def jobs_changed_since(self, since: datetime) -> list[tuple[int, int | None]]:
+        return [(r[0], r[1]) for r in self.db.read(sql.JOBS_CHANGED_SINCE, (to_us(since),))]
+
+    def get_job_by_id(self, job_id: int) -> Job | None:
+        rows = self.db.read(sql.JOB_BY_ID, (job_id,))
+        return job_from_row(rows[0]) if rows else None
+
+    def reboot_jobs(self) -> list[Job]:
+        return [job_from_row(r) for r in self.db.read(sql.REBOOT_JOBS)]
+
+    def fire(self, due: Sequence[tuple[int, int]], now: datetime, plan: PlanFn) -> list[Fired]:
+        out: list[Fired] = []
+        now_us = to_us(now)
+        with self.db.write() as c:
+            for job_id, due_us in due:
+                row = c.execute(sql.ACTIVE_JOB_AT, (job_id, due_us)).fetchone()
+                if row is None:
+                    continue  # changed meanwhile: the caller re-reads it
+                job = job_from_row(row)
+                has_leased = bool(c.execute(sql.LEASED_OF_JOB, (job_id,)).fetchone()[0])
+                p = plan(job, has_leased)
+                if p is None:
+                    continue
+                if p.replace_open:
+                    c.execute(sql.REPLACE_LEASED, (job_id,))
+                    c.execute(sql.REPLACE_WAITING, {"now": now_us, "job_id": job_id})
+                ids = [i for w in p.windows if (i := insert_run(c, job, w, now)) is not None]
+                c.execute(sql.TRIM_MISSED, {"job_id": job_id, "keep": MAX_SKIPPED_ROWS})
+                c.execute(
+                    sql.MOVE_SCHEDULE,
+                    {
+                        "next": opt_us(p.next_run_at),
+                        "last": opt_us(p.last_window_at),
+                        "missed": p.missed_increment,
+                        "state": (JobState.DONE if p.done else JobState.ACTIVE).value,
+                        "boot_id": None,
+                        "job_id": job_id,
+                    },
+                )
+                out.append(Fired(replace(job, next_run_at=p.next_run_at), p, ids))
+        return out
+
+    def record_reboot(self, job_id: int, now: datetime, boot_id: str) -> int | None:
+        with self.db.write() as c:
+            row = c.execute(sql.JOB_BY_ID, (job_id,)).fetchone()
+            if row is None or row["state"] != "active" or row["last_boot_id"] == boot_id:
+                return None
+            job = job_from_row(row)
+            run_id = insert_run(
+                c, job, Window(now, RunState.PENDING, RunReason.SCHEDULE, not_before=now), now
+            )
+            c.execute(
+                sql.MOVE_SCHEDULE,
+                {
+                    "next": None,
+                    "last": to_us(now),
+                    "missed": 0,
+                    "state": JobState.ACTIVE.value,
+                    "boot_id": boot_id,
+                    "job_id": job_id,
+                },
+            )
+            return run_id
+
+    def idle_fixed_delay(self, job_ids: Sequence[int] | None) -> list[IdleFixedDelay]:
+        ids = None if job_ids is None else sorted(set(job_ids))
+        only = "" if ids is None else f"AND id IN ({', '.join('?' * len(ids))})"
+        if ids == []:
+            return []
+        rows = self.db.read(sql.IDLE_FIXED_DELAY.format(only=only), ids or ())
+        out = []
+        for r in rows:
+            ended = r["ended_at"] if r["ended_at"] is not None else r["schedule_from"]
+            out.append(IdleFixedDelay(job_from_row(r), from_us(ended)))
+        return out
+
+    def set_next_run(self, job_id: int, next_run_at: datetime, now: datetime) -> bool:
+        with self.db.write() as c:
+            cur = c.execute(
+                sql.SET_NEXT_RUN,
+                {"next": to_us(next_run_at), "now": to_us(now), "job_id": job_id},
+            )
+            return cur.rowcount == 1
+
+    # ------------------------------------------------------------------ the executor
+
+    def claim_runs(
+        self,
+        daemon_id: str,
+        host: str,
+        now: datetime,
+        lease_seconds: float,
+        *,
+        limit: int,
+        low_limit: int | None,
+        reserved_priority: int | None,
+        on_expired: ExpiredFn,
+    ) -> tuple[list[Claimed], list[tuple[Run, Decision]]]:
+        now_us = to_us(now)
+        until = to_us(now + timedelta(seconds=lease_seconds))
+        claimed: list[Claimed] = []
+        ended: list[tuple[Run, Decision]] = []
+        low_used = 0
+        with self.db.write() as c:
+            for r in c.execute(sql.EXPIRED_LEASES, (now_us, daemon_id)).fetchall():
+                lease = ExpiredLease(
+                    r["id"],
+                    r["job_id"],
+                    r["attempt"],
+                    r["max_attempts"],
+                    bool(r["cancel_requested"]),
+                )
+                decision = on_expired(lease)
+                c.execute(sql.ATTEMPT_LOST, (now_us, lease.run_id, lease.attempt))
+                c.execute(
+                    sql.SETTLE_EXPIRED,
+                    {
+                        "state": decision.state.value,
+                        "error": decision.error,
+                        "now": now_us,
+                        "run_id": lease.run_id,
+                    },
+                )
+                if decision.state in (RunState.DEAD, RunState.CANCELLED):
+                    ended.append((run_by_id(c, lease.run_id), decision))
+            # One compare-and-set per claim: the UPDATE picks the best run that is due and
+            # whose locks and job are free *now*, inside the same statement, so runs blocked
+            # on a lock never block the runs behind them and two daemons cannot both win.
+            while len(claimed) < limit:
+                low_ok = reserved_priority is None or low_limit is None or low_used < low_limit
+                row = c.execute(
+                    sql.CLAIM_ONE,
+                    {
+                        "me": daemon_id,
+                        "until": until,
+                        "now": now_us,
+                        "low_ok": 1 if low_ok else 0,
+                        "rp": reserved_priority if reserved_priority is not None else -(2**62),
+                    },
+                ).fetchone()
+                if row is None:
+                    break
+                run_id, attempt, priority, old_pgid, old_host, old_error = row
+                c.execute(sql.CLAIM_HOST, (host, run_id))
+                c.execute(sql.INSERT_ATTEMPT, (run_id, attempt, now_us, daemon_id, host))
+                if reserved_priority is not None and priority < reserved_priority:
+                    low_used += 1
+                here = old_host == host
+                stale = old_pgid if (old_pgid and here) else None
+                claimed.append(Claimed(run_by_id(c, run_id), stale, here and old_error == "lost"))
+        return claimed, ended
+
+    def next_claim_at(self, daemon_id: str, now: datetime) -> datetime | None:
+        now_us = to_us(now)
+        a = self.db.read(sql.NEXT_NOT_BEFORE, (now_us,))[0][0]
+        b = self.db.read(sql.NEXT_LEASE_EXPIRY, (daemon_id, now_us))[0][0]
+        vals = [v for v in (a, b) if v is not None]
+        # an expiring lease is free a moment after its expiry
+        return from_us(min(vals) + 1000) if vals else None
+
+    def held_status(
+        self, daemon_id: str, held: Sequence[tuple[int, int]]
+    ) -> tuple[frozenset[int], frozenset[int]]:
+        leased = {(r[0], r[1]): bool(r[2]) for r in self.db.read(sql.HELD_BY, (daemon_id,))}
+        cancel = frozenset(run_id for run_id, a in held if leased.get((run_id, a)))
+        lost = frozenset(run_id for run_id, a in held if (run_id, a) not in leased)
+        return cancel, lost
+
+    def set_attempt_processes(
+        self, daemon_id: str, started: Sequence[tuple[int, int, int]]
+    ) -> None:
+        if not started:
+            return
+        with self.db.write() as c:
+            for run_id, attempt, pid in started:
+                if c.execute(sql.SET_RUN_PGID, (pid, run_id, attempt, daemon_id)).rowcount:
+                    c.execute(sql.SET_ATTEMPT_PID, (pid, run_id, attempt))
+
+    def save_output(self, daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
+        if not outputs:
+            return
+        with self.db.write() as c:
+            for run_id, attempt, tail, total in outputs:
+                c.execute(
+                    sql.SAVE_OUTPUT,
+                    {
+                        "output": tail[-OUTPUT_LIMIT_BYTES:],
+                        "total": total,
+                        "run_id": run_id,
+                        "attempt": attempt,
+                        "me": daemon_id,
+                    },
+                )
+
+    def finish_attempt(
+        self,
+        run_id: int,
+        attempt: int,
+        daemon_id: str,
+        now: datetime,
+        result: AttemptResult,
+        decision: Decision,
+    ) -> Finished:
+        now_us = to_us(now)
+        with self.db.write() as c:
+            row = c.execute(
+                sql.FINISH_RUN,
+                {
+                    "state": decision.state.value,
+                    "if_cancelled": decision.if_cancelled.value if decision.if_cancelled else None,
+                    "error": decision.error,
+                    "exit_code": result.exit_code,
+                    "uncounted": 0 if decision.counts_attempt else 1,
+                    "retry_at": opt_us(decision.retry_at),
+                    "now": now_us,
+                    "run_id": run_id,
+                    "attempt": attempt,
+                    "me": daemon_id,
+                },
+            ).fetchone()
+            if row is None:
+                return Finished(None, 0)
+            c.execute(
+                sql.FINISH_ATTEMPT,
+                {
+                    "now": now_us,
+                    "exit_code": result.exit_code,
+                    "error": result.error,
+                    "output": result.output[-OUTPUT_LIMIT_BYTES:],
+                    "total": result.output_bytes,
+                    "run_id": run_id,
+                    "attempt": attempt,
+                },
+            )
+            return Finished(RunState(row[0]), row[1])
+
+    def record_hook(self, run_id: int, status: str) -> None:
+        with self.db.write() as c:
+            c.execute(sql.RECORD_HOOK, (status, run_id))
+
+    def get_run(self, run_id: int) -> Run:
+        rows = self.db.read(sql.RUN_BY_ID, (run_id,))
+        if not rows:
+            raise NotFound(f"no run with id {run_id}")
+        return run_from_row(rows[0])
+
+
+__all__ = ["SqliteDaemonStore"]
