@@ -196,7 +196,6 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
     shell: str = "/bin/sh"
-    paused: bool = False
     catchup: Catchup = Catchup.ONCE
     catchup_limit: int = DEFAULT_CATCHUP_LIMIT
     overlap: Overlap = Overlap.FORBID

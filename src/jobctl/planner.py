@@ -55,7 +55,7 @@ def _due_windows(job: Job, now: datetime, keep: int) -> tuple[int, datetime | No
     if first is None or first > now:
         return 0, None, []
     trig = job.trigger
-    if trig.kind is TriggerKind.INTERVAL and not trig.after_completion:
+    if triggers.is_fixed_rate(trig):
         count = 1 + triggers.count_fires(trig, first, now)
         # only the last ``keep`` windows are enumerated, however long the gap
         start = first + timedelta(seconds=trig.every_seconds or 0) * max(count - keep, 0)
@@ -134,7 +134,7 @@ def plan_due(
     if trig.kind is TriggerKind.ONCE:
         nxt = None
         done = True
-    elif trig.kind is TriggerKind.INTERVAL and trig.after_completion:
+    elif triggers.is_fixed_delay(trig):
         # the next window is set when this run ends; skipped: one interval from now
         nxt = (
             None

@@ -58,9 +58,11 @@ def add(
     now = obj.now()
     from ..triggers import next_fire
 
-    spec = build_spec(name, trig, policies, command, now, paused=paused)
+    spec = build_spec(name, trig, policies, command, now)
     warn_all(trigger_warnings(spec.trigger) + check_start_settings(spec.cwd, spec.shell))
-    job = obj.store().add_job(spec, next_fire(spec.trigger, now), now, replace_existing=replace_)
+    job = obj.store().add_job(
+        spec, next_fire(spec.trigger, now), now, paused=paused, replace_existing=replace_
+    )
     obj.poke(f"job:{job.id}")
     _emit_job(obj, job, as_json, "replaced" if replace_ else "added")
 

@@ -202,7 +202,7 @@ class SqliteCommands:
             if existing is not None and not replace_existing:
                 raise Conflict(f"a job named {spec.name!r} already exists (use --replace)")
             job_id = None if existing is None else existing["id"]
-            self._upsert(c, spec, next_run_at, now, job_id, paused or spec.paused)
+            self._upsert(c, spec, next_run_at, now, job_id, paused)
             return job_from_row(job_row(c, spec.name))
 
     def add_jobs(
@@ -217,7 +217,7 @@ class SqliteCommands:
                     out.append((job_from_row(row), False))
                     continue
                 job_id = None if row is None else row["id"]
-                self._upsert(c, spec, next_run_at, now, job_id, spec.paused)
+                self._upsert(c, spec, next_run_at, now, job_id, False)
                 out.append((job_from_row(job_row(c, spec.name)), True))
         return out
 

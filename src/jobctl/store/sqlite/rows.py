@@ -56,7 +56,6 @@ def job_from_row(r: Any) -> Job:
         env=json.loads(r["env"]),
         cwd=r["cwd"],
         shell=r["shell"],
-        paused=state is JobState.PAUSED,
         catchup=Catchup(r["catchup"]),
         catchup_limit=r["catchup_limit"],
         overlap=Overlap(r["overlap"]),
