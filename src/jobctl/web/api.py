@@ -97,10 +97,10 @@ async def list_jobs(web: Web, request: Request) -> Response:
 async def create_job(web: Web, request: Request) -> Response:
     body = await _json_body(web, request)
     now = web.clock.now()
-    spec = job_spec_from_body(body, now)
+    spec, paused = job_spec_from_body(body, now)
 
     def write(store: Store) -> dict[str, Any]:
-        job = store.add_job(spec, next_fire(spec.trigger, now), now)
+        job = store.add_job(spec, next_fire(spec.trigger, now), now, paused=paused)
         web.poke(store, f"job:{job.id}")
         return output.job_json(job, None)
 

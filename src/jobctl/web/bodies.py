@@ -205,8 +205,9 @@ def _command(value: Any) -> list[str]:
     raise UsageError("invalid command: must be a shell string (or an array of arguments)")
 
 
-def job_spec_from_body(body: Mapping[str, Any], now: datetime) -> JobSpec:
-    """``POST /v1/jobs``: a job object -> a validated JobSpec, as ``add`` builds it."""
+def job_spec_from_body(body: Mapping[str, Any], now: datetime) -> tuple[JobSpec, bool]:
+    """``POST /v1/jobs``: a job object -> a validated JobSpec, as ``add`` builds it, and
+    whether the job is created paused."""
     _check_fields(body, JOB_FIELDS | READ_ONLY_JOB_FIELDS)
     if body.get("name") is None:
         raise UsageError("name is required")
@@ -217,7 +218,7 @@ def job_spec_from_body(body: Mapping[str, Any], now: datetime) -> JobSpec:
     name = _str(body["name"], "name")
     trig = _trigger_options(body["trigger"], partial=False)
     paused = _bool(body["paused"], "paused") if body.get("paused") is not None else False
-    return build_spec(name, trig, _policies(body), _command(body["command"]), now, paused=paused)
+    return build_spec(name, trig, _policies(body), _command(body["command"]), now), paused
 
 
 def job_changes_from_body(body: Mapping[str, Any], now: datetime, job: Job) -> dict[str, Any]:
