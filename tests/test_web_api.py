@@ -573,7 +573,9 @@ def test_run_detail_logs_cancel_and_retry(
     a = server.request("GET", f"/v1/runs/{pending}")
     assert a.status == 200
     detail = a.json()
-    assert detail["attempts"] == [] and "waiting" not in detail  # not computed here yet
+    assert detail["attempts"] == []
+    assert detail["waiting"]["reason"] == "no_daemon"  # as inspect --json says it
+    assert detail == jobctl.json("inspect", str(pending))
     cancel = server.request("POST", f"/v1/runs/{pending}/cancel")
     assert cancel.status == 200 and cancel.json()["state"] == "cancelled"
     assert cancel.json() == jobctl.json("runs", "later")[0]
