@@ -116,11 +116,13 @@ def _interval_specs(prefix: str, n: int, every_seconds: float, anchor: datetime)
 
 
 def _add_jobs(db: Path, specs) -> None:
-    from jobctl.store import Store
+    from jobctl.store import open_store
+    from jobctl.triggers import next_fire
 
-    store = Store.open(db)
+    store = open_store(db)
+    now = datetime.now(UTC)
     try:
-        store.add_jobs(specs, datetime.now(UTC))
+        store.commands.add_jobs([(s, next_fire(s.trigger, now)) for s in specs], now)
     finally:
         store.close()
 
@@ -207,12 +209,14 @@ def build_scale_db(db: Path, jobs: int) -> float:
     """A database with ``jobs`` far-future interval jobs (bulk SQL) and a manual job
     ``probe``. Returns the seconds the insert took."""
     from jobctl.models import JobSpec, Trigger, TriggerKind
-    from jobctl.store import Store
+    from jobctl.store import open_store
 
-    store = Store.open(db)
+    store = open_store(db)
     now = datetime.now(UTC)
-    store.add_job(
-        JobSpec(name="probe", trigger=Trigger(TriggerKind.MANUAL, tz="UTC"), command="true"), now
+    store.commands.add_job(
+        JobSpec(name="probe", trigger=Trigger(TriggerKind.MANUAL, tz="UTC"), command="true"),
+        None,
+        now,
     )
     store.close()
     # created and last edited a day ago: the steady state (the daemon re-reads jobs edited
@@ -256,19 +260,18 @@ def build_scale_db(db: Path, jobs: int) -> float:
 def dispatch_ms(db: Path, samples: int) -> list[float]:
     """Enqueue a run of ``probe`` and poke the daemon, as ``jobctl run probe`` does; the
     cost is attempt.started_at − run.created_at (ms), waited out one at a time."""
-    from jobctl.store import Store
-    from jobctl.wake import poke
+    from jobctl.store.sqlite import SqliteStore
 
-    store = Store.open(db)
+    store = SqliteStore.open(db)
     out = []
     try:
         for _ in range(samples):
             now = datetime.now(UTC)
-            run, _ = store.enqueue_run("probe", now)
-            poke(store.wake_addresses(now), f"run:{run.id}")
+            run, _ = store.commands.enqueue_run("probe", now)
+            store.commands.notify("run")
             deadline = time.monotonic() + 30
             while True:
-                row = store.conn.execute(
+                row = store.db.conn.execute(
                     "SELECT a.started_at - r.created_at, r.state FROM attempts a JOIN runs r "
                     "ON r.id = a.run_id WHERE a.run_id = ?",
                     (run.id,),

@@ -32,11 +32,11 @@ def spawn_seconds(children: int, width: int) -> float:
 def sqlite_commits_per_second(seconds: float = 1.0) -> float:
     """One-row ``BEGIN IMMEDIATE`` UPDATE commits per second, on a file opened by the
     project's Store (WAL, synchronous=NORMAL, foreign keys, busy timeout)."""
-    from jobctl.store import Store
+    from jobctl.store.sqlite import SqliteStore
 
     with tempfile.TemporaryDirectory(prefix="jobctl-bench-") as tmp:
-        store = Store.open(Path(tmp) / "commits.db")
-        c = store.conn
+        store = SqliteStore.open(Path(tmp) / "commits.db")
+        c = store.db.conn
         c.execute("CREATE TABLE bench_counter (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
         c.execute("INSERT INTO bench_counter VALUES (1, 0)")
         n = 0
