@@ -85,19 +85,35 @@ class Phase(Enum):
 
 
 class Log:
-    """One event a line on stderr; no timestamps under systemd (it adds its own)."""
+    """One event a line on stderr; no timestamps under systemd (it adds its own).
+
+    Lines are buffered and written with one flush per loop turn (:meth:`flush`, called
+    before the loop sleeps and on exit), not one write and flush per event."""
 
     def __init__(self, stream: TextIO | None = None, environ: Mapping[str, str] | None = None):
         self.stream = stream or sys.stderr
         env = os.environ if environ is None else environ
         self.stamps = "JOURNAL_STREAM" not in env
+        self._lines: list[str] = []
+        self._stamp_second = -1
+        self._stamp = ""
 
     def __call__(self, message: str) -> None:
-        line = message
         if self.stamps:
-            line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}"
+            second = int(time.time())
+            if second != self._stamp_second:
+                self._stamp_second = second
+                self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S ", time.localtime(second))
+            message = self._stamp + message
+        self._lines.append(message)
+
+    def flush(self) -> None:
+        if not self._lines:
+            return
+        text = "\n".join(self._lines) + "\n"
+        self._lines = []
         with contextlib.suppress(OSError, ValueError):  # a closed stderr must not stop us
-            self.stream.write(line + "\n")
+            self.stream.write(text)
             self.stream.flush()
 
 
@@ -229,10 +245,12 @@ class Daemon:
                     self.log(f"store error: {e}; retrying")
                     self.executor.claim_needed = True
                     self.scheduler._reload = True
+                    self._flush_log()
                     time.sleep(STORE_ERROR_BACKOFF_SECONDS)
         finally:
             self._cleanup()
-        self.log(f"daemon {self.id} stopped")
+            self.log(f"daemon {self.id} stopped")
+            self._flush_log()
         return 0
 
     def _cleanup(self) -> None:
@@ -273,6 +291,8 @@ class Daemon:
         self.executor.tick(now, mono)
         if running and self.executor.wants_claim(now):
             self.executor.claim(now, mono)
+        elif self.executor.unrecorded:
+            self.executor.record(now, mono)
         self._pass_on(now)
         if self.config.reap_strays and self.executor.take_exited():
             self._sweep()
@@ -335,6 +355,7 @@ class Daemon:
         if self.phase is Phase.DRAINING and self.kill_deadline is not None:
             timeout = min(timeout, max(self.kill_deadline - mono, 0.0))
         timeout = min(timeout, MAX_SLEEP_SECONDS)
+        self._flush_log()
         # from the clock as we go to sleep: a slow turn is busy, not suspended
         self.expected_wake = self.clock.now() + timedelta(seconds=timeout)
         events = self.selector.select(timeout)
@@ -348,6 +369,11 @@ class Daemon:
                 continue
             callback: Ready = key.data
             callback(woke, woke_mono)
+
+    def _flush_log(self) -> None:
+        flush = getattr(self.log, "flush", None)
+        if flush is not None:
+            flush()
 
     def _sweep(self) -> None:
         fds = self.reaper.sweep(self.executor.tracked_pids(), self.executor.running_pgids())

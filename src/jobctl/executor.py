@@ -18,12 +18,17 @@ from . import planner
 from .errors import StoreError
 from .models import AttemptResult, Decision, Run, RunState, StopReason
 from .reaper import group_alive, kill_group, kill_run_processes
-from .store import Claimed, DaemonStore
-from .store.protocol import ExpiredLease
+from .store import Claimed, DaemonStore, Finished
+from .store.protocol import ExpiredLease, FinishItem
 from .worker import CANCEL_GRACE_SECONDS, Child, Hook, build_env, spawn_hook
 
 #: a running attempt's output tail is stored at most this often while it changes
 OUTPUT_FLUSH_SECONDS = 1.0
+#: the pids of children started in a turn ride with the next turn's transaction, or are
+#: written on their own once they waited this long
+PID_FLUSH_SECONDS = 0.05
+#: after a store error, what a turn learned is recorded again this much later
+RECORD_RETRY_SECONDS = 1.0
 
 #: a callback for a ready descriptor gets the time the loop read after waking
 Ready = Callable[[datetime, float], None]
@@ -49,6 +54,19 @@ class Held:
     started_mono: float
     saved_total: int = 0
     saved_mono: float = field(default=0.0)
+    #: its end is decided and waits for the turn's transaction
+    queued: bool = False
+
+
+@dataclass
+class Ending:
+    """An attempt's end, decided and waiting to be recorded (``held`` None: never started)."""
+
+    held: Held | None
+    run: Run
+    attempt: int
+    result: AttemptResult
+    decision: Decision
 
 
 class Executor:
@@ -83,6 +101,12 @@ class Executor:
         self.next_claim_wall: datetime | None = None
         self._ended_jobs: list[int] = []
         self._exited = False
+        #: ends decided since the last transaction, recorded with the next one
+        self._ending: list[Ending] = []
+        #: (run_id, attempt, pid) of children started, not yet recorded; since when
+        self._started: list[tuple[int, int, int]] = []
+        self._started_mono = 0.0
+        self._record_after = 0.0
 
     # ------------------------------------------------------------------ what the loop reads
 
@@ -107,6 +131,11 @@ class Executor:
         out, self._exited = self._exited, False
         return out
 
+    @property
+    def unrecorded(self) -> bool:
+        """Ends decided (or pids) that no transaction has recorded yet."""
+        return bool(self._ending or self._started)
+
     def wants_claim(self, now: datetime) -> bool:
         return self.claim_needed or (
             self.next_claim_wall is not None and now >= self.next_claim_wall
@@ -121,48 +150,76 @@ class Executor:
                 times.append(d)
             if h.child.returncode is None and h.child.tail.total != h.saved_total:
                 times.append(max(h.started_mono, h.saved_mono) + OUTPUT_FLUSH_SECONDS)
+        if self._started:
+            times.append(max(self._started_mono + PID_FLUSH_SECONDS, self._record_after))
+        if self._ending:
+            times.append(self._record_after)
         return min(times) if times else None
 
     # ------------------------------------------------------------------ claims
 
     def claim(self, now: datetime, mono: float) -> None:
-        """Claim runs for the free workers and start them; check cancel requests."""
+        """One transaction for the turn: record the ends and pids learned since the last
+        one, claim runs for the free workers, and start them; check cancel requests."""
         self.claim_needed = False
+        self._exchange(now, mono, claim=True)
+
+    def record(self, now: datetime, mono: float) -> None:
+        """Record the ends and pids learned since the last transaction (no claims: used
+        while draining, and for pids of children that run on)."""
+        if self.unrecorded and mono >= self._record_after:
+            self._exchange(now, mono, claim=False)
+
+    def _exchange(self, now: datetime, mono: float, *, claim: bool) -> None:
         cfg = self.config
-        free = cfg.workers - len(self.held)
+        ending = list(self._ending)
+        running = [h for h in self.held.values() if not h.queued]
+        free = cfg.workers - len(running) if claim else 0
         low_limit = None
         if cfg.reserved_priority is not None and cfg.reserved > 0:
-            low_running = sum(
-                1 for h in self.held.values() if h.run.priority < cfg.reserved_priority
-            )
+            low_running = sum(1 for h in running if h.run.priority < cfg.reserved_priority)
             low_limit = max(0, cfg.workers - cfg.reserved - low_running)
         try:
             claimed: list[Claimed] = []
             ended: list[tuple[Run, Decision]] = []
-            if free > 0:
-                claimed, ended = self.store.claim_runs(
+            finished: list[Finished] = []
+            if free > 0 or ending or self._started:
+                res = self.store.record_and_claim(
                     self.daemon_id,
                     self.host,
                     now,
                     cfg.lease_seconds,
-                    limit=free,
+                    finishes=[
+                        FinishItem(e.run.id, e.attempt, e.result, e.decision) for e in ending
+                    ],
+                    started=self._started,
+                    limit=max(free, 0),
                     low_limit=low_limit,
                     reserved_priority=cfg.reserved_priority,
                     on_expired=_decide_expired,
                 )
-            if self.cancels_unchecked:
+                claimed, ended, finished = res.claimed, res.ended, res.finished
+            self._ending = self._ending[len(ending) :]
+            self._started = []
+            if claim and self.cancels_unchecked:
                 # a cancel request comes with a wake-up (or is seen at the next renewal)
                 self.cancels_unchecked = False
                 self.check_held(mono)
-            if len(self.held) + len(claimed) < cfg.workers:
-                self.next_claim_wall = self.store.next_claim_at(self.daemon_id, now)
-            else:
-                # every worker is busy: the next claim comes when one of them finishes
-                self.next_claim_wall = None
+            if claim:
+                if len(running) + len(claimed) < cfg.workers:
+                    self.next_claim_wall = self.store.next_claim_at(self.daemon_id, now)
+                else:
+                    # every worker is busy: the next claim comes when one of them finishes
+                    self.next_claim_wall = None
         except StoreError as e:
-            self.log(f"claim failed: {e}")
-            self.next_claim_wall = now + timedelta(seconds=1)
+            # what was learned stays queued and is recorded again with the next try
+            self.log(f"claim failed: {e}" if claim else f"cannot record yet: {e}")
+            self._record_after = mono + RECORD_RETRY_SECONDS
+            if claim:
+                self.next_claim_wall = now + timedelta(seconds=RECORD_RETRY_SECONDS)
             return
+        for e, done in zip(ending, finished, strict=True):
+            self._after_finish(e, done, now)
         for run, decision in ended:
             self.log(
                 f"run {run.id} of {run.job_name}: lease lost on its last attempt: "
@@ -174,10 +231,9 @@ class Executor:
         started: list[tuple[int, int, int]] = []
         for c in claimed:
             self._start(c, now, mono, started)
-        try:  # one commit for the whole turn; only a takeover's kill needs the pids
-            self.store.set_attempt_processes(self.daemon_id, started)
-        except StoreError as e:
-            self.log(f"cannot record process groups: {e}")
+        if started:  # recorded with the next turn's transaction (or on its own, soon)
+            self._started = started
+            self._started_mono = mono
 
     def _start(
         self, claimed: Claimed, now: datetime, mono: float, started: list[tuple[int, int, int]]
@@ -199,7 +255,7 @@ class Executor:
             if e.filename and e.filename not in error:
                 error = f"spawn: {e.filename}: {e.strerror or e}"
             self.log(f"run {run.id} of {run.job_name}: cannot start: {error}")
-            self._finish(run, run.attempt, AttemptResult(None, spawn_error=error), now)
+            self._queue(None, run, run.attempt, AttemptResult(None, spawn_error=error), now)
             return
         held = Held(run, run.attempt, child, mono)
         self.held[run.id] = held
@@ -250,9 +306,11 @@ class Executor:
                 self.store.save_output(self.daemon_id, outputs)
             except StoreError as e:
                 self.log(f"cannot store running output: {e}")
+        if self._started and mono >= self._started_mono + PID_FLUSH_SECONDS:
+            self.record(now, mono)
 
     def _maybe_finish(self, held: Held, now: datetime) -> None:
-        if not held.child.finished:
+        if not held.child.finished or held.queued:
             return
         result = held.child.result()
         run = held.run
@@ -260,25 +318,32 @@ class Executor:
             self.log(f"run {run.id}: attempt {held.attempt} ended after its lease was lost")
             self._release(held)
             return
-        try:
-            self._finish(run, held.attempt, result, now)
-        except StoreError as e:
-            # left held: the next turn's tick records it again
-            self.log(f"run {run.id}: cannot record its end yet: {e}")
+        self._queue(held, run, held.attempt, result, now)
+
+    def _queue(
+        self, held: Held | None, run: Run, attempt: int, result: AttemptResult, now: datetime
+    ) -> None:
+        """Decide an attempt's end now; it is recorded with the turn's transaction."""
+        decision = planner.decide(run, attempt, result, now, self.rng)
+        if decision is None:
+            if held is not None:
+                self._release(held)
             return
-        self._release(held)
+        if held is not None:
+            held.queued = True
+        self._ending.append(Ending(held, run, attempt, result, decision))
+        self.claim_needed = True
 
     def _release(self, held: Held) -> None:
         if self.held.get(held.run.id) is held:
             del self.held[held.run.id]
         self.claim_needed = True
 
-    def _finish(self, run: Run, attempt: int, result: AttemptResult, now: datetime) -> None:
-        decision = planner.decide(run, attempt, result, now, self.rng)
-        if decision is None:
-            return
-        done = self.store.finish_attempt(run.id, attempt, self.daemon_id, now, result, decision)
+    def _after_finish(self, e: Ending, done: Finished, now: datetime) -> None:
+        if e.held is not None:
+            self._release(e.held)
         self.claim_needed = True
+        run, attempt, result, decision = e.run, e.attempt, e.result, e.decision
         if done.state is None:
             self.log(
                 f"run {run.id} of {run.job_name}: attempt {attempt} ended "
@@ -347,14 +412,14 @@ class Executor:
         """Held runs whose lease is gone (taken over, deleted): kill their attempts."""
         for run_id in run_ids:
             h = self.held.get(run_id)
-            if h is not None and h.child.stop_reason is None:
+            if h is not None and not h.queued and h.child.stop_reason is None:
                 self.log(f"run {run_id} attempt {h.attempt}: lease lost, killing it")
                 h.child.kill_now(StopReason.LOST)
 
     def on_cancel(self, run_ids: frozenset[int], mono: float) -> None:
         for run_id in run_ids:
             h = self.held.get(run_id)
-            if h is not None and h.child.stop_reason is None:
+            if h is not None and not h.queued and h.child.stop_reason is None:
                 self.log(f"run {run_id} of {h.run.job_name}: cancel requested")
                 h.child.stop(StopReason.CANCELLED, mono, CANCEL_GRACE_SECONDS)
 
