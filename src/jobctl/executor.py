@@ -173,6 +173,12 @@ class Executor:
     def _exchange(self, now: datetime, mono: float, *, claim: bool) -> None:
         cfg = self.config
         ending = list(self._ending)
+        if claim and any(e.run.locks for e in ending):
+            # a freed lock is offered to every daemon first: record now, tell them (the
+            # loop pokes), and claim next turn, so one daemon cannot keep a lock by
+            # re-taking it in the transaction that frees it
+            claim = False
+            self.claim_needed = True
         running = [h for h in self.held.values() if not h.queued]
         free = cfg.workers - len(running) if claim else 0
         low_limit = None

@@ -298,7 +298,9 @@ class FireHeap:
             dues.append(due)
             ids.append(job_id)
         if not ordered:
-            pairs = sorted(zip(dues, ids, strict=True))
+            # a job listed twice keeps its last time, in the order given
+            last_of = {j: d for d, j in zip(dues, ids, strict=True)}
+            pairs = sorted((d, j) for j, d in last_of.items())
             dues = array("q", (d for d, _ in pairs))
             ids = array("q", (j for _, j in pairs))
         self._set_base(dues, ids)
@@ -313,7 +315,7 @@ class FireHeap:
             if self._due.get(job_id) is None:
                 n += 1
             self._due.set(job_id, due, n)
-        # a job listed twice keeps its last time; drop its other entries
+        # (sorted input) a job listed twice keeps its last time; drop its other entries
         if n != len(ids):
             for due, job_id in zip(dues, ids, strict=True):
                 if self._due.get(job_id) == due:

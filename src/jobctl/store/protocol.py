@@ -367,8 +367,9 @@ class DaemonStore(Protocol):
         ``since``: the safety net for a lost wake-up.
 
         A watermark keeps it cheap: when no other connection or process has committed to
-        the database since this store's previous call, it returns ``[]`` without reading
-        (what it would return was already returned). The caller treats every row as a
+        the database since this store's previous call of this method or of
+        :meth:`schedule_heads` (which returns the whole schedule as current), it returns
+        ``[]`` without reading (what it would return was already known). The caller treats every row as a
         hint to push again, so reporting a job twice is harmless; missing a change that
         was committed after the previous call is not allowed."""
         ...

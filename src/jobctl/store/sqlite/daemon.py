@@ -176,6 +176,9 @@ class SqliteDaemonStore:
     def schedule_heads(self) -> Iterator[tuple[int, int]]:
         # a cursor read as it is consumed: no list of a million rows (the heap keeps
         # them in flat arrays); plain tuples, not sqlite3.Row
+        # the whole schedule is current as of this read: the watermark of
+        # jobs_changed_since starts here (the version is read before the query)
+        self._seen_version = self.db.read(sql.DATA_VERSION)[0][0]
         c = self.db.conn.cursor()
         c.row_factory = None
         try:
