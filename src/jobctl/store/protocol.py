@@ -369,9 +369,9 @@ class DaemonStore(Protocol):
         A watermark keeps it cheap: when no other connection or process has committed to
         the database since this store's previous call of this method or of
         :meth:`schedule_heads` (which returns the whole schedule as current), it returns
-        ``[]`` without reading (what it would return was already known). The caller treats every row as a
-        hint to push again, so reporting a job twice is harmless; missing a change that
-        was committed after the previous call is not allowed."""
+        ``[]`` without reading (what it would return was already known). The caller
+        treats every row as a hint to push again, so reporting a job twice is harmless;
+        missing a change committed after the previous call is not allowed."""
         ...
 
     def get_job_by_id(self, job_id: int) -> Job | None: ...
