@@ -93,8 +93,12 @@ def test_record_and_claim_is_one_turn(tmp_path):
         assert [f.state for f in turn.finished] == [None, RunState.SUCCEEDED]
         assert [c.run.id for c in turn.claimed] == [b.id]
         assert d.get_run(a.id).state is RunState.SUCCEEDED
-        # the pid was recorded before the finish? no: after it, so it is fenced out
-        assert store.commands.get_attempts(a.id)[0].pid is None
+        # the pid is recorded before the finish: the attempt keeps it, the run's pgid goes
+        assert store.commands.get_attempts(a.id)[0].pid == 4242
+        assert (
+            store.db.conn.execute("SELECT pgid FROM runs WHERE id = ?", (a.id,)).fetchone()[0]
+            is None
+        )
         only = d.record_and_claim(
             "d1", "h", now, 30, finishes=[], started=[(b.id, 1, 4343)], limit=0, **kw
         )

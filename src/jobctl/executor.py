@@ -185,10 +185,10 @@ class Executor:
         if cfg.reserved_priority is not None and cfg.reserved > 0:
             low_running = sum(1 for h in running if h.run.priority < cfg.reserved_priority)
             low_limit = max(0, cfg.workers - cfg.reserved - low_running)
+        claimed: list[Claimed] = []
+        ended: list[tuple[Run, Decision]] = []
+        finished: list[Finished] = []
         try:
-            claimed: list[Claimed] = []
-            ended: list[tuple[Run, Decision]] = []
-            finished: list[Finished] = []
             if free > 0 or ending or self._started:
                 res = self.store.record_and_claim(
                     self.daemon_id,
@@ -205,18 +205,6 @@ class Executor:
                     on_expired=_decide_expired,
                 )
                 claimed, ended, finished = res.claimed, res.ended, res.finished
-            self._ending = self._ending[len(ending) :]
-            self._started = []
-            if claim and self.cancels_unchecked:
-                # a cancel request comes with a wake-up (or is seen at the next renewal)
-                self.cancels_unchecked = False
-                self.check_held(mono)
-            if claim:
-                if len(running) + len(claimed) < cfg.workers:
-                    self.next_claim_wall = self.store.next_claim_at(self.daemon_id, now)
-                else:
-                    # every worker is busy: the next claim comes when one of them finishes
-                    self.next_claim_wall = None
         except StoreError as e:
             # what was learned stays queued and is recorded again with the next try
             self.log(f"claim failed: {e}" if claim else f"cannot record yet: {e}")
@@ -224,6 +212,8 @@ class Executor:
             if claim:
                 self.next_claim_wall = now + timedelta(seconds=RECORD_RETRY_SECONDS)
             return
+        self._ending = self._ending[len(ending) :]
+        self._started = []
         for e, done in zip(ending, finished, strict=True):
             self._after_finish(e, done, now)
         for run, decision in ended:
@@ -240,6 +230,21 @@ class Executor:
         if started:  # recorded with the next turn's transaction (or on its own, soon)
             self._started = started
             self._started_mono = mono
+        if not claim:
+            return
+        try:  # reads only; what was recorded and started above stands
+            if self.cancels_unchecked:
+                # a cancel request comes with a wake-up (or is seen at the next renewal)
+                self.check_held(mono)
+                self.cancels_unchecked = False
+            if len(running) + len(claimed) < cfg.workers:
+                self.next_claim_wall = self.store.next_claim_at(self.daemon_id, now)
+            else:
+                # every worker is busy: the next claim comes when one of them finishes
+                self.next_claim_wall = None
+        except StoreError as e:
+            self.log(f"claim failed: {e}")
+            self.next_claim_wall = now + timedelta(seconds=RECORD_RETRY_SECONDS)
 
     def _start(
         self, claimed: Claimed, now: datetime, mono: float, started: list[tuple[int, int, int]]

@@ -444,9 +444,11 @@ class DaemonStore(Protocol):
     ) -> TurnResult:
         """What one loop turn learned, and its claims, in ONE transaction (all or nothing).
 
-        In this order: each of ``finishes`` exactly as :meth:`finish_attempt` (fenced; a
-        fenced-out one gives ``Finished(None, 0)``); the ``(run_id, attempt, pid)`` of
-        children ``started`` exactly as :meth:`set_attempt_processes`; then, only when
+        In this order: the ``(run_id, attempt, pid)`` of children ``started`` exactly as
+        :meth:`set_attempt_processes` (first, so an attempt that started and ended since
+        the last turn keeps its pid); each of ``finishes`` exactly as
+        :meth:`finish_attempt` (fenced; a fenced-out one gives ``Finished(None, 0)``,
+        and nothing of it is written); then, only when
         ``limit`` > 0, expired leases settled and up to ``limit`` runs claimed exactly as
         :meth:`claim_runs` (so the workers, locks and overlap the finishes freed are
         claimable in the same call). ``limit`` 0 claims nothing and settles no lease.

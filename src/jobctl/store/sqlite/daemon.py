@@ -381,8 +381,10 @@ class SqliteDaemonStore:
         on_expired: ExpiredFn,
     ) -> TurnResult:
         with self.db.write() as c:
-            finished = [self._finish(c, daemon_id, now, f) for f in finishes]
+            # pids first: an attempt that started and ended since the last turn keeps
+            # its pid in its attempt row (its run's pgid is then cleared by the finish)
             self._set_pids(c, daemon_id, started)
+            finished = [self._finish(c, daemon_id, now, f) for f in finishes]
             claimed: list[Claimed] = []
             ended: list[tuple[Run, Decision]] = []
             if limit > 0:
