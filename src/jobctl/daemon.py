@@ -370,6 +370,12 @@ class Daemon:
             callback: Ready = key.data
             callback(woke, woke_mono)
 
+    def _stray_callback(self, fd: int) -> Ready:
+        def on_exit(now: datetime, mono: float) -> None:
+            self._on_stray_exit(fd)
+
+        return on_exit
+
     def _flush_log(self) -> None:
         flush = getattr(self.log, "flush", None)
         if flush is not None:
@@ -380,7 +386,7 @@ class Daemon:
         for fd in fds:
             self.log(f"killed stray process {self.reaper.pid_of(fd)} (it left its attempt's group)")
             self.strays.add(fd)
-            self.watch(fd, lambda now, mono, fd=fd: self._on_stray_exit(fd))
+            self.watch(fd, self._stray_callback(fd))
 
     # ------------------------------------------------------------------ leases
 

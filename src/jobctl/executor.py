@@ -214,8 +214,8 @@ class Executor:
             return
         self._ending = self._ending[len(ending) :]
         self._started = []
-        for e, done in zip(ending, finished, strict=True):
-            self._after_finish(e, done, now)
+        for item, done in zip(ending, finished, strict=True):
+            self._after_finish(item, done, now)
         for run, decision in ended:
             self.log(
                 f"run {run.id} of {run.job_name}: lease lost on its last attempt: "

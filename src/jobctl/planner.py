@@ -51,7 +51,7 @@ def next_fire(trigger: Trigger, after: datetime) -> datetime | None:
 
 def retry_delay_seconds(attempt: int, backoff_seconds: float, rng: random.Random) -> float:
     """Delay before retry ``attempt`` (1-based): ``min(backoff·2^(k-1), 1h)`` × U[0.5, 1]."""
-    base = min(backoff_seconds * (2 ** max(attempt - 1, 0)), MAX_BACKOFF_SECONDS)
+    base = min(backoff_seconds * float(2 ** max(attempt - 1, 0)), MAX_BACKOFF_SECONDS)
     return base * rng.uniform(0.5, 1.0)
 
 

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from . import planner
 from .clock import from_us, iso, to_us
-from .models import Job, Plan, RunState
+from .models import Job, Plan, RunReason, RunState
 from .store import DaemonStore
 
 #: due jobs whose windows are recorded in one transaction, one chunk a loop turn
@@ -120,7 +120,7 @@ class Scheduler:
                 self.heap.push(f.job.id, to_us(f.plan.next_run_at))
             n_run = sum(1 for w in f.plan.windows if w.state is RunState.PENDING)
             n_skip = len(f.plan.windows) - n_run
-            missed = any(w.reason is planner.RunReason.CATCHUP for w in f.plan.windows)
+            missed = any(w.reason is RunReason.CATCHUP for w in f.plan.windows)
             what = "missed windows" if missed or f.plan.missed_increment else "window"
             self.log(
                 f"job {f.job.name}: {what} up to {iso(f.plan.last_window_at)}: "
@@ -144,7 +144,7 @@ class Scheduler:
         """Hints from the commands: ``all`` reloads the heap, ``job:ID`` one job."""
         if not self.leading:
             return
-        ended = []
+        ended: list[int] | None = []
         for msg in messages:
             if msg == "all":
                 self._reload = True
