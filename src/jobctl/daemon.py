@@ -41,6 +41,8 @@ MAX_SLEEP_SECONDS = 3600.0
 MISSED_GAP_SECONDS = 60.0
 #: after a store error in a turn, wait this long before the next turn
 STORE_ERROR_BACKOFF_SECONDS = 0.5
+#: strays are swept this long after a child exited (one /proc walk for a burst of exits)
+SWEEP_DELAY_SECONDS = 0.1
 
 
 def read_boot_id(path: str = BOOT_ID_PATH) -> str:
@@ -168,6 +170,7 @@ class Daemon:
         )
         self.reaper = StrayReaper()
         self.strays: set[int] = set()
+        self.sweep_at: float | None = None
         self.waker = store.open_waker(self.id)
         self._sig_r, self._sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
@@ -294,8 +297,12 @@ class Daemon:
         elif self.executor.unrecorded:
             self.executor.record(now, mono)
         self._pass_on(now)
-        if self.config.reap_strays and self.executor.take_exited():
-            self._sweep()
+        if self.config.reap_strays:
+            if self.executor.take_exited() and self.sweep_at is None:
+                self.sweep_at = mono + SWEEP_DELAY_SECONDS
+            if self.sweep_at is not None and mono >= self.sweep_at:
+                self.sweep_at = None
+                self._sweep()
         if self.phase is not Phase.RUNNING and not self.executor.busy:
             return False
         self._wait(now, mono)
@@ -352,6 +359,8 @@ class Daemon:
         d = self.executor.next_deadline(mono)
         if d is not None:
             timeout = min(timeout, max(d - mono, 0.0))
+        if self.sweep_at is not None:
+            timeout = min(timeout, max(self.sweep_at - mono, 0.0))
         if self.phase is Phase.DRAINING and self.kill_deadline is not None:
             timeout = min(timeout, max(self.kill_deadline - mono, 0.0))
         timeout = min(timeout, MAX_SLEEP_SECONDS)
