@@ -371,13 +371,19 @@ class Daemon:
         if not events:
             return
         woke, woke_mono = self.clock.now(), self.clock.monotonic()
-        for key, _ in events:
-            # a callback earlier in this batch may have closed this fd and a new one
-            # taken its number: act only on what is still registered as it was
-            if self.selector.get_map().get(key.fd) is not key:
-                continue
-            callback: Ready = key.data
-            callback(woke, woke_mono)
+        self.executor.begin_batch()
+        try:
+            for key, _ in events:
+                # a callback earlier in this batch may have closed this fd and a new one
+                # taken its number: act only on what is still registered as it was
+                if self.selector.get_map().get(key.fd) is not key:
+                    continue
+                callback: Ready = key.data
+                callback(woke, woke_mono)
+        finally:
+            # the ends of this wake-up, and the claims for the workers they freed, in
+            # one transaction
+            self.executor.end_batch(woke, woke_mono, claim=self.phase is Phase.RUNNING)
 
     def _stray_callback(self, fd: int) -> Ready:
         def on_exit(now: datetime, mono: float) -> None:

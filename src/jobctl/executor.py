@@ -107,6 +107,7 @@ class Executor:
         self._started: list[tuple[int, int, int]] = []
         self._started_mono = 0.0
         self._record_after = 0.0
+        self._batching = False
 
     # ------------------------------------------------------------------ what the loop reads
 
@@ -158,6 +159,22 @@ class Executor:
 
     # ------------------------------------------------------------------ claims
 
+    def begin_batch(self) -> None:
+        """The loop is about to run the callbacks of one wake-up: the ends they learn are
+        recorded together by :meth:`end_batch` (one transaction), not one by one."""
+        self._batching = True
+
+    def end_batch(self, now: datetime, mono: float, *, claim: bool) -> None:
+        """Record what the wake-up's callbacks learned; with ``claim``, in the same
+        transaction as the claims for the workers they freed (see :meth:`claim`)."""
+        self._batching = False
+        if not self._ending:
+            return
+        if claim:
+            self.claim(now, mono)
+        else:
+            self.record(now, mono)
+
     def claim(self, now: datetime, mono: float) -> None:
         """One transaction for the turn: record the ends and pids learned since the last
         one, claim runs for the free workers, and start them; check cancel requests."""
@@ -171,6 +188,16 @@ class Executor:
             self._exchange(now, mono, claim=False)
 
     def _exchange(self, now: datetime, mono: float, *, claim: bool) -> None:
+        outer = self._batching
+        self._batching = True  # a spawn failure below is recorded after, not inside
+        try:
+            self._exchange_once(now, mono, claim=claim)
+        finally:
+            self._batching = outer
+        if not outer and self._ending and mono >= self._record_after:
+            self._exchange_once(now, mono, claim=False)
+
+    def _exchange_once(self, now: datetime, mono: float, *, claim: bool) -> None:
         cfg = self.config
         ending = list(self._ending)
         if claim and any(e.run.locks for e in ending):
@@ -189,7 +216,11 @@ class Executor:
         ended: list[tuple[Run, Decision]] = []
         finished: list[Finished] = []
         try:
-            if free > 0 or ending or self._started:
+            pids_due = bool(self._started) and (
+                not claim or mono >= self._started_mono + PID_FLUSH_SECONDS
+            )
+            sent = list(self._started) if (free > 0 or ending or pids_due) else None
+            if sent is not None:
                 res = self.store.record_and_claim(
                     self.daemon_id,
                     self.host,
@@ -198,7 +229,7 @@ class Executor:
                     finishes=[
                         FinishItem(e.run.id, e.attempt, e.result, e.decision) for e in ending
                     ],
-                    started=self._started,
+                    started=sent,
                     limit=max(free, 0),
                     low_limit=low_limit,
                     reserved_priority=cfg.reserved_priority,
@@ -213,7 +244,8 @@ class Executor:
                 self.next_claim_wall = now + timedelta(seconds=RECORD_RETRY_SECONDS)
             return
         self._ending = self._ending[len(ending) :]
-        self._started = []
+        if sent is not None:
+            self._started = self._started[len(sent) :]
         for item, done in zip(ending, finished, strict=True):
             self._after_finish(item, done, now)
         for run, decision in ended:
@@ -228,8 +260,9 @@ class Executor:
         for c in claimed:
             self._start(c, now, mono, started)
         if started:  # recorded with the next turn's transaction (or on its own, soon)
-            self._started = started
-            self._started_mono = mono
+            if not self._started:
+                self._started_mono = mono
+            self._started += started
         if not claim:
             return
         try:  # reads only; what was recorded and started above stands
@@ -266,25 +299,25 @@ class Executor:
             if e.filename and e.filename not in error:
                 error = f"spawn: {e.filename}: {e.strerror or e}"
             self.log(f"run {run.id} of {run.job_name}: cannot start: {error}")
-            self._queue(None, run, run.attempt, AttemptResult(None, spawn_error=error), now)
+            self._queue(None, run, run.attempt, AttemptResult(None, spawn_error=error), now, mono)
             return
         held = Held(run, run.attempt, child, mono)
         self.held[run.id] = held
         assert child.output_fd is not None and child.pidfd is not None  # just started
-        self.watch(child.output_fd, lambda now, mono: self._on_output(held, now))
-        self.watch(child.pidfd, lambda now, mono: self._on_exit(held, now))
+        self.watch(child.output_fd, lambda now, mono: self._on_output(held, now, mono))
+        self.watch(child.pidfd, lambda now, mono: self._on_exit(held, now, mono))
         started.append((run.id, run.attempt, child.pid))
         self.log(f"run {run.id} of {run.job_name}: attempt {run.attempt} started, pid {child.pid}")
 
     # ------------------------------------------------------------------ children
 
-    def _on_output(self, held: Held, now: datetime) -> None:
+    def _on_output(self, held: Held, now: datetime, mono: float) -> None:
         fd = held.child.output_fd
         if not held.child.on_output() and fd is not None:
             self.unwatch(fd)
-        self._maybe_finish(held, now)
+        self._maybe_finish(held, now, mono)
 
-    def _on_exit(self, held: Held, now: datetime) -> None:
+    def _on_exit(self, held: Held, now: datetime, mono: float) -> None:
         child = held.child
         if child.pidfd is not None:
             self.unwatch(child.pidfd)
@@ -292,7 +325,7 @@ class Executor:
             self.unwatch(child.output_fd)
         child.on_exit()
         self._exited = True
-        self._maybe_finish(held, now)
+        self._maybe_finish(held, now, mono)
 
     def tick(self, now: datetime, mono: float) -> None:
         """Timeouts and SIGKILL follow-ups; store the output of running attempts at most
@@ -302,7 +335,7 @@ class Executor:
         for h in list(self.held.values()):
             h.child.tick(mono)
             if h.child.finished:
-                self._maybe_finish(h, now)
+                self._maybe_finish(h, now, mono)
                 continue
             total = h.child.tail.total
             if (
@@ -320,7 +353,7 @@ class Executor:
         if self._started and mono >= self._started_mono + PID_FLUSH_SECONDS:
             self.record(now, mono)
 
-    def _maybe_finish(self, held: Held, now: datetime) -> None:
+    def _maybe_finish(self, held: Held, now: datetime, mono: float) -> None:
         if not held.child.finished or held.queued:
             return
         result = held.child.result()
@@ -329,12 +362,19 @@ class Executor:
             self.log(f"run {run.id}: attempt {held.attempt} ended after its lease was lost")
             self._release(held)
             return
-        self._queue(held, run, held.attempt, result, now)
+        self._queue(held, run, held.attempt, result, now, mono)
 
     def _queue(
-        self, held: Held | None, run: Run, attempt: int, result: AttemptResult, now: datetime
+        self,
+        held: Held | None,
+        run: Run,
+        attempt: int,
+        result: AttemptResult,
+        now: datetime,
+        mono: float,
     ) -> None:
-        """Decide an attempt's end now; it is recorded with the turn's transaction."""
+        """Decide an attempt's end now. Inside a batch (:meth:`begin_batch`) it is
+        recorded with the batch's transaction, else at once."""
         decision = planner.decide(run, attempt, result, now, self.rng)
         if decision is None:
             if held is not None:
@@ -344,6 +384,8 @@ class Executor:
             held.queued = True
         self._ending.append(Ending(held, run, attempt, result, decision))
         self.claim_needed = True
+        if not self._batching:
+            self.record(now, mono)
 
     def _release(self, held: Held) -> None:
         if self.held.get(held.run.id) is held:
