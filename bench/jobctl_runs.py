@@ -212,14 +212,11 @@ def build_scale_db(db: Path, jobs: int, *, fresh: bool = False) -> float:
     from jobctl.models import JobSpec, Trigger, TriggerKind
     from jobctl.store import open_store
 
-    store = open_store(db)
+    handle = open_store(db)
     now = datetime.now(UTC)
-    store.commands.add_job(
-        JobSpec(name="probe", trigger=Trigger(TriggerKind.MANUAL, tz="UTC"), command="true"),
-        None,
-        now,
-    )
-    store.close()
+    probe = JobSpec(name="probe", trigger=Trigger(TriggerKind.MANUAL, tz="UTC"), command="true")
+    handle.commands.add_job(probe, None, now)
+    handle.close()
     # created and last edited a day ago: the steady state (the daemon re-reads jobs edited
     # within the last 2 leases on every renewal, a safety net for lost wake-ups)
     now_us = _us(now if fresh else now - timedelta(days=1))
@@ -261,31 +258,30 @@ def build_scale_db(db: Path, jobs: int, *, fresh: bool = False) -> float:
 def dispatch_ms(db: Path, samples: int) -> list[float]:
     """Enqueue a run of ``probe`` and poke the daemon, as ``jobctl run probe`` does; the
     cost is attempt.started_at − run.created_at (ms), waited out one at a time."""
-    from jobctl.store.sqlite import SqliteStore
+    from jobctl.store import open_store
 
-    store = SqliteStore.open(db)
+    handle = open_store(db)
+    store = handle.commands
     out = []
     try:
         for _ in range(samples):
             now = datetime.now(UTC)
-            run, _ = store.commands.enqueue_run("probe", now)
-            store.commands.notify("run")
+            run, _ = store.enqueue_run("probe", now)
+            store.notify(f"run:{run.id}")
             deadline = time.monotonic() + 30
             while True:
-                row = store.db.conn.execute(
-                    "SELECT a.started_at - r.created_at, r.state FROM attempts a JOIN runs r "
-                    "ON r.id = a.run_id WHERE a.run_id = ?",
-                    (run.id,),
-                ).fetchone()
-                if row is not None and row[1] in ("succeeded", "failed", "dead"):
-                    out.append(row[0] / 1000)
+                attempts = store.get_attempts(run.id)
+                state = store.get_run(run.id).state.value
+                if attempts and state in ("succeeded", "failed", "dead"):
+                    cost = attempts[0].started_at - run.scheduled_for
+                    out.append(cost.total_seconds() * 1000)
                     break
                 if time.monotonic() > deadline:
                     raise RuntimeError("dispatch: the probe run did not finish in 30 s")
                 time.sleep(0.005)
             time.sleep(0.05)
     finally:
-        store.close()
+        handle.close()
     return out
 
 

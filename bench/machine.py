@@ -32,11 +32,11 @@ def spawn_seconds(children: int, width: int) -> float:
 def sqlite_commits_per_second(seconds: float = 1.0) -> float:
     """One-row ``BEGIN IMMEDIATE`` UPDATE commits per second, on a file opened by the
     project's Store (WAL, synchronous=NORMAL, foreign keys, busy timeout)."""
-    from jobctl.store.sqlite import SqliteStore
+    from jobctl.store.sqlite import Db
 
     with tempfile.TemporaryDirectory(prefix="jobctl-bench-") as tmp:
-        store = SqliteStore.open(Path(tmp) / "commits.db")
-        c = store.db.conn
+        store = Db.open(Path(tmp) / "commits.db")
+        c = store.conn
         c.execute("CREATE TABLE bench_counter (id INTEGER PRIMARY KEY, v INTEGER NOT NULL)")
         c.execute("INSERT INTO bench_counter VALUES (1, 0)")
         n = 0

@@ -142,7 +142,8 @@ starts with `*` a day matches either field (`L` and `D#N` count as restricted), 
 both. Seconds and year fields, `?`, `W`, `H`, `N/step` without a range and wrapping
 ranges are invalid. An expression that can never fire is accepted with a warning.
 
-A command that only reads (`list`, `show`, `next NAME`, `runs`, `logs`, `status`) never
+A command that only reads (`list`, `show`, `next NAME`, `runs`, `logs`, `inspect`,
+`status`) never
 creates a database: on a missing one it answers as for an empty one after a `warning:`
 line. When standard output is not a terminal, tables are one line a row, never wrapped.
 
@@ -237,6 +238,32 @@ then both required, as in vixie cron and cronie.
 """
 
 
+WATCHING = """
+The daemon stores a running attempt's output tail at most once a second while it
+changes, and at its end, so `jobctl logs RUN_ID` shows a running attempt's output from any
+host, and a daemon killed mid-attempt loses at most its last second. `jobctl logs RUN_ID
+--follow` prints what is stored, then new output within 2 seconds of the command writing
+it, across retries (a line `--- attempt K ---` on standard error before each new attempt),
+and exits 0 when the run has ended; it reads the database only.
+
+`jobctl run NAME --wait` prints `run ID enqueued` on standard error at once, a live status
+line (state, attempt, elapsed time) when standard error is a terminal, and one closing
+line such as `run 42 succeeded in 3.2s` or `run 42 dead after 3 attempts: exit 7`.
+`--follow` also streams the output to standard output. Ctrl-C stops only the waiting: the
+run goes on (`jobctl cancel 42` stops it) and jobctl exits 130.
+
+`jobctl inspect RUN_ID` shows a run, each of its attempts (start, end, duration, exit
+code, error, output bytes, host, pid), how its `--on-failure` command ended, and why a
+pending or failed run waits, judged by the same rules as the daemon's claim: paused (its
+job is paused), no_daemon (no live daemon), not_due or backoff (until a time), lock (a
+lock it needs is held by another run), overlap (a leased run of the same job, with
+`--overlap forbid` or `replace`), or workers (due and free, every worker busy).
+
+`add`, `edit`, `run` and `resume` warn on standard error when no daemon is running, and
+still succeed.
+"""
+
+
 def tagged(items: list[tuple[str, str]], bold: bool = True) -> list[str]:
     out = []
     for tag, text in items:
@@ -290,6 +317,7 @@ def man_page() -> str:
     ]
     out += [".SH FILES", *tagged(FILES, bold=False)]
     out += [".SH CATCH\\-UP AND DST", *prose(CATCHUP_AND_DST)]
+    out += [".SH WATCHING A RUN", *prose(WATCHING)]
     out += [
         ".SH SEE ALSO",
         "\\fBcrontab\\fR(5), \\fBcron\\fR(8), \\fBsystemd.timer\\fR(5), "

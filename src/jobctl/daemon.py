@@ -247,7 +247,7 @@ class Daemon:
                     # transaction per write); log, back off, and carry on with the rest
                     self.log(f"store error: {e}; retrying")
                     self.executor.claim_needed = True
-                    self.scheduler._reload = True
+                    self.scheduler.reload()
                     self._flush_log()
                     time.sleep(STORE_ERROR_BACKOFF_SECONDS)
         finally:

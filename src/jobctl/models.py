@@ -196,7 +196,6 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
     shell: str = "/bin/sh"
-    paused: bool = False
     catchup: Catchup = Catchup.ONCE
     catchup_limit: int = DEFAULT_CATCHUP_LIMIT
     overlap: Overlap = Overlap.FORBID
@@ -311,6 +310,18 @@ class Run:
     attempt_base: int = 0
     #: how the ``--on-failure`` command ended (``exit 0``, ``signal 9``, ``not started``)
     hook_status: str | None = None
+    #: the last attempt's start and end (None before the first claim, or while it runs)
+    attempt_started_at: datetime | None = None
+    attempt_finished_at: datetime | None = None
+    #: the host of the last attempt
+    host: str | None = None
+
+    @property
+    def duration_seconds(self) -> float | None:
+        """Seconds its last attempt took; None before it ended."""
+        if self.attempt_started_at is None or self.attempt_finished_at is None:
+            return None
+        return (self.attempt_finished_at - self.attempt_started_at).total_seconds()
 
 
 @dataclass(frozen=True)
@@ -325,6 +336,13 @@ class Attempt:
     host: str | None = None
     pid: int | None = None
 
+    @property
+    def duration_seconds(self) -> float | None:
+        """Seconds from start to end; None while it runs."""
+        if self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
 
 @dataclass(frozen=True)
 class DaemonInfo:
@@ -336,3 +354,54 @@ class DaemonInfo:
     heartbeat_at: datetime
     wake_address: str | None = None
     boot_id: str | None = None
+
+
+class WaitReason(str, Enum):
+    """Why a ``pending`` or ``failed`` run is not running (SPEC §7.1)."""
+
+    NOT_DUE = "not_due"
+    BACKOFF = "backoff"
+    LOCK = "lock"
+    OVERLAP = "overlap"
+    PAUSED = "paused"
+    NO_DAEMON = "no_daemon"
+    WORKERS = "workers"
+
+
+@dataclass(frozen=True)
+class WaitFacts:
+    """What the store knows about a run that waits, read in one go from the same predicates
+    the claim uses (see :meth:`jobctl.store.protocol.CommandStore.waiting`).
+
+    ``claimable`` is the claim's own condition (minus the reserved-worker quota, which
+    belongs to each daemon); the other fields say which part of it fails.
+    """
+
+    run_id: int
+    job_name: str
+    state: RunState
+    not_before: datetime | None
+    #: ``not_before <= now``
+    due: bool
+    #: the job is paused
+    paused: bool
+    #: a lock of this run held by a leased run: (lock name, holder run id), first by name
+    lock: tuple[str, int] | None
+    #: with overlap forbid/replace: the lowest id of another leased run of the same job
+    overlap_run_id: int | None
+    claimable: bool
+    live_daemons: int
+    #: runs leased right now (by any daemon)
+    leased_runs: int
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """The one reason a run waits, with a line for people (``detail``) and, where it
+    applies, the time it waits for (``until``), the lock and the run that holds it."""
+
+    reason: WaitReason
+    detail: str
+    until: datetime | None = None
+    lock: str | None = None
+    run_id: int | None = None

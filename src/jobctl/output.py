@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from .clock import iso
-from .models import Attempt, DaemonInfo, Job, Run, RunState, TriggerKind
+from .models import Attempt, DaemonInfo, Job, Run, RunState, TriggerKind, Waiting
 
 # ---------------------------------------------------------------------- JSON
 
@@ -61,6 +61,9 @@ def run_json(run: Run) -> dict[str, Any]:
         "env": run.env,
         "locks": list(run.locks),
         "cancel_requested": run.cancel_requested,
+        "duration": run.duration_seconds,
+        "host": run.host,
+        "hook_status": run.hook_status,
     }
 
 
@@ -102,9 +105,32 @@ def attempt_json(a: Attempt) -> dict[str, Any]:
         "started_at": iso(a.started_at),
         "finished_at": iso(a.finished_at),
         "exit_code": a.exit_code,
+        "duration": a.duration_seconds,
         "error": a.error,
         "output_bytes": a.output_bytes,
+        "host": a.host,
+        "pid": a.pid,
     }
+
+
+def waiting_json(w: Waiting | None) -> dict[str, Any] | None:
+    if w is None:
+        return None
+    return {
+        "reason": w.reason.value,
+        "detail": w.detail,
+        "until": iso(w.until),
+        "lock": w.lock,
+        "run_id": w.run_id,
+    }
+
+
+def inspect_json(run: Run, attempts: Sequence[Attempt], waiting: Waiting | None) -> dict[str, Any]:
+    """``inspect --json``: the run object plus ``attempts`` (oldest first) and ``waiting``."""
+    data = run_json(run)
+    data["attempts"] = [attempt_json(a) for a in attempts]
+    data["waiting"] = waiting_json(waiting)
+    return data
 
 
 def daemon_json(d: DaemonInfo) -> dict[str, Any]:
@@ -156,6 +182,22 @@ def local_time(dt: datetime | None, zone: str | None = None) -> str:
 
         return dt.astimezone(ZoneInfo(zone)).strftime("%Y-%m-%d %H:%M:%S %Z")
     return dt.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def human_duration(seconds: float | None) -> str:
+    """``0.4s``, ``3.2s``, ``59s``, ``4m05s``, ``2h03m``, ``3d04h``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 def _console() -> Any:
@@ -212,7 +254,13 @@ def print_jobs(jobs: Sequence[Job], last_runs: dict[int, Run]) -> None:
                 j.state.value,
             ]
         )
-    _table(["NAME", "SCHEDULE", "NEXT RUN", "LAST RUN", "STATE"], rows)
+    columns = ["NAME", "SCHEDULE", "NEXT RUN", "LAST RUN", "STATE"]
+    if any(j.missed_total for j in jobs):
+        # windows that passed while no scheduler ran and were not run (SPEC §6)
+        columns.append("MISSED")
+        for row, j in zip(rows, jobs, strict=True):
+            row.append(str(j.missed_total) if j.missed_total else "")
+    _table(columns, rows)
 
 
 def print_runs(runs: Sequence[Run]) -> None:
@@ -231,11 +279,15 @@ def print_runs(runs: Sequence[Run]) -> None:
                 local_time(r.scheduled_for),
                 state,
                 str(r.attempt),
+                human_duration(r.duration_seconds) if r.duration_seconds is not None else "",
                 r.reason.value,
                 r.last_error or "",
             ]
         )
-    _table(["ID", "JOB", "SCHEDULED FOR", "STATE", "ATTEMPT", "REASON", "LAST ERROR"], rows)
+    _table(
+        ["ID", "JOB", "SCHEDULED FOR", "STATE", "ATTEMPT", "DURATION", "REASON", "LAST ERROR"],
+        rows,
+    )
 
 
 def print_job(job: Job, runs: Sequence[Run]) -> None:
@@ -301,6 +353,11 @@ def print_lines(lines: Sequence[str]) -> None:
         sys.stdout.write(safe(line) + "\n")
 
 
+def _shown(text: str) -> str:
+    """Output text for a terminal: newlines and tabs kept, other control characters escaped."""
+    return "".join(ch if ch.isprintable() or ch in "\n\t" else repr(ch)[1:-1] for ch in text)
+
+
 def print_output(data: bytes, *, tty: bool) -> None:
     """A command's captured output: raw bytes into a pipe or file; on a terminal, escape
     sequences and other control characters are shown escaped, never interpreted."""
@@ -309,7 +366,146 @@ def print_output(data: bytes, *, tty: bool) -> None:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
-    text = data.decode("utf-8", "replace")
-    shown = "".join(ch if ch.isprintable() or ch in "\n\t" else repr(ch)[1:-1] for ch in text)
-    sys.stdout.write(shown)
+    sys.stdout.write(_shown(data.decode("utf-8", "replace")))
     sys.stdout.flush()
+
+
+class OutputStream:
+    """Followed output (``logs --follow``) written as it comes, in chunks: raw bytes into a
+    pipe or file; on a terminal decoded incrementally (a character split between two chunks
+    is shown whole, bytes that are not UTF-8 as U+FFFD) and shown as :func:`print_output`
+    does."""
+
+    def __init__(self, *, tty: bool) -> None:
+        import codecs
+
+        self.tty = tty
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if not self.tty:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+            return
+        sys.stdout.write(_shown(self._decoder.decode(data)))
+        sys.stdout.flush()
+
+    def end(self) -> None:
+        """The attempt ended: show what an unfinished character left (as U+FFFD)."""
+        if self.tty:
+            sys.stdout.write(_shown(self._decoder.decode(b"", final=True)))
+            sys.stdout.flush()
+            self._decoder.reset()
+
+
+def waiting_text(w: Waiting | None) -> str:
+    """``backoff: retry at 2026-12-01 12:00:05 UTC`` (local time for people), or ``-``."""
+    if w is None:
+        return "-"
+    if w.until is not None:
+        head = "retry at" if w.reason.value == "backoff" else "due at"
+        return f"{w.reason.value}: {head} {local_time(w.until)}"
+    return f"{w.reason.value}: {w.detail}"
+
+
+def hook_text(run: Run) -> str:
+    """The ``--on-failure`` command's result for a dead run (``-`` when none applies)."""
+    if not run.settings.on_failure or run.state is not RunState.DEAD:
+        return "-"
+    return run.hook_status or "not finished yet"
+
+
+def print_inspect(
+    run: Run, attempts: Sequence[Attempt], waiting: Waiting | None, now: datetime
+) -> None:
+    """``inspect``: the run's fields, why it waits, then one row per attempt."""
+    state = run.state.value
+    if run.cancel_requested and run.state is RunState.LEASED:
+        state += " (cancel requested)"
+    current = run.attempt - run.attempt_base
+    total = run.max_attempts - run.attempt_base
+    fields = [
+        ("run", str(run.id)),
+        ("job", run.job_name),
+        ("state", state),
+        ("window", local_time(run.scheduled_for)),
+        ("reason", run.reason.value),
+        ("attempt", f"{run.attempt} ({current} of {total} in this set)" if run.attempt else "0"),
+        ("priority", str(run.priority)),
+        ("key", run.run_key or "-"),
+        ("locks", ", ".join(run.locks) or "-"),
+        ("env", " ".join(f"{k}={v}" for k, v in sorted(run.env.items())) or "-"),
+        ("host", run.host or "-"),
+        ("last error", run.last_error or "-"),
+        ("on failure", hook_text(run)),
+        ("waiting", waiting_text(waiting)),
+    ]
+    if run.state is RunState.LEASED:
+        fields.insert(3, ("lease", f"{run.leased_by} until {local_time(run.lease_until)}"))
+    width = max(len(k) for k, _ in fields)
+    lines = [f"{k:<{width}}  {safe(v)}".rstrip() for k, v in fields]
+    sys.stdout.write("".join(line + "\n" for line in lines) + "\n")
+    if not attempts:
+        sys.stdout.write("no attempts\n")
+        return
+    rows = []
+    for a in attempts:
+        if a.finished_at is None:
+            duration = f"{human_duration((now - a.started_at).total_seconds())} so far"
+        else:
+            duration = human_duration(a.duration_seconds)
+        rows.append(
+            [
+                str(a.attempt),
+                local_time(a.started_at),
+                local_time(a.finished_at),
+                duration,
+                "-" if a.exit_code is None else str(a.exit_code),
+                a.error or ("running" if a.finished_at is None else ""),
+                str(a.output_bytes),
+                a.host or "-",
+                "-" if a.pid is None else str(a.pid),
+            ]
+        )
+    _table(
+        ["ATTEMPT", "STARTED", "ENDED", "DURATION", "EXIT", "ERROR", "OUTPUT", "HOST", "PID"],
+        rows,
+    )
+
+
+def outcome_line(run: Run) -> str:
+    """The line ``run --wait`` ends with: ``run 42 succeeded in 3.2s``, ``run 42 dead after
+    3 attempts: exit 7``, ``run 42 cancelled``."""
+    n = run.attempt - run.attempt_base
+    attempts = f"{n} attempt{'' if n == 1 else 's'}"
+    if run.state is RunState.SUCCEEDED:
+        line = f"run {run.id} succeeded in {human_duration(run.duration_seconds)}"
+        return line + (f" (attempt {n})" if n > 1 else "")
+    if run.state is RunState.DEAD:
+        return f"run {run.id} dead after {attempts}: {run.last_error or 'failed'}"
+    if run.state is RunState.CANCELLED:
+        return f"run {run.id} cancelled" + (f" after {attempts}" if n else "")
+    return f"run {run.id} {run.state.value}"
+
+
+class StatusLine:
+    """One live line on stderr (a terminal), redrawn in place; gone once stopped."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+        from rich.text import Text
+
+        self._text = Text
+        console = Console(stderr=True, highlight=False, markup=False, emoji=False)
+        self._live = Live(Text(""), console=console, transient=True, refresh_per_second=8)
+        self._live.start()
+
+    def update(self, text: str) -> None:
+        self._live.update(self._text(safe(text)))
+
+    def stop(self) -> None:
+        self._live.stop()

@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from . import triggers
+from .clock import iso
 from .models import (
     MAX_BACKOFF_SECONDS,
     MAX_SKIPPED_ROWS,
@@ -32,6 +33,9 @@ from .models import (
     StopReason,
     Trigger,
     TriggerKind,
+    WaitFacts,
+    Waiting,
+    WaitReason,
     Window,
 )
 
@@ -51,8 +55,8 @@ def next_fire(trigger: Trigger, after: datetime) -> datetime | None:
 
 def retry_delay_seconds(attempt: int, backoff_seconds: float, rng: random.Random) -> float:
     """Delay before retry ``attempt`` (1-based): ``min(backoff·2^(k-1), 1h)`` × U[0.5, 1]."""
-    base = min(backoff_seconds * float(2 ** max(attempt - 1, 0)), MAX_BACKOFF_SECONDS)
-    return base * rng.uniform(0.5, 1.0)
+    base = min(backoff_seconds * (2 ** max(attempt - 1, 0)), MAX_BACKOFF_SECONDS)
+    return float(base * rng.uniform(0.5, 1.0))
 
 
 def _jittered(when: datetime, jitter_seconds: float, rng: random.Random) -> datetime:
@@ -67,7 +71,7 @@ def _due_windows(job: Job, now: datetime, keep: int) -> tuple[int, datetime | No
     if first is None or first > now:
         return 0, None, []
     trig = job.trigger
-    if trig.kind is TriggerKind.INTERVAL and not trig.after_completion:
+    if triggers.is_fixed_rate(trig):
         count = 1 + triggers.count_fires(trig, first, now)
         # only the last ``keep`` windows are enumerated, however long the gap
         start = first + timedelta(seconds=trig.every_seconds or 0) * max(count - keep, 0)
@@ -146,7 +150,7 @@ def plan_due(
     if trig.kind is TriggerKind.ONCE:
         nxt = None
         done = True
-    elif trig.kind is TriggerKind.INTERVAL and trig.after_completion:
+    elif triggers.is_fixed_delay(trig):
         # the next window is set when this run ends; skipped: one interval from now
         nxt = None if any(w.state is RunState.PENDING for w in windows) else (next_fire(trig, now))
     else:
@@ -218,6 +222,51 @@ def decide_expired(attempt: int, max_attempts: int, cancel_requested: bool) -> D
     if attempt >= max_attempts:
         return Decision(RunState.DEAD, "lost")
     return Decision(RunState.FAILED, "lost")
+
+
+def waiting_reason(facts: WaitFacts | None) -> Waiting | None:
+    """The one reason a run waits (SPEC §7.1), from the facts the store read with the
+    claim's own predicates; None for a run that is leased or final (``facts`` None or not
+    ``pending``/``failed``).
+
+    The reasons are ordered by what must change first for the run to start: a paused job
+    (nothing runs it until ``resume``), no live daemon; then a run the claim would take
+    (``claimable``) waits only for a free worker (``workers``); else its time (``backoff``
+    for a retry, else ``not_due``), a held lock, a leased run of the same job (overlap).
+    """
+    if facts is None or facts.state not in (RunState.PENDING, RunState.FAILED):
+        return None
+    if facts.paused:
+        return Waiting(WaitReason.PAUSED, f"job {facts.job_name} is paused (jobctl resume)")
+    if facts.live_daemons == 0:
+        return Waiting(WaitReason.NO_DAEMON, "no daemon is running; start one with jobctl daemon")
+    if facts.claimable:
+        return _workers(facts.leased_runs)
+    if not facts.due:
+        when = iso(facts.not_before)
+        if facts.state is RunState.FAILED:
+            return Waiting(WaitReason.BACKOFF, f"retry at {when}", until=facts.not_before)
+        return Waiting(WaitReason.NOT_DUE, f"due at {when}", until=facts.not_before)
+    if facts.lock is not None:
+        name, holder = facts.lock
+        return Waiting(
+            WaitReason.LOCK, f"lock {name} is held by run {holder}", lock=name, run_id=holder
+        )
+    if facts.overlap_run_id is not None:
+        return Waiting(
+            WaitReason.OVERLAP,
+            f"run {facts.overlap_run_id} of job {facts.job_name} is running",
+            run_id=facts.overlap_run_id,
+        )
+    return _workers(facts.leased_runs)  # not reached while the store's facts agree
+
+
+def _workers(leased_runs: int) -> Waiting:
+    n = leased_runs
+    return Waiting(
+        WaitReason.WORKERS,
+        f"due and free: every worker is busy ({n} run{'' if n == 1 else 's'} running)",
+    )
 
 
 _NONE = -(2**63)  # "no current time" in the compact map

@@ -133,6 +133,10 @@ class Scheduler:
 
     # ------------------------------------------------------------------ changes
 
+    def reload(self) -> None:
+        """Read every job's next window again before the next firing (after a store error)."""
+        self._reload = True
+
     def reload_job(self, job_id: int) -> None:
         job = self.store.get_job_by_id(job_id)
         if job is None or job.state.value != "active" or job.next_run_at is None:

@@ -283,8 +283,6 @@ def build_spec(
     policies: dict[str, Any],
     command: Sequence[str],
     now: datetime,
-    *,
-    paused: bool = False,
 ) -> JobSpec:
     """Everything ``add`` was given -> a JobSpec. Raises UsageError."""
     check_name(name)
@@ -294,7 +292,7 @@ def build_spec(
     if trigger.kind is TriggerKind.MANUAL:
         # a keyed queue (SPEC §9) runs its keys side by side; locks keep them polite
         changes.setdefault("overlap", Overlap.ALLOW)
-    return JobSpec(name=name, trigger=trigger, command=cmd, paused=paused, **changes)
+    return JobSpec(name=name, trigger=trigger, command=cmd, **changes)
 
 
 def edit_changes(

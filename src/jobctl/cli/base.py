@@ -71,6 +71,21 @@ class Ctx:
         if self._store is not None:
             self._store.close()
 
+    def warn_if_no_daemon(self) -> None:
+        """After a command enqueued or edited: say so when no daemon is live to act on it
+        (SPEC §7.1); the command still succeeds. The change is committed by now, so a
+        database error here is only a missing hint: it never fails the command."""
+        from ..errors import StoreError
+
+        try:
+            live = self.store().live_daemons(self.now())
+        except StoreError:
+            return
+        if not live:
+            warn(NO_DAEMON_WARNING)
+
+
+NO_DAEMON_WARNING = "no daemon is running; start one with jobctl daemon"
 
 pass_ctx = click.make_pass_decorator(Ctx)
 

@@ -58,10 +58,13 @@ def add(
     now = obj.now()
     from ..triggers import next_fire
 
-    spec = build_spec(name, trig, policies, command, now, paused=paused)
+    spec = build_spec(name, trig, policies, command, now)
     warn_all(trigger_warnings(spec.trigger) + check_start_settings(spec.cwd, spec.shell))
-    job = obj.store().add_job(spec, next_fire(spec.trigger, now), now, replace_existing=replace_)
+    job = obj.store().add_job(
+        spec, next_fire(spec.trigger, now), now, paused=paused, replace_existing=replace_
+    )
     obj.poke(f"job:{job.id}")
+    obj.warn_if_no_daemon()
     _emit_job(obj, job, as_json, "replaced" if replace_ else "added")
 
 
@@ -104,6 +107,7 @@ def edit(
     nxt = next_fire(changes["trigger"], now) if restart else None
     job = store.edit_job(name, changes, now, next_run_at=nxt, restart_schedule=restart)
     obj.poke(f"job:{job.id}")
+    obj.warn_if_no_daemon()
     _emit_job(obj, job, as_json, "edited")
 
 
@@ -239,6 +243,7 @@ def resume(obj: Ctx, name: str) -> None:
     store, now = obj.store(), obj.now()
     job = store.resume_job(name, next_fire(store.get_job(name).trigger, now), now)
     obj.poke(f"job:{job.id}")
+    obj.warn_if_no_daemon()
     output.print_lines([f"resumed {job.name}; next run: {output.local_time(job.next_run_at)}"])
 
 

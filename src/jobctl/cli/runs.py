@@ -1,16 +1,17 @@
-"""Commands on runs: runs, logs, run, cancel, retry-dead, prune."""
+"""Commands on runs: runs, logs, inspect, run, cancel, retry-dead, prune."""
 
 from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from ..errors import UsageError
-from ..models import FINISHED_RUN_STATES
+from ..errors import NotFound, UsageError
+from ..models import FINISHED_RUN_STATES, Attempt, JobState, Run, RunState
 from .base import (
     INT64,
     Ctx,
@@ -20,9 +21,11 @@ from .base import (
     complete_states,
     int64,
     pass_ctx,
+    warn,
 )
 
 if TYPE_CHECKING:
+    from ..output import OutputStream
     from ..store import CommandStore
 
 
@@ -57,12 +60,29 @@ def runs(obj: Ctx, name: str | None, state: str | None, limit: int, as_json: boo
 @cli.command()
 @click.argument("run_id", type=int64(0), shell_complete=_complete_runs)
 @click.option("--attempt", type=INT64, metavar="K", help="Which attempt (default: the last).")
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Then print new output as it comes, across retries, until the run ends.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the attempt with its output as JSON.")
 @pass_ctx
-def logs(obj: Ctx, run_id: int, attempt: int | None, as_json: bool) -> None:
-    """The captured output (last 64 KiB of stdout+stderr) of an attempt."""
+def logs(obj: Ctx, run_id: int, attempt: int | None, follow: bool, as_json: bool) -> None:
+    """The captured output (last 64 KiB of stdout+stderr) of an attempt.
+
+    With --follow it prints what is stored, then new output within 2 s of the command
+    writing it; before each new attempt a line `--- attempt K ---` goes to stderr; it exits
+    0 when the run has ended. It reads the database only, so it works with no daemon on
+    this host.
+    """
     from .. import output
 
+    if follow:
+        if as_json:
+            raise UsageError("--follow and --json cannot be combined")
+        _follow_logs(obj.reader(), run_id, attempt)
+        return
     att, data = obj.reader().get_output(run_id, attempt)
     if as_json:
         d = output.attempt_json(att)
@@ -72,9 +92,38 @@ def logs(obj: Ctx, run_id: int, attempt: int | None, as_json: bool) -> None:
         output.print_output(data, tty=sys.stdout.isatty())
 
 
+@cli.command()
+@click.argument("run_id", type=int64(0), shell_complete=_complete_runs)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the run with its attempts and waiting."
+)
+@pass_ctx
+def inspect(obj: Ctx, run_id: int, as_json: bool) -> None:
+    """One run in full: its attempts (start, end, duration, exit code, error, output
+    bytes, host, pid), how its on-failure command ended, and why it waits.
+
+    A pending or failed run waits for one reason: paused (its job is paused), no_daemon,
+    not_due or backoff (until a time), lock (held by another run), overlap (a leased run of
+    the same job), or workers (due and free, every worker busy).
+    """
+    from .. import output, planner
+
+    store, now = obj.reader(), obj.now()
+    run = store.get_run(run_id)
+    attempts = store.get_attempts(run_id)
+    waiting = planner.waiting_reason(store.waiting(run_id, now))
+    if as_json:
+        output.print_json(output.inspect_json(run, attempts, waiting))
+    else:
+        output.print_inspect(run, attempts, waiting, now)
+
+
 @cli.command("run")
 @click.argument("name", shell_complete=_complete_jobs)
 @click.option("--wait", is_flag=True, help="Block until the run ends; exit 0 only if it succeeded.")
+@click.option(
+    "-f", "--follow", is_flag=True, help="Wait, and stream the run's output as logs --follow."
+)
 @click.option("--key", metavar="K", help="Idempotency key: one run per (job, key).")
 @click.option(
     "--env", multiple=True, metavar="KEY=VALUE", help="Payload for this run (repeatable)."
@@ -89,13 +138,19 @@ def run_(
     obj: Ctx,
     name: str,
     wait: bool,
+    follow: bool,
     key: str | None,
     env: tuple[str, ...],
     lock: tuple[str, ...],
     priority: int | None,
     as_json: bool,
 ) -> None:
-    """Force a run now and print its id."""
+    """Force a run now and print its id.
+
+    With --wait: `run ID enqueued` on stderr at once, a live status line on a terminal, and
+    one closing line with the outcome (`run 42 dead after 3 attempts: exit 7`). Ctrl-C
+    stops only the waiting (exit 130); the run goes on.
+    """
     from .. import output
     from ..specs import check_lock_name, check_text, parse_env_pairs
 
@@ -103,36 +158,177 @@ def run_(
         check_text(key, "--key")
         if not key or len(key) > 1024:
             raise UsageError("invalid --key: 1 to 1024 characters")
+    if follow and as_json:
+        raise UsageError("--follow and --json cannot be combined")
+    wait = wait or follow
     payload = parse_env_pairs(env)
     locks = [check_lock_name(lk) for lk in lock]
     store = obj.store()
+    paused = store.get_job(name).state is JobState.PAUSED  # read first: nothing written yet
     run, created = store.enqueue_run(
         name, obj.now(), key=key, env=payload, locks=locks, priority=priority
     )
     if created:
         obj.poke(f"run:{run.id}")
     if wait:
-        if not store.live_daemons(obj.now()):
-            click.echo("jobctl: no daemon is running; waiting for one to start", err=True)
-        run = _wait_for(store, run.id)
+        said = "enqueued" if created else f"already exists (key {key})"
+        click.echo(output.safe(f"run {run.id} {said}"), err=True)
+    obj.warn_if_no_daemon()
+    if paused:
+        warn(f"job {name} is paused: run {run.id} waits until jobctl resume {name}")
+    if wait:
+        run = _wait_for(store, run, obj, follow=follow)
     if as_json:
         data = output.run_json(run)
         data["created"] = created
         output.print_json(data)
-    else:
-        output.print_lines([str(run.id)] if not wait else [f"{run.id} {run.state.value}"])
-    if wait and run.state.value != "succeeded":
+    elif not wait:
+        output.print_lines([str(run.id)])
+    elif not follow:
+        output.print_lines([f"{run.id} {run.state.value}"])
+    if wait and run.state is not RunState.SUCCEEDED:
         sys.exit(1)
 
 
-def _wait_for(store: CommandStore, run_id: int) -> Any:
+#: how often a follower or a waiter reads the store
+FOLLOW_POLL_SECONDS = 0.25
+
+
+@dataclass(frozen=True)
+class Step:
+    run: Run
+    #: the run is final and every byte stored of its last attempt was shown
+    done: bool
+
+
+class Follower:
+    """Shows a run's stored output as it grows, attempt after attempt (``logs --follow``).
+
+    Each :meth:`step` reads the run, then the output of the attempt being shown; a later
+    attempt number means the shown one ended (a run is claimed again only after its end,
+    tail included, was written), so its rest is shown and ``--- attempt K ---`` goes to
+    stderr before the next. Only :class:`CommandStore` reads, so it works on any backend
+    and from any host.
+    """
+
+    def __init__(
+        self, store: CommandStore, run_id: int, attempt: int | None, stream: OutputStream
+    ) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.attempt = attempt  # the attempt being shown; None until the first exists
+        self.stream = stream
+        self.shown_bytes = 0  # of self.attempt's output_bytes, what was shown
+
+    def step(self) -> Step:
+        run = self.store.get_run(self.run_id)
+        final = run.state in FINISHED_RUN_STATES
+        last = run.attempt
+        if self.attempt is None:
+            if last == 0:
+                return Step(run, final)
+            self.attempt = last
+        while True:
+            try:
+                att, data = self.store.get_output(self.run_id, self.attempt)
+            except NotFound:
+                if self.attempt >= last:
+                    return Step(run, final)
+                att, data = None, b""  # no row for it (pruned): go on to the next
+            if att is not None:
+                self._show(att, data)
+            if self.attempt >= last:
+                return Step(run, final)
+            self.stream.end()
+            self.attempt += 1
+            self.shown_bytes = 0
+            click.echo(f"--- attempt {self.attempt} ---", err=True)
+
+    def _show(self, att: Attempt, data: bytes) -> None:
+        new = att.output_bytes - self.shown_bytes
+        if new <= 0:
+            return
+        if new > len(data):
+            # more than the kept tail was written since the last read
+            click.echo(f"--- {new - len(data)} bytes not kept ---", err=True)
+            new = len(data)
+        self.stream.write(data[len(data) - new :])
+        self.shown_bytes = att.output_bytes
+
+
+def _follow_logs(store: CommandStore, run_id: int, attempt: int | None) -> None:
+    """``logs --follow``: until the run is final; Ctrl-C ends it quietly (exit 130)."""
+    from .. import output
+
+    run = store.get_run(run_id)  # NotFound before anything is printed
+    if attempt is not None and (
+        attempt < 1 or attempt <= run.attempt or run.state in FINISHED_RUN_STATES
+    ):
+        store.get_output(run_id, attempt)  # only a later attempt of a live run may come
+    follower = Follower(store, run_id, attempt, output.OutputStream(tty=sys.stdout.isatty()))
+    try:
+        while not follower.step().done:
+            time.sleep(FOLLOW_POLL_SECONDS)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def _wait_for(store: CommandStore, run: Run, obj: Ctx, *, follow: bool) -> Run:
+    """Wait until the run is final; a status line on a terminal, the output with
+    ``follow``; then one closing line on stderr. Ctrl-C: the run goes on, exit 130."""
+    from .. import output
+
+    follower = (
+        Follower(store, run.id, None, output.OutputStream(tty=sys.stdout.isatty()))
+        if follow
+        else None
+    )
+    status = None
+    if not follow and sys.stderr.isatty():
+        status = output.StatusLine()
+    started = time.monotonic()
     delay = 0.02
-    while True:
-        run = store.get_run(run_id)
-        if run.state in FINISHED_RUN_STATES:
-            return run
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.5)
+    try:
+        while True:
+            if follower is not None:
+                step = follower.step()
+                run, done = step.run, step.done
+            else:
+                run = store.get_run(run.id)
+                done = run.state in FINISHED_RUN_STATES
+            if done:
+                break
+            if status is not None:
+                status.update(_status_text(store, run, obj, time.monotonic() - started))
+            time.sleep(delay)
+            delay = min(delay * 1.5, FOLLOW_POLL_SECONDS)
+    except KeyboardInterrupt:
+        if status is not None:
+            status.stop()
+        click.echo(
+            f"run {run.id} goes on without waiting; jobctl cancel {run.id} stops it", err=True
+        )
+        sys.exit(130)
+    if status is not None:
+        status.stop()
+    click.echo(output.safe(output.outcome_line(run)), err=True)
+    return run
+
+
+def _status_text(store: CommandStore, run: Run, obj: Ctx, elapsed: float) -> str:
+    from .. import output, planner
+
+    parts = [f"run {run.id} {run.state.value}"]
+    if run.attempt:
+        parts.append(
+            f"attempt {run.attempt - run.attempt_base} of {run.max_attempts - run.attempt_base}"
+        )
+    if run.state in (RunState.PENDING, RunState.FAILED):
+        waiting = planner.waiting_reason(store.waiting(run.id, obj.now()))
+        if waiting is not None:
+            parts.append(f"waiting: {waiting.reason.value}")
+    parts.append(output.human_duration(elapsed))
+    return " · ".join(parts)
 
 
 def _run_ids(targets: tuple[str, ...]) -> list[int]:

@@ -36,7 +36,7 @@ def open_store(location: str | Path, *, create: bool = True) -> Store:
     ``create`` is false.
     """
     if is_postgres_url(location):
-        from .postgresql import open_postgres  # type: ignore[import-not-found]
+        from .postgresql import open_postgres  # type: ignore[import-not-found,unused-ignore]
 
         store: Store = open_postgres(str(location), create=create)
         return store

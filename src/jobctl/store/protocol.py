@@ -19,7 +19,7 @@ Rules that hold for every method of every backend:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -34,6 +34,7 @@ from ..models import (
     Plan,
     Run,
     RunState,
+    WaitFacts,
 )
 
 # ------------------------------------------------------------------------- value types
@@ -131,6 +132,14 @@ class DbInfo:
     jobs: int
     runs: int
     size_bytes: int
+
+
+class Heads(Protocol):
+    """What :meth:`DaemonStore.schedule_heads` returns: sized and iterable."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[tuple[int, int]]: ...
 
 
 class Waker(Protocol):
@@ -278,6 +287,26 @@ class CommandStore(Protocol):
         """Delete finished runs that ended before ``cutoff``; returns how many."""
         ...
 
+    def waiting(self, run_id: int, now: datetime) -> WaitFacts | None:
+        """What keeps run ``run_id`` from being claimed at ``now``, read in one statement (or
+        one read transaction) from the very predicates the claim uses; None when the run is
+        not ``pending``/``failed``. Raises NotFound for an unknown id.
+
+        - ``due``: ``not_before <= now``.
+        - ``paused``: its job's state is ``paused``.
+        - ``lock``: ``(name, run id)`` of a leased run (another run) holding one of this
+          run's locks; the smallest name, then the smallest holder id; else None.
+        - ``overlap_run_id``: when its job's overlap is ``forbid`` or ``replace``, the
+          smallest id of another leased run of the same job; else None.
+        - ``claimable``: the claim's whole condition (open, due, locks free, job neither
+          paused nor overlap-blocked), without the per-daemon reserved-worker quota.
+        - ``live_daemons``: daemons whose row has not expired at ``now``; ``leased_runs``:
+          runs in state ``leased``.
+
+        :func:`jobctl.planner.waiting_reason` turns these facts into one reason.
+        """
+        ...
+
     # the system --------------------------------------------------------------------
     def status(self, now: datetime) -> Status:
         """Live daemons, run counts by state, the earliest next window or due run."""
@@ -356,10 +385,11 @@ class DaemonStore(Protocol):
     def release_leader(self, daemon_id: str) -> None: ...
 
     # the scheduler ------------------------------------------------------------------
-    def schedule_heads(self) -> Iterable[tuple[int, int]]:
+    def schedule_heads(self) -> Heads:
         """(next_run_at µs, job id) of every active job that has a next window, in
-        ascending (next_run_at, id) order. May be a lazy iterator over a cursor (a
-        million jobs need no list): consume it once, at once, before other calls."""
+        ascending (next_run_at, id) order; ``len()`` is their count. May be read lazily
+        when iterated (a cursor: a million jobs need no list): iterate it at once,
+        before other calls."""
         ...
 
     def jobs_changed_since(self, since: datetime) -> list[tuple[int, int | None]]:
@@ -507,8 +537,12 @@ class Store(Protocol):
 
     backend: str
     location: str
-    commands: CommandStore
-    daemon: DaemonStore
+
+    @property
+    def commands(self) -> CommandStore: ...
+
+    @property
+    def daemon(self) -> DaemonStore: ...
 
     def check_safe(self) -> None:
         """Refuse (SecurityError) a database others could use to run commands as us."""

@@ -21,6 +21,7 @@ from ...models import (
     Run,
     RunReason,
     RunState,
+    WaitFacts,
     Window,
 )
 from ..protocol import DbInfo, Status
@@ -63,7 +64,7 @@ def spec_columns(spec: JobSpec) -> dict[str, Any]:
 
 
 def job_row(c: sqlite3.Connection, name: str) -> sqlite3.Row:
-    row = c.execute(sql.JOB_BY_NAME, (name,)).fetchone()
+    row: sqlite3.Row | None = c.execute(sql.JOB_BY_NAME, (name,)).fetchone()
     if row is None:
         raise NotFound(f"no job named {name!r}")
     return row
@@ -202,7 +203,7 @@ class SqliteCommands:
             if existing is not None and not replace_existing:
                 raise Conflict(f"a job named {spec.name!r} already exists (use --replace)")
             job_id = None if existing is None else existing["id"]
-            self._upsert(c, spec, next_run_at, now, job_id, paused or spec.paused)
+            self._upsert(c, spec, next_run_at, now, job_id, paused)
             return job_from_row(job_row(c, spec.name))
 
     def add_jobs(
@@ -217,7 +218,7 @@ class SqliteCommands:
                     out.append((job_from_row(row), False))
                     continue
                 job_id = None if row is None else row["id"]
-                self._upsert(c, spec, next_run_at, now, job_id, spec.paused)
+                self._upsert(c, spec, next_run_at, now, job_id, False)
                 out.append((job_from_row(job_row(c, spec.name)), True))
         return out
 
@@ -316,6 +317,28 @@ class SqliteCommands:
             which = "attempts yet" if attempt is None else f"attempt {attempt}"
             raise NotFound(f"run {run_id} has no {which}")
         return attempt_from_row(rows[0]), bytes(rows[0]["output"] or b"")
+
+    def waiting(self, run_id: int, now: datetime) -> WaitFacts | None:
+        rows = self.db.read(sql.WAITING, {"run_id": run_id, "now": to_us(now)})
+        if not rows:
+            raise NotFound(f"no run with id {run_id}")
+        r = rows[0]
+        state = RunState(r["state"])
+        if state not in (RunState.PENDING, RunState.FAILED):
+            return None
+        return WaitFacts(
+            run_id=run_id,
+            job_name=r["job_name"],
+            state=state,
+            not_before=opt_dt(r["not_before"]),
+            due=bool(r["due"]),
+            paused=bool(r["paused"]),
+            lock=None if r["lock_name"] is None else (r["lock_name"], r["lock_holder"]),
+            overlap_run_id=r["overlap_run"],
+            claimable=bool(r["claimable"]),
+            live_daemons=r["live_daemons"],
+            leased_runs=r["leased_runs"],
+        )
 
     def enqueue_run(
         self,

@@ -42,6 +42,20 @@ from .rows import job_from_row, opt_us, run_from_row, settings_json
 from .wake import WakeSocket, poke
 
 
+class ScheduleHeads:
+    """The schedule, read lazily from a cursor when iterated; ``len()`` counts it."""
+
+    def __init__(self, store: SqliteDaemonStore) -> None:
+        self._store = store
+
+    def __len__(self) -> int:
+        n: int = self._store.db.read(sql.COUNT_SCHEDULED)[0][0]
+        return n
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return self._store._iter_heads()
+
+
 class SqliteDaemonStore:
     """See :class:`~jobctl.store.protocol.DaemonStore` for the rules of every method."""
 
@@ -173,12 +187,15 @@ class SqliteDaemonStore:
 
     # ------------------------------------------------------------------ the scheduler
 
-    def schedule_heads(self) -> Iterator[tuple[int, int]]:
-        # a cursor read as it is consumed: no list of a million rows (the heap keeps
-        # them in flat arrays); plain tuples, not sqlite3.Row
+    def schedule_heads(self) -> ScheduleHeads:
+        return ScheduleHeads(self)
+
+    def _iter_heads(self) -> Iterator[tuple[int, int]]:
         # the whole schedule is current as of this read: the watermark of
         # jobs_changed_since starts here (the version is read before the query)
         self._seen_version = self.db.read(sql.DATA_VERSION)[0][0]
+        # a cursor read as it is consumed: no list of a million rows (the heap keeps
+        # them in flat arrays); plain tuples, not sqlite3.Row
         c = self.db.conn.cursor()
         c.row_factory = None
         try:
@@ -576,4 +593,4 @@ class SqliteDaemonStore:
         return run_from_row(rows[0])
 
 
-__all__ = ["SqliteDaemonStore"]
+__all__ = ["ScheduleHeads", "SqliteDaemonStore"]

@@ -56,7 +56,6 @@ def job_from_row(r: Any) -> Job:
         env=json.loads(r["env"]),
         cwd=r["cwd"],
         shell=r["shell"],
-        paused=state is JobState.PAUSED,
         catchup=Catchup(r["catchup"]),
         catchup_limit=r["catchup_limit"],
         overlap=Overlap(r["overlap"]),
@@ -106,6 +105,9 @@ def run_from_row(r: sqlite3.Row) -> Run:
         cancel_requested=bool(r["cancel_requested"]),
         attempt_base=r["attempt_base"],
         hook_status=r["hook_status"],
+        attempt_started_at=opt_dt(r["attempt_started_at"]),
+        attempt_finished_at=opt_dt(r["attempt_finished_at"]),
+        host=r["attempt_host"],
     )
 
 

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 # ---------------------------------------------------------------------------- reads
 
+# a run with its job's name, its locks, and its last attempt's start, end and host
 RUN_SELECT = """
 SELECT runs.*, jobs.name AS job_name,
        (SELECT group_concat(name, char(10)) FROM run_locks
-        WHERE run_locks.run_id = runs.id) AS lock_list
+        WHERE run_locks.run_id = runs.id) AS lock_list,
+       la.started_at AS attempt_started_at, la.finished_at AS attempt_finished_at,
+       la.host AS attempt_host
 FROM runs JOIN jobs ON jobs.id = runs.job_id
+LEFT JOIN attempts la ON la.run_id = runs.id AND la.attempt = runs.attempt
 """
 RUN_BY_ID = RUN_SELECT + " WHERE runs.id = ?"
 
@@ -130,6 +134,7 @@ SCHEDULE_HEADS = (
     "SELECT next_run_at, id FROM jobs WHERE state = 'active' AND next_run_at IS NOT NULL "
     "ORDER BY next_run_at, id"
 )
+COUNT_SCHEDULED = "SELECT COUNT(*) FROM jobs WHERE state = 'active' AND next_run_at IS NOT NULL"
 REBOOT_JOBS = "SELECT * FROM jobs WHERE state = 'active' AND trigger_kind = 'reboot'"
 DATA_VERSION = "PRAGMA data_version"
 JOBS_CHANGED_SINCE = (
@@ -213,25 +218,57 @@ UPDATE runs SET state = :state, last_error = :error, leased_by = NULL, lease_unt
 WHERE id = :run_id AND state = 'leased'
 """
 
-# Claim the single best claimable run (SPEC §5, §9): due, pending or failed, none of its
-# locks held by a leased run, its job not paused, and (forbid/replace) no other run of its
-# job leased. Runs of priority < :rp are eligible only while :low_ok (the reserved quota).
-CLAIMABLE = """
-    state IN ('pending', 'failed') AND not_before <= :now
-    AND (:low_ok OR priority >= :rp)
-    AND NOT EXISTS (
-        SELECT 1 FROM run_locks mine
-        JOIN run_locks other ON other.name = mine.name AND other.run_id != mine.run_id
-        JOIN runs holder ON holder.id = other.run_id
-        WHERE mine.run_id = runs.id AND holder.state = 'leased'
-    )
-    AND NOT EXISTS (
+# The claim's rules (SPEC §5, §9), one named piece each, over the row ``runs`` (and, in
+# the job pieces, its job ``j``). CLAIMABLE and WAITING are both built from these, so
+# ``inspect`` can never say a run is free while the claim passes it by, nor the reverse.
+RUN_OPEN = "runs.state IN ('pending', 'failed')"
+RUN_DUE = "runs.not_before <= :now"
+# another run holding one of this run's locks: leased, and sharing a lock name
+LOCK_HOLDERS = """
+    FROM run_locks mine
+    JOIN run_locks other ON other.name = mine.name AND other.run_id != mine.run_id
+    JOIN runs holder ON holder.id = other.run_id
+    WHERE mine.run_id = runs.id AND holder.state = 'leased'
+"""
+LOCKS_FREE = f"NOT EXISTS (SELECT 1 {LOCK_HOLDERS})"
+JOB_PAUSED = "j.state = 'paused'"
+OVERLAP_GUARDED = "j.overlap IN ('forbid', 'replace')"
+# another leased run of the same job
+OVERLAP_HOLDERS = """
+    FROM runs sib WHERE sib.job_id = runs.job_id AND sib.id != runs.id AND sib.state = 'leased'
+"""
+JOB_FREE = f"""NOT EXISTS (
         SELECT 1 FROM jobs j WHERE j.id = runs.job_id AND (
-            j.state = 'paused'
-            OR (j.overlap IN ('forbid', 'replace') AND EXISTS (
-                SELECT 1 FROM runs sib WHERE sib.job_id = runs.job_id AND sib.id != runs.id
-                AND sib.state = 'leased')))
-    )
+            {JOB_PAUSED}
+            OR ({OVERLAP_GUARDED} AND EXISTS (SELECT 1 {OVERLAP_HOLDERS})))
+    )"""
+# the reserved-worker quota: runs of priority < :rp only while :low_ok (per daemon)
+WITHIN_QUOTA = "(:low_ok OR runs.priority >= :rp)"
+
+# Claim the single best claimable run: due, pending or failed, none of its locks held by a
+# leased run, its job not paused, and (forbid/replace) no other run of its job leased.
+CLAIMABLE = f"""
+    {RUN_OPEN} AND {RUN_DUE} AND {WITHIN_QUOTA}
+    AND {LOCKS_FREE}
+    AND {JOB_FREE}
+"""
+
+# Why one run waits: each piece of the claim's condition on its own, the condition whole
+# (without the per-daemon quota), and what blocks it (the first lock by name and its
+# holder, the lowest leased sibling), with the live daemons and leased runs.
+WAITING = f"""
+SELECT runs.state, runs.not_before, j.name AS job_name,
+    {RUN_DUE} AS due,
+    {JOB_PAUSED} AS paused,
+    (SELECT other.name {LOCK_HOLDERS} ORDER BY other.name, holder.id LIMIT 1) AS lock_name,
+    (SELECT holder.id {LOCK_HOLDERS} ORDER BY other.name, holder.id LIMIT 1) AS lock_holder,
+    CASE WHEN {OVERLAP_GUARDED}
+         THEN (SELECT sib.id {OVERLAP_HOLDERS} ORDER BY sib.id LIMIT 1) END AS overlap_run,
+    ({RUN_OPEN} AND {RUN_DUE} AND {LOCKS_FREE} AND {JOB_FREE}) AS claimable,
+    (SELECT COUNT(*) FROM daemons WHERE expires_at >= :now) AS live_daemons,
+    (SELECT COUNT(*) FROM runs r2 WHERE r2.state = 'leased') AS leased_runs
+FROM runs JOIN jobs j ON j.id = runs.job_id
+WHERE runs.id = :run_id
 """
 
 # walk the queue in order and stop at the first claimable run; without INDEXED BY the

@@ -1,0 +1,22 @@
+"""The benchmarks' bulk-built database is one the store reads as its own (schema drift)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from conftest import StoreView
+
+from bench.jobctl_runs import build_scale_db
+
+
+def test_bulk_built_jobs_read_back_through_the_store(tmp_path):
+    db = tmp_path / "scale.db"
+    build_scale_db(db, 25)
+    with StoreView(db) as store:
+        jobs = store.list_jobs()
+        assert len(jobs) == 26 and {j.name for j in jobs} >= {"probe", "idle0", "idle24"}
+        idle = store.get_job("idle3")
+        assert idle.trigger.every_seconds == 86_400 and idle.next_run_at is not None
+        assert idle.next_run_at > datetime.now(UTC)
+        heads = store.daemon.schedule_heads()
+        assert len(heads) == 25

@@ -1,0 +1,170 @@
+"""The daemon's roles, each driven turn by turn against a real SQLite file and a fake clock:
+no daemon process, no patched loop. The executor's children are real ``sh`` processes whose
+descriptors the test waits on in its own selector."""
+
+from __future__ import annotations
+
+import random
+import selectors
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+from conftest import StoreView
+
+from jobctl.clock import FakeClock
+from jobctl.executor import Executor, ExecutorConfig, Ready
+from jobctl.models import JobSpec, RunState, Trigger, TriggerKind
+from jobctl.scheduler import Scheduler
+
+T0 = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
+
+
+def _every(name: str, seconds: int, **kw) -> JobSpec:
+    trig = Trigger(TriggerKind.INTERVAL, tz="UTC", every_seconds=seconds, anchor=T0)
+    return JobSpec(name=name, trigger=trig, command="true", **kw)
+
+
+def _scheduler(store: StoreView, logs: list[str]) -> Scheduler:
+    return Scheduler(
+        store.daemon, log=logs.append, rng=random.Random(0), boot_id="boot", lease_seconds=30
+    )
+
+
+def test_scheduler_fires_on_time_and_catches_up_by_policy(tmp_path):
+    store = StoreView(tmp_path / "s.db")
+    clock = FakeClock(T0)
+    from jobctl.models import Catchup
+
+    store.add_job(_every("on-time", 10), clock.now())
+    logs: list[str] = []
+    sched = _scheduler(store, logs)
+    assert sched.take_lease(clock.now()) is False  # nothing has passed yet
+    assert sched.next_due() == T0 + timedelta(seconds=10)
+    for _ in range(3):
+        clock.advance(10)
+        assert sched.fire_due(clock.now())
+    runs = store.list_runs("on-time")
+    assert [(r.state, r.reason.value) for r in runs] == [(RunState.PENDING, "schedule")] * 3
+    assert sched.next_due() == T0 + timedelta(seconds=40)
+
+    # a new leader after an hour of no scheduler: the windows were missed
+    store.add_job(_every("once", 60, catchup=Catchup.ONCE), clock.now())
+    clock.advance(3600)
+    successor = _scheduler(store, logs)
+    successor.take_lease(clock.now())
+    while successor.fire_due(clock.now()):
+        pass
+    once = Counter((r.state, r.reason.value) for r in store.list_runs("once", limit=500))
+    assert once[(RunState.PENDING, "catchup")] == 1
+    assert once[(RunState.SKIPPED, "schedule")] == 59
+    assert store.get_job("once").missed_total == 59
+    assert successor.next_due() is not None and successor.next_due() > clock.now()
+    store.close()
+
+
+def test_scheduler_does_nothing_without_the_lease(tmp_path):
+    store = StoreView(tmp_path / "s.db")
+    store.add_job(_every("j", 10), T0)
+    sched = _scheduler(store, [])
+    assert sched.next_due() is None
+    assert sched.fire_due(T0 + timedelta(hours=1)) is False
+    assert store.list_runs("j") == []
+    store.close()
+
+
+class Loop:
+    """The test's own wait: a real selector over the executor's descriptors."""
+
+    def __init__(self) -> None:
+        self.selector = selectors.DefaultSelector()
+
+    def watch(self, fd: int, callback: Ready) -> None:
+        self.selector.register(fd, selectors.EVENT_READ, callback)
+
+    def unwatch(self, fd: int) -> None:
+        self.selector.unregister(fd)
+
+    def turn(self, clock: FakeClock, timeout: float = 0.1) -> None:
+        for key, _ in self.selector.select(timeout):
+            if self.selector.get_map().get(key.fd) is key:
+                key.data(clock.now(), clock.monotonic())
+
+
+def _executor(store: StoreView, loop: Loop, logs: list[str], workers: int = 2) -> Executor:
+    return Executor(
+        store.daemon,
+        ExecutorConfig(workers=workers, lease_seconds=30),
+        daemon_id="d1",
+        host="test-host",
+        environ={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "JOBCTL_DB": str(store.handle.location)},
+        log=logs.append,
+        rng=random.Random(0),
+        watch=loop.watch,
+        unwatch=loop.unwatch,
+    )
+
+
+def test_executor_runs_retries_and_records_outcomes(tmp_path):
+    store = StoreView(tmp_path / "e.db")
+    clock = FakeClock(datetime.now(UTC))
+    manual = Trigger(TriggerKind.MANUAL, tz="UTC")
+    store.add_job(JobSpec("ok", manual, "echo out-$JOBCTL_ATTEMPT"), clock.now())
+    store.add_job(JobSpec("bad", manual, "exit 3", retries=1, backoff_seconds=5), clock.now())
+    ok, _ = store.enqueue_run("ok", clock.now())
+    bad, _ = store.enqueue_run("bad", clock.now())
+    logs: list[str] = []
+    loop = Loop()
+    ex = _executor(store, loop, logs)
+
+    ex.claim(clock.now(), clock.monotonic())
+    assert {h.run.id for h in ex.held.values()} == {ok.id, bad.id}
+    deadline = time.monotonic() + 10
+    while ex.busy and time.monotonic() < deadline:
+        loop.turn(clock)
+    assert not ex.busy
+    assert store.get_run(ok.id).state is RunState.SUCCEEDED
+    assert store.get_output(ok.id)[1] == b"out-1\n"
+    failed = store.get_run(bad.id)
+    assert failed.state is RunState.FAILED and failed.last_error == "exit 3"
+    assert sorted(ex.take_ended()) == sorted([ok.job_id, bad.job_id])
+
+    # the retry is not due until its backoff passed, on the clock passed in
+    ex.claim(clock.now(), clock.monotonic())
+    assert not ex.busy and ex.next_claim_wall is not None
+    clock.advance(6)
+    ex.claim(clock.now(), clock.monotonic())
+    assert [h.attempt for h in ex.held.values()] == [2]
+    deadline = time.monotonic() + 10
+    while ex.busy and time.monotonic() < deadline:
+        loop.turn(clock)
+    dead = store.get_run(bad.id)
+    assert dead.state is RunState.DEAD and dead.attempt == 2
+    assert any("dead" in line for line in logs)
+    store.close()
+
+
+def test_executor_stores_a_running_attempts_output_once_a_second(tmp_path):
+    store = StoreView(tmp_path / "o.db")
+    clock = FakeClock(datetime.now(UTC))
+    manual = Trigger(TriggerKind.MANUAL, tz="UTC")
+    store.add_job(JobSpec("talk", manual, "echo first; exec sleep 30"), clock.now())
+    run, _ = store.enqueue_run("talk", clock.now())
+    loop = Loop()
+    ex = _executor(store, loop, [])
+    ex.claim(clock.now(), clock.monotonic())
+    [held] = ex.held.values()
+    deadline = time.monotonic() + 5
+    while held.child.tail.total == 0 and time.monotonic() < deadline:
+        loop.turn(clock)
+    ex.tick(clock.now(), clock.monotonic())
+    assert store.get_output(run.id)[1] == b""  # nothing is written in its first second
+    clock.advance(1.0)
+    ex.tick(clock.now(), clock.monotonic())
+    assert store.get_output(run.id)[1] == b"first\n"
+    ex.fence()  # and a fenced attempt is killed, its end not written as a failure
+    deadline = time.monotonic() + 5
+    while ex.busy and time.monotonic() < deadline:
+        loop.turn(clock)
+    assert store.get_run(run.id).state is RunState.LEASED  # left to expire and be retried
+    store.close()
