@@ -476,7 +476,7 @@ class SqliteDaemonStore:
                 break
             run_id, attempt, priority, old_pgid, old_host, old_error = row
             # the claimed run whole, from the statement that records the host (no re-read)
-            run = run_from_row(c.execute(sql.CLAIM_HOST, (host, run_id)).fetchone())
+            run = run_from_row(c.execute(sql.CLAIM_HOST, (host, run_id, now_us)).fetchone())
             attempts.append((run_id, attempt, now_us, daemon_id, host))
             if reserved_priority is not None and priority < reserved_priority:
                 low_used += 1

@@ -283,12 +283,14 @@ WHERE id = (
 RETURNING id, attempt, priority, pgid, lease_host, last_error
 """
 # CLAIM_ONE returned what the previous attempt left (its host and process group); this
-# returns the claimed run whole, as RUN_BY_ID would (no re-read)
+# returns the claimed run whole, as RUN_BY_ID reads it once its attempt row (started
+# ?3, on host ?1) is in (no re-read)
 CLAIM_HOST = """
-UPDATE runs SET lease_host = ?, pgid = NULL WHERE id = ?
+UPDATE runs SET lease_host = ?1, pgid = NULL WHERE id = ?2
 RETURNING *, (SELECT name FROM jobs WHERE jobs.id = runs.job_id) AS job_name,
     (SELECT group_concat(name, char(10)) FROM run_locks
-     WHERE run_locks.run_id = runs.id) AS lock_list
+     WHERE run_locks.run_id = runs.id) AS lock_list,
+    ?3 AS attempt_started_at, NULL AS attempt_finished_at, ?1 AS attempt_host
 """
 INSERT_ATTEMPT = """
 INSERT INTO attempts (run_id, attempt, started_at, daemon_id, host) VALUES (?, ?, ?, ?, ?)
