@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -33,6 +34,25 @@ def wait_until(
         time.sleep(interval)
 
 
+class _PgSql:
+    """The SQLite-style access a few tests use (``?`` marks, tuple rows), on PostgreSQL."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        from psycopg.rows import tuple_row
+
+        cur = self._conn.cursor(row_factory=tuple_row)
+        return cur.execute(sql.replace("?", "%s"), params)
+
+
+@contextlib.contextmanager
+def _pg_write(db: Any) -> Any:
+    with db.write():
+        yield _PgSql(db.conn)
+
+
 class StoreView:
     """Both faces of one open store, for tests that play a command and a daemon at once.
 
@@ -42,15 +62,20 @@ class StoreView:
 
     def __init__(self, location: Any) -> None:
         self.handle = open_store(location)
+        self.closed = False
         self.commands = self.handle.commands
         self.daemon = self.handle.daemon
 
     @property
     def conn(self) -> Any:
-        return self.handle.db.conn  # SQLite only
+        if self.handle.backend == "postgresql":
+            return _PgSql(self.handle.db.conn)
+        return self.handle.db.conn
 
     def write(self) -> Any:
-        return self.handle.db.write()  # SQLite only
+        if self.handle.backend == "postgresql":
+            return _pg_write(self.handle.db)
+        return self.handle.db.write()
 
     def add_job(self, spec: Any, now: Any, **kw: Any) -> Any:
         from jobctl.triggers import next_fire
@@ -94,6 +119,7 @@ class StoreView:
 
     def close(self) -> None:
         self.handle.close()
+        self.closed = True
 
     def __enter__(self) -> StoreView:
         return self
@@ -108,6 +134,7 @@ class Jobctl:
     def __init__(self, db: Path) -> None:
         self.db = db
         self.runner = CliRunner()
+        self._view: StoreView | None = None
 
     def __call__(self, *args: str, ok: bool = True) -> Any:
         result = self.runner.invoke(
@@ -123,17 +150,81 @@ class Jobctl:
         return json.loads(self(*args, "--json").stdout)
 
     def store(self) -> StoreView:
-        return StoreView(self.db)
+        """One open store per test, closed at its end (a server connection is not left
+        to the garbage collector)."""
+        if self._view is None or self._view.closed:
+            self._view = StoreView(self.db)
+        return self._view
+
+    def close(self) -> None:
+        if self._view is not None:
+            self._view.close()
+            self._view = None
+
+
+# ---------------------------------------------------------------- the backend switch
+# JOBCTL_TEST_BACKEND=postgresql: the ``db`` fixture is a fresh PostgreSQL database (a URL)
+# instead of a file path, so the same tests run on both backends. Tests marked
+# ``sqlite_only`` (WAL, file modes, the file's permissions) are skipped there.
+
+BACKEND = os.environ.get("JOBCTL_TEST_BACKEND", "sqlite")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sqlite_only: the test is about the SQLite file itself")
+    config.addinivalue_line("markers", "postgresql: the test needs a PostgreSQL server")
+    if BACKEND not in ("sqlite", "postgresql"):
+        raise pytest.UsageError(f"JOBCTL_TEST_BACKEND must be sqlite or postgresql, not {BACKEND}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if BACKEND != "postgresql":
+        return
+    skip = pytest.mark.skip(reason="about the SQLite file (JOBCTL_TEST_BACKEND=postgresql)")
+    for item in items:
+        if "sqlite_only" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def pg_databases() -> Any:
+    """Fresh PostgreSQL databases on the session's server (see tests/pg.py). Where no
+    server can be had, a failure in CI or with JOBCTL_TEST_BACKEND=postgresql, else a skip."""
+    from pg import ServerMissing, test_databases
+
+    try:
+        ctx = test_databases()
+        dbs = ctx.__enter__()
+    except (ServerMissing, ModuleNotFoundError) as e:
+        if os.environ.get("CI") or BACKEND == "postgresql":
+            raise
+        pytest.skip(f"no PostgreSQL server: {e}")
+    try:
+        yield dbs
+    finally:
+        ctx.__exit__(None, None, None)
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
+def pg_url(pg_databases: Any) -> Any:
+    """The URL of a fresh, migrated PostgreSQL database, dropped after the test."""
+    url = pg_databases.new()
+    yield url
+    pg_databases.drop(url)
+
+
+@pytest.fixture
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if BACKEND == "postgresql":
+        return request.getfixturevalue("pg_url")
     return tmp_path / "jobctl.db"
 
 
 @pytest.fixture
-def jobctl(db: Path) -> Jobctl:
-    return Jobctl(db)
+def jobctl(db: Path) -> Any:
+    j = Jobctl(db)
+    yield j
+    j.close()
 
 
 class DaemonProc:

@@ -8,6 +8,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from conftest import pid_alive, wait_until
 
 from jobctl.models import RunState
@@ -346,6 +347,7 @@ def test_fixed_delay_never_overlaps(jobctl, start_daemon):
     assert (iv[1][0] - iv[0][1]).total_seconds() >= 0.9
 
 
+@pytest.mark.sqlite_only
 def test_unsafe_database_is_refused(jobctl, db, start_daemon):
     jobctl("add", "seed", "--manual", "--", "true")  # creates the file
     os.chmod(db, 0o666)
@@ -391,7 +393,8 @@ def test_flood_of_output_keeps_only_the_tail(jobctl, start_daemon, db):
     assert att.output_bytes == 20_000_000 + len("\nTHE-END\n")
     out = jobctl("logs", str(run["id"])).stdout_bytes
     assert len(out) == 64 * 1024 and out.endswith(b"THE-END\n")
-    assert db.stat().st_size < 5_000_000
+    if isinstance(db, Path):  # SQLite: the file does not bloat either
+        assert db.stat().st_size < 5_000_000
 
 
 def test_stdin_cwd_and_journal_log_format(jobctl, start_daemon, tmp_path):
@@ -436,7 +439,8 @@ def test_orphan_without_recorded_group_is_found_and_killed(jobctl, start_daemon)
             **os.environ,
             "JOBCTL_RUN_ID": str(run["id"]),
             "JOBCTL_ATTEMPT": "1",
-            "JOBCTL_DB": str(jobctl.db.resolve()),  # what a child of this database carries
+            # what a child of this database carries
+            "JOBCTL_DB": jobctl.store().daemon.child_location(),
         },
     )
     try:

@@ -30,14 +30,25 @@ LAYERS = {
     "output": 7,
     "importer": 7,
     "daemon": 8,
+    "web": 8,
     "cli": 9,
 }
 #: the daemon's roles: driven by the loop, never importing each other
 ROLES = {"scheduler", "executor"}
 
 # inside the store: the protocols first, then each backend's modules, one idea each
-STORE_LAYERS = {"protocol": 0}
-SQLITE_LAYERS = {"sql": 0, "schema": 0, "wake": 0, "rows": 1, "db": 1, "commands": 2, "daemon": 3}
+STORE_LAYERS = {"protocol": 0, "transfer": 1}
+SQLITE_LAYERS = {
+    "sql": 0,
+    "schema": 0,
+    "wake": 0,
+    "rows": 1,
+    "db": 1,
+    "transfer": 2,
+    "commands": 3,
+    "daemon": 4,
+}
+POSTGRESQL_LAYERS = {"url": 0, "schema": 0, "db": 1, "waker": 2, "commands": 2, "daemon": 3}
 
 
 SQL_TEXT = re.compile(
@@ -81,6 +92,8 @@ def test_every_module_has_a_layer():
     assert store == set(STORE_LAYERS)
     sqlite = {p.stem for p in (SRC / "store" / "sqlite").glob("*.py") if p.stem != "__init__"}
     assert sqlite == set(SQLITE_LAYERS)
+    pg = {p.stem for p in (SRC / "store" / "postgresql").glob("*.py") if p.stem != "__init__"}
+    assert pg == set(POSTGRESQL_LAYERS)
 
 
 def test_modules_import_only_from_lower_layers():
@@ -115,6 +128,7 @@ def test_store_modules_import_only_from_lower_store_modules():
     for folder, layers in (
         (SRC / "store", STORE_LAYERS),
         (SRC / "store" / "sqlite", SQLITE_LAYERS),
+        (SRC / "store" / "postgresql", POSTGRESQL_LAYERS),
     ):
         for path in folder.glob("*.py"):
             if path.stem == "__init__":
@@ -152,3 +166,7 @@ def test_only_store_speaks_sql_and_only_cli_uses_click():
             assert "import click" not in text, name
         if name != "output":
             assert "from rich" not in text and "import rich" not in text, name
+        if name != "web":
+            for framework in ("starlette", "uvicorn", "jinja2"):
+                assert f"import {framework}" not in text, name
+                assert f"from {framework}" not in text, name

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from conftest import wait_until
 
+from jobctl.errors import NotFound
 from jobctl.models import RunState
 
 NO_DAEMON = "warning: no daemon is running; start one with jobctl daemon"
@@ -159,11 +160,14 @@ def test_sigkilled_daemon_keeps_the_output_written_before(jobctl, start_daemon):
     d = start_daemon()
     jobctl("add", "long", "--manual", "--retries", "0", "--", TICKER.format(n=60))
     run_id = jobctl.json("run", "long")["id"]
-    wait_until(
-        lambda: "line 3 " in jobctl("logs", str(run_id), ok=False).stdout,
-        15,
-        what="3 lines stored",
-    )
+
+    def stored() -> str:
+        try:
+            return jobctl("logs", str(run_id), ok=False).stdout
+        except NotFound:  # not claimed yet: no attempt to show
+            return ""
+
+    wait_until(lambda: "line 3 " in stored(), 15, what="3 lines stored")
     before = jobctl("logs", str(run_id)).stdout
     pid = jobctl.json("inspect", str(run_id))["attempts"][0]["pid"]
     d.kill()

@@ -13,11 +13,18 @@ def default_db_path() -> Path:
     return Path(platformdirs.user_data_path("jobctl")) / "jobctl.db"
 
 
-def resolve_db_path(cli_value: str | None, environ: dict[str, str] | None = None) -> Path:
-    """First match wins: the ``--db`` option, then ``JOBCTL_DB``, then the default."""
+def is_db_url(location: str) -> bool:
+    """A PostgreSQL URL (SPEC §10) rather than a file path."""
+    return location.lower().startswith(("postgresql://", "postgres://"))
+
+
+def resolve_db_path(cli_value: str | None, environ: dict[str, str] | None = None) -> Path | str:
+    """First match wins: the ``--db`` option, then ``JOBCTL_DB``, then the default.
+    A PostgreSQL URL is returned as it is (a str); anything else is a file path."""
     env = os.environ if environ is None else environ
-    if cli_value:
-        return Path(cli_value).expanduser()
-    if env.get("JOBCTL_DB"):
-        return Path(env["JOBCTL_DB"]).expanduser()
+    value = cli_value or env.get("JOBCTL_DB")
+    if value and is_db_url(value):
+        return value
+    if value:
+        return Path(value).expanduser()
     return default_db_path()

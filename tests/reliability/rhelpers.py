@@ -37,8 +37,10 @@ def cli_main(argv: list[str]) -> tuple[int, str, str]:
     )
 
 
-def dump(db: Path) -> list[str]:
+def dump(db: Path | str) -> list[str]:
     """The database's whole content as SQL text (for "unchanged" checks)."""
+    if isinstance(db, str):  # a PostgreSQL URL (JOBCTL_TEST_BACKEND=postgresql)
+        return _pg_dump(db)
     conn = sqlite3.connect(db)
     try:
         return list(conn.iterdump())
@@ -46,7 +48,33 @@ def dump(db: Path) -> list[str]:
         conn.close()
 
 
-def integrity(db: Path) -> str:
+def _pg_dump(url: str) -> list[str]:
+    import psycopg
+
+    out: list[str] = []
+    with psycopg.connect(url) as conn:
+        tables = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'jobctl' "
+            "ORDER BY table_name"
+        ).fetchall()
+        for (table,) in tables:
+            rows = conn.execute(f"SELECT * FROM jobctl.{table} ORDER BY 1, 2").fetchall()
+            out += [f"{table} {row!r}" for row in rows]
+    return out
+
+
+def integrity(db: Path | str) -> str:
+    if isinstance(db, str):
+        # the server enforces the foreign keys; check what a crash could still break
+        import psycopg
+
+        with psycopg.connect(db) as conn:
+            bad = conn.execute(
+                "SELECT count(*) FROM jobctl.runs r WHERE r.state = 'leased' AND "
+                "NOT EXISTS (SELECT 1 FROM jobctl.attempts a WHERE a.run_id = r.id "
+                "AND a.attempt = r.attempt)"
+            ).fetchone()
+        return "ok" if bad == (0,) else f"leased runs without their attempt: {bad[0]}"
     conn = sqlite3.connect(db)
     try:
         ok = conn.execute("PRAGMA integrity_check").fetchone()[0]

@@ -188,6 +188,7 @@ def test_garbage_file(tmp_path):
     _check_refused(db, "not a database")
 
 
+@pytest.mark.sqlite_only
 def test_truncated_file(jobctl, db):
     for i in range(30):
         jobctl("add", f"j{i}", "--every", "1h", "--description", "x" * 3000, "--", "true")
@@ -207,6 +208,7 @@ def test_truncated_file(jobctl, db):
     assert db.read_bytes() == raw
 
 
+@pytest.mark.sqlite_only
 def test_newer_schema_version_is_refused_untouched(jobctl, db):
     jobctl("add", "a", "--manual", "--", "true")
     conn = sqlite3.connect(db)

@@ -7,11 +7,13 @@ import stat
 import subprocess
 import sys
 
+import pytest
 from conftest import wait_until
 
 from jobctl.models import RunState
 
 
+@pytest.mark.sqlite_only
 def test_daemon_refuses_a_file_owned_by_another_user(jobctl, db, start_daemon):
     jobctl("add", "seed", "--manual", "--", "true")  # creates the file
     os.chown(db, 65534, 65534)  # nobody; the tests run as root

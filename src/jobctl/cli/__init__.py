@@ -18,9 +18,13 @@ import click
 from ..errors import JobctlError
 from . import jobs, runs, system  # noqa: F401  (registering the commands, in help order)
 from .base import Ctx, _one_line, cli
+from .db import db as _db  # noqa: F401  (db info, db copy: after the others in help)
 from .system import completion_script
 
 __all__ = ["Ctx", "cli", "completion_script", "main"]
+
+# registered after the others: `serve` comes last in help, as in SPEC §7
+from . import serve  # noqa: F401
 
 # ---------------------------------------------------------------------- entry point
 

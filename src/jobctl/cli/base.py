@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -51,7 +52,16 @@ class Ctx:
             from ..store import open_store
 
             path = resolve_db_path(self.db_option)
-            if path.exists():
+            if isinstance(path, str):  # a PostgreSQL URL: is the jobctl schema there?
+                from ..errors import NotFound
+                from ..store import shown_location
+
+                try:
+                    self._store = open_store(path, create=False)
+                except NotFound:
+                    warn(f"no database at {shown_location(path)}")
+                    self._store = open_store(":memory:")
+            elif path.exists():
                 self._store = open_store(path, create=False)
             else:
                 warn(f"no database at {path}")
@@ -135,7 +145,7 @@ def _completion_values(ctx: click.Context, read: Callable[[Any], list[Any]]) -> 
         from ..store import open_store
 
         path = resolve_db_path(ctx.find_root().params.get("db"))
-        if not path.exists():
+        if isinstance(path, Path) and not path.exists():
             return []
         handle = open_store(path, create=False)
         try:

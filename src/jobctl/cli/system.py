@@ -97,7 +97,11 @@ def daemon(
     )
     handle = obj.handle()
     handle.check_safe()
-    sys.exit(Daemon(handle.daemon, config).run())
+    from ..clock import SystemClock
+    from ..store import daemon_clock
+
+    clock = daemon_clock(handle, SystemClock())  # PostgreSQL: the server's clock
+    sys.exit(Daemon(handle.daemon, config, clock=clock).run())
 
 
 @cli.command()
@@ -258,7 +262,12 @@ def _service_db_path(obj: Ctx) -> str | None:
         return None
     from ..paths import resolve_db_path
 
-    return os.path.abspath(resolve_db_path(obj.db_option))
+    location = resolve_db_path(obj.db_option)
+    if isinstance(location, str):  # a URL: never write its password into the unit
+        from ..store import shown_location
+
+        return shown_location(location)
+    return os.path.abspath(location)
 
 
 @service.command("install")
@@ -326,7 +335,7 @@ def service_status(obj: Ctx, as_json: bool) -> None:
     active = result.stdout.strip() or None
     db = resolve_db_path(obj.db_option)
     daemons = []
-    if db.exists():
+    if isinstance(db, str) or db.exists():
         handle = open_store(db, create=False)
         try:
             daemons = handle.commands.live_daemons(obj.now())

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..clock import Clock
 from .protocol import (
     Claimed,
     CommandStore,
+    CopiedJob,
     DaemonStore,
     DbInfo,
     Finished,
@@ -45,6 +47,34 @@ def open_store(location: str | Path, *, create: bool = True) -> Store:
     return SqliteStore.open(location, create=create)
 
 
+def shown_location(location: str | Path) -> str:
+    """The location as it may be shown or handed on: a URL loses its password."""
+    if is_postgres_url(location):
+        from .postgresql.url import redact
+
+        return redact(str(location))
+    return str(location)
+
+
+def daemon_clock(store: Store, base: Clock) -> Clock:
+    """The clock a daemon on ``store`` reads: on PostgreSQL the server's (this host's
+    clock plus the offset each heartbeat measures), so leases and due times are judged
+    by one clock for every host (SPEC §10)."""
+    if store.backend == "postgresql":
+        from .postgresql import ServerClock
+
+        clock: Clock = ServerClock(store.daemon, base)  # type: ignore[arg-type]
+        return clock
+    return base
+
+
+def read_copy(commands: CommandStore, *, history: bool) -> list[CopiedJob]:
+    """Every job of a database (with ``history`` its runs and attempts), for ``db copy``."""
+    from .transfer import read_all
+
+    return read_all(commands, history=history)
+
+
 __all__ = [
     "Claimed",
     "CommandStore",
@@ -55,6 +85,9 @@ __all__ = [
     "Renewal",
     "Status",
     "Store",
+    "daemon_clock",
     "is_postgres_url",
     "open_store",
+    "read_copy",
+    "shown_location",
 ]

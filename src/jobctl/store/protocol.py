@@ -142,6 +142,28 @@ class Heads(Protocol):
     def __iter__(self) -> Iterator[tuple[int, int]]: ...
 
 
+@dataclass(frozen=True)
+class CopiedAttempt:
+    """One attempt of a copied run, with its stored output tail (``db copy``)."""
+
+    attempt: Attempt
+    output: bytes
+
+
+@dataclass(frozen=True)
+class CopiedRun:
+    run: Run
+    attempts: list[CopiedAttempt]
+
+
+@dataclass(frozen=True)
+class CopiedJob:
+    """A job and (with history) its runs, oldest id first."""
+
+    job: Job
+    runs: list[CopiedRun]
+
+
 class Waker(Protocol):
     """A daemon's end of the wake-ups: readable (``fileno``) when a hint arrived."""
 
@@ -320,6 +342,28 @@ class CommandStore(Protocol):
 
     def info(self) -> DbInfo: ...
 
+    def load_copy(self, jobs: Sequence[CopiedJob], now: datetime, *, history: bool) -> int:
+        """``db copy``: insert every copied job (with ``history`` its runs and attempts) with
+        new ids, all or nothing. Raises Conflict when this database holds any job."""
+        ...
+
+    # used by jobctl serve
+
+    def recent_runs_by_job(self, per_job: int = 20) -> dict[int, list[Run]]:
+        """The ``per_job`` most recent runs of every job (skipped too), newest first."""
+        ...
+
+    def run_counts_by_job(self) -> list[tuple[str, int, str | None, int]]:
+        """(job, its missed_total, state or None, count) for every job and state it has."""
+        ...
+
+    def attempt_duration_histogram(
+        self, bounds_seconds: Sequence[float]
+    ) -> list[tuple[str, list[int], int, float]]:
+        """Per job: (name, cumulative counts at each bound, count, sum of seconds) of its
+        finished attempts."""
+        ...
+
 
 class DaemonStore(Protocol):
     """What a daemon may do. Leases are judged by ``now`` as passed in."""
@@ -396,10 +440,10 @@ class DaemonStore(Protocol):
         """(job id, next_run_at µs or None when not active) of jobs changed at or after
         ``since``: the safety net for a lost wake-up.
 
-        A watermark keeps it cheap: when no other connection or process has committed to
-        the database since this store's previous call of this method or of
-        :meth:`schedule_heads` (which returns the whole schedule as current), it returns
-        ``[]`` without reading (what it would return was already known). The caller
+        A backend may keep a watermark (SQLite does): when no other connection or process
+        has committed to the database since this store's previous call of this method or
+        of :meth:`schedule_heads` (which returns the whole schedule as current), it may
+        return ``[]`` without reading (what it would return was already known). The caller
         treats every row as a hint to push again, so reporting a job twice is harmless;
         missing a change committed after the previous call is not allowed."""
         ...

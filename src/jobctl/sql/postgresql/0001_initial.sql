@@ -1,0 +1,157 @@
+-- 0001: the first schema of a jobctl database on PostgreSQL.
+
+CREATE SCHEMA IF NOT EXISTS jobctl;
+
+CREATE TABLE jobctl.schema_version (
+    version INTEGER NOT NULL
+);
+
+CREATE UNIQUE INDEX schema_version_one_row ON jobctl.schema_version ((true));
+
+CREATE TABLE jobctl.jobs (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name TEXT COLLATE "C" NOT NULL UNIQUE,
+    description TEXT,
+    trigger_kind TEXT NOT NULL
+        CHECK (trigger_kind IN ('cron', 'interval', 'once', 'reboot', 'manual')),
+    trigger_expr TEXT,
+    trigger_tz TEXT NOT NULL,
+    every_seconds DOUBLE PRECISION,
+    anchor_at BIGINT,
+    once_at BIGINT,
+    after_completion INTEGER NOT NULL DEFAULT 0 CHECK (after_completion IN (0, 1)),
+    command TEXT NOT NULL,
+    stdin TEXT,
+    env TEXT NOT NULL DEFAULT '{}',
+    cwd TEXT,
+    shell TEXT NOT NULL DEFAULT '/bin/sh',
+    state TEXT NOT NULL DEFAULT 'active'
+        CHECK (state IN ('active', 'paused', 'cancelled', 'done')),
+    catchup TEXT NOT NULL DEFAULT 'once' CHECK (catchup IN ('skip', 'once', 'all')),
+    catchup_limit INTEGER NOT NULL DEFAULT 6 CHECK (catchup_limit >= 1),
+    overlap TEXT NOT NULL DEFAULT 'forbid' CHECK (overlap IN ('forbid', 'allow', 'replace')),
+    timeout_seconds DOUBLE PRECISION,
+    retries INTEGER NOT NULL DEFAULT 2 CHECK (retries >= 0),
+    backoff_seconds DOUBLE PRECISION NOT NULL DEFAULT 10,
+    priority BIGINT NOT NULL DEFAULT 0,
+    jitter_seconds DOUBLE PRECISION NOT NULL DEFAULT 0,
+    on_failure TEXT,
+    locks TEXT NOT NULL DEFAULT '[]',
+    schedule_from BIGINT NOT NULL,
+    next_run_at BIGINT,
+    last_window_at BIGINT,
+    missed_total BIGINT NOT NULL DEFAULT 0,
+    last_boot_id TEXT,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL
+);
+
+CREATE INDEX jobs_next_run ON jobctl.jobs (next_run_at) WHERE state = 'active';
+CREATE INDEX jobs_updated ON jobctl.jobs (updated_at);
+
+CREATE TABLE jobctl.runs (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id BIGINT NOT NULL REFERENCES jobctl.jobs (id) ON DELETE CASCADE,
+    scheduled_for BIGINT NOT NULL,
+    state TEXT NOT NULL
+        CHECK (state IN ('pending', 'leased', 'succeeded', 'failed', 'dead', 'cancelled', 'skipped')),
+    skip_reason TEXT CHECK (skip_reason IN ('missed', 'overlap')),
+    reason TEXT NOT NULL CHECK (reason IN ('schedule', 'catchup', 'manual')),
+    catchup_from BIGINT,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    max_attempts INTEGER NOT NULL DEFAULT 3,
+    not_before BIGINT,
+    priority BIGINT NOT NULL DEFAULT 0,
+    leased_by TEXT,
+    lease_until BIGINT,
+    lease_host TEXT,
+    pgid INTEGER,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    -- set by each claim from the job's overlap: the run excludes its siblings while leased
+    exclusive BOOLEAN NOT NULL DEFAULT false,
+    started_at BIGINT,
+    finished_at BIGINT,
+    exit_code INTEGER,
+    last_error TEXT,
+    run_key TEXT,
+    env TEXT NOT NULL DEFAULT '{}',
+    settings TEXT NOT NULL,
+    -- the attempt number the current set of attempts counts from (retry-dead moves it)
+    attempt_base INTEGER NOT NULL DEFAULT 0,
+    -- how the --on-failure command ended
+    hook_status TEXT,
+    created_at BIGINT NOT NULL,
+    UNIQUE (job_id, scheduled_for)
+);
+
+CREATE UNIQUE INDEX runs_job_key ON jobctl.runs (job_id, run_key) WHERE run_key IS NOT NULL;
+CREATE INDEX runs_claimable ON jobctl.runs (state, not_before);
+CREATE INDEX runs_queue ON jobctl.runs (priority DESC, scheduled_for, id)
+    WHERE state IN ('pending', 'failed');
+CREATE INDEX runs_job_state ON jobctl.runs (job_id, state);
+CREATE INDEX runs_finished ON jobctl.runs (finished_at);
+-- overlap forbid/replace, enforced by the database: one leased exclusive run per job
+CREATE UNIQUE INDEX runs_one_leased_exclusive ON jobctl.runs (job_id)
+    WHERE state = 'leased' AND exclusive;
+
+CREATE TABLE jobctl.run_locks (
+    run_id BIGINT NOT NULL REFERENCES jobctl.runs (id) ON DELETE CASCADE,
+    name TEXT COLLATE "C" NOT NULL,
+    PRIMARY KEY (run_id, name)
+);
+
+CREATE INDEX run_locks_name ON jobctl.run_locks (name);
+
+-- --lock, enforced by the database: a lock name is held by at most one leased run
+CREATE TABLE jobctl.held_locks (
+    name TEXT COLLATE "C" PRIMARY KEY,
+    run_id BIGINT NOT NULL REFERENCES jobctl.runs (id) ON DELETE CASCADE
+);
+
+CREATE INDEX held_locks_run ON jobctl.held_locks (run_id);
+
+CREATE FUNCTION jobctl.release_held_locks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM jobctl.held_locks WHERE run_id = OLD.id;
+    RETURN NULL;
+END
+$$;
+
+-- a run that leaves its lease (finished, lost, cancelled, retried) frees its locks with it
+CREATE TRIGGER runs_release_locks AFTER UPDATE OF state, attempt ON jobctl.runs
+    FOR EACH ROW WHEN (OLD.state = 'leased' AND (NEW.state <> 'leased' OR NEW.attempt <> OLD.attempt))
+    EXECUTE FUNCTION jobctl.release_held_locks();
+
+CREATE TABLE jobctl.attempts (
+    run_id BIGINT NOT NULL REFERENCES jobctl.runs (id) ON DELETE CASCADE,
+    attempt INTEGER NOT NULL,
+    started_at BIGINT NOT NULL,
+    finished_at BIGINT,
+    exit_code INTEGER,
+    error TEXT,
+    output BYTEA,
+    output_bytes BIGINT NOT NULL DEFAULT 0,
+    daemon_id TEXT,
+    host TEXT,
+    pid INTEGER,
+    PRIMARY KEY (run_id, attempt)
+);
+
+CREATE TABLE jobctl.daemons (
+    id TEXT PRIMARY KEY,
+    pid INTEGER NOT NULL,
+    host TEXT NOT NULL,
+    boot_id TEXT,
+    started_at BIGINT NOT NULL,
+    heartbeat_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL,
+    wake_address TEXT
+);
+
+CREATE TABLE jobctl.scheduler_lease (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    holder TEXT,
+    expires_at BIGINT NOT NULL DEFAULT 0,
+    -- counts the changes of holder: a leader knows it was replaced when the term moved on
+    term BIGINT NOT NULL DEFAULT 0
+);

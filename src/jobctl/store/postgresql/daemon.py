@@ -1,0 +1,773 @@
+"""The daemons' face of the PostgreSQL store (:class:`~jobctl.store.protocol.DaemonStore`):
+the same results as :mod:`jobctl.store.sqlite.daemon`, safe with any number of daemons on
+any number of hosts.
+
+Claims (SPEC §5, §9, §10). ``FOR UPDATE SKIP LOCKED`` lets claimers pass each other's
+candidates without waiting, but the overlap and lock rules span rows, which row locks at
+READ COMMITTED cannot protect: four claimers racing broke them in every trial. So the
+cross-row decision is serialised per job and per lock name with *non-blocking*
+transaction advisory locks (``pg_try_advisory_xact_lock``: a claimer that cannot get one
+passes that run by, it never waits), re-checked in a fresh statement once they are held,
+and enforced by the database besides: the partial unique index ``runs_one_leased_exclusive``
+allows one leased run of a forbid/replace job, and ``held_locks`` (primary key: the lock
+name) one leased holder per lock, freed by a trigger when the run leaves its lease.
+
+The scheduler lease is one row with a ``term`` that moves on each time it changes hands;
+windows are inserted with ``ON CONFLICT (job_id, scheduled_for) DO NOTHING`` and the
+job's row is locked for the compare-and-set, so even two leaders for a moment cannot
+make two runs of one window.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from ...clock import from_us, to_us
+from ...errors import Conflict, NotFound
+from ...models import (
+    MAX_SKIPPED_ROWS,
+    OUTPUT_LIMIT_BYTES,
+    AttemptResult,
+    Decision,
+    Job,
+    JobState,
+    Overlap,
+    Run,
+    RunReason,
+    RunState,
+    Window,
+)
+from ..protocol import (
+    Claimed,
+    ExpiredFn,
+    ExpiredLease,
+    Finished,
+    FinishItem,
+    Fired,
+    IdleFixedDelay,
+    PlanFn,
+    Renewal,
+    TurnResult,
+)
+from ..sqlite.rows import job_from_row, opt_us, run_from_row
+from .commands import RUN_BY_ID, insert_run, run_by_id
+from .db import PgDb
+from .waker import Waker
+
+#: candidates read per round of a claim
+CLAIM_BATCH = 32
+
+# The next candidates in queue order, each locked for this claimer (others skip them).
+# MATERIALIZED: the LIMIT and the row locks apply once, to exactly these rows.
+CANDIDATES = """
+WITH cand AS MATERIALIZED (
+    SELECT runs.id, runs.job_id, runs.priority, runs.pgid, runs.lease_host, runs.last_error,
+           runs.scheduled_for
+    FROM runs
+    WHERE runs.state IN ('pending', 'failed') AND runs.not_before <= %(now)s
+      AND (%(low_ok)s OR runs.priority >= %(rp)s)
+      AND runs.id <> ALL(%(tried)s::bigint[])
+      AND NOT EXISTS (
+          SELECT 1 FROM run_locks mine JOIN held_locks h ON h.name = mine.name
+          WHERE mine.run_id = runs.id
+      )
+    ORDER BY runs.priority DESC, runs.scheduled_for ASC, runs.id ASC
+    LIMIT %(n)s
+    FOR UPDATE OF runs SKIP LOCKED
+)
+SELECT cand.*, jobs.overlap, jobs.state AS job_state,
+       ARRAY(SELECT l.name FROM run_locks l WHERE l.run_id = cand.id ORDER BY l.name) AS locks
+FROM cand JOIN jobs ON jobs.id = cand.job_id
+ORDER BY cand.priority DESC, cand.scheduled_for ASC, cand.id ASC
+"""
+
+# The compare-and-set of one claim, checked again once the advisory locks are held.
+CLAIM_ONE = """
+UPDATE runs SET state = 'leased', leased_by = %(me)s, lease_until = %(until)s,
+    attempt = runs.attempt + 1, started_at = COALESCE(runs.started_at, %(now)s),
+    exclusive = (jobs.overlap IN ('forbid', 'replace')), lease_host = %(host)s, pgid = NULL
+FROM jobs
+WHERE runs.id = %(id)s AND jobs.id = runs.job_id AND jobs.state <> 'paused'
+  AND runs.state IN ('pending', 'failed') AND runs.not_before <= %(now)s
+  AND NOT EXISTS (
+      SELECT 1 FROM run_locks mine JOIN held_locks h ON h.name = mine.name
+      WHERE mine.run_id = runs.id
+  )
+  AND NOT (jobs.overlap IN ('forbid', 'replace') AND EXISTS (
+      SELECT 1 FROM runs sib WHERE sib.job_id = runs.job_id AND sib.id <> runs.id
+        AND sib.state = 'leased'
+  ))
+RETURNING runs.id, runs.attempt
+"""
+
+INSERT_ATTEMPT = """
+INSERT INTO attempts (run_id, attempt, started_at, daemon_id, host) VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (run_id, attempt) DO UPDATE SET started_at = EXCLUDED.started_at,
+    daemon_id = EXCLUDED.daemon_id, host = EXCLUDED.host, finished_at = NULL,
+    exit_code = NULL, error = NULL, output = NULL, output_bytes = 0, pid = NULL
+"""
+
+UPSERT_DAEMON = """
+INSERT INTO daemons (id, pid, host, boot_id, started_at, heartbeat_at, expires_at, wake_address)
+VALUES (%(id)s, %(pid)s, %(host)s, %(boot_id)s, %(now)s, %(now)s, %(until)s, NULL)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at,
+    expires_at = EXCLUDED.expires_at
+"""
+
+# one UPDATE, fenced, with the cancel check inside: no read first
+FINISH_RUN = """
+UPDATE runs SET
+    state = CASE WHEN cancel_requested = 1 AND %(if_cancelled)s::text IS NOT NULL
+                 THEN %(if_cancelled)s ELSE %(state)s END,
+    last_error = CASE WHEN cancel_requested = 1 AND %(if_cancelled)s::text IS NOT NULL
+                      THEN 'cancelled' ELSE %(error)s END,
+    exit_code = %(exit_code)s,
+    max_attempts = max_attempts + %(uncounted)s,
+    not_before = CASE WHEN %(state)s IN ('failed', 'pending') THEN %(retry_at)s
+                      ELSE not_before END,
+    finished_at = CASE WHEN %(state)s IN ('failed', 'pending') AND NOT (cancel_requested = 1
+                       AND %(if_cancelled)s::text IS NOT NULL) THEN finished_at ELSE %(now)s END,
+    leased_by = NULL, lease_until = NULL, pgid = NULL
+WHERE id = %(run_id)s AND attempt = %(attempt)s AND state = 'leased' AND leased_by = %(me)s
+RETURNING state, job_id
+"""
+
+SERVER_NOW_US = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us"
+
+
+class PgDaemonStore:
+    """See :class:`~jobctl.store.protocol.DaemonStore` for the rules of every method."""
+
+    backend = "postgresql"
+
+    def __init__(self, db: PgDb) -> None:
+        self.db = db
+
+    # ------------------------------------------------------------------ the server's clock
+
+    @property
+    def clock_offset_seconds(self) -> float:
+        """Server clock minus this host's clock, as measured at the last heartbeat."""
+        return self.db.clock_offset_seconds
+
+    def measure_clock_offset(self) -> float:
+        """Measure (server clock − this host's clock) in seconds, keep and return it.
+
+        Leases and due times are judged by the server's clock (SPEC §10): a daemon reads
+        its time as its own clock plus this offset (:class:`~jobctl.store.postgresql.
+        ServerClock`), re-measured at each renewal, so a host whose clock is wrong neither
+        steals a live lease nor fires early or late. The round trip's midpoint stands for
+        the moment of the server's reading.
+        """
+        before = time.time()
+        server_us = self.db.scalar(SERVER_NOW_US)
+        after = time.time()
+        self.db.clock_offset_seconds = server_us / 1e6 - (before + after) / 2
+        return self.db.clock_offset_seconds
+
+    # ------------------------------------------------------------------ daemons
+
+    def open_waker(self, daemon_id: str) -> Waker:
+        """A LISTEN connection of its own (see :class:`~.waker.Waker`)."""
+        return Waker(self.db.url)
+
+    def child_location(self) -> str:
+        """The URL without its password (SPEC §10: use ~/.pgpass or PGPASSWORD)."""
+        return self.db.location
+
+    def register_daemon(
+        self,
+        daemon_id: str,
+        pid: int,
+        host: str,
+        boot_id: str,
+        now: datetime,
+        lease_seconds: float,
+    ) -> None:
+        """As on SQLite, and refused (Conflict, exit 1) when a live daemon with the same
+        host name runs under another boot id: two machines share a name, and the leftovers
+        of a lost attempt are killed by the daemon of the host named in its lease."""
+        now_us = to_us(now)
+        with self.db.write() as c:
+            c.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("host:" + host,))
+            c.execute("DELETE FROM daemons WHERE expires_at < %s", (now_us,))
+            other = c.execute(
+                "SELECT id, pid FROM daemons WHERE host = %s AND boot_id IS DISTINCT FROM %s "
+                "AND id <> %s ORDER BY started_at LIMIT 1",
+                (host, boot_id, daemon_id),
+            ).fetchone()
+            if other is not None:
+                raise Conflict(
+                    f"host name {host!r} is taken by a live daemon of another machine "
+                    f"(daemon {other['id']}, another boot id); give each host its own name"
+                )
+            self._upsert(c, daemon_id, pid, host, boot_id, now, lease_seconds)
+        self.measure_clock_offset()
+
+    @staticmethod
+    def _upsert(
+        c: Any,
+        daemon_id: str,
+        pid: int,
+        host: str,
+        boot_id: str,
+        now: datetime,
+        lease_seconds: float,
+    ) -> None:
+        c.execute(
+            UPSERT_DAEMON,
+            {
+                "id": daemon_id,
+                "pid": pid,
+                "host": host,
+                "boot_id": boot_id,
+                "now": to_us(now),
+                "until": to_us(now + timedelta(seconds=lease_seconds)),
+            },
+        )
+
+    def unregister_daemon(self, daemon_id: str) -> None:
+        with self.db.write() as c:
+            c.execute("DELETE FROM daemons WHERE id = %s", (daemon_id,))
+            c.execute(
+                "UPDATE scheduler_lease SET holder = NULL, expires_at = 0 WHERE holder = %s",
+                (daemon_id,),
+            )
+            self.db.announce("all")
+
+    def local_daemons(self, host: str, boot_id: str, now: datetime) -> list[tuple[str, int]]:
+        rows = self.db.read(
+            "SELECT id, pid FROM daemons WHERE host = %s AND boot_id = %s AND expires_at >= %s",
+            (host, boot_id, to_us(now)),
+        )
+        return [(r["id"], r["pid"]) for r in rows]
+
+    def forget_daemons(self, daemon_ids: Sequence[str]) -> None:
+        if not daemon_ids:
+            return
+        ids = list(daemon_ids)
+        with self.db.write() as c:
+            c.execute("DELETE FROM daemons WHERE id = ANY(%s)", (ids,))
+            c.execute("UPDATE scheduler_lease SET expires_at = 0 WHERE holder = ANY(%s)", (ids,))
+            c.execute(
+                "UPDATE runs SET lease_until = 0 WHERE state = 'leased' AND leased_by = ANY(%s)",
+                (ids,),
+            )
+            self.db.announce("run")
+
+    def heartbeat(
+        self,
+        daemon_id: str,
+        now: datetime,
+        lease_seconds: float,
+        *,
+        want_leader: bool,
+        held: Sequence[tuple[int, int]],
+        host: str,
+        pid: int,
+        boot_id: str,
+    ) -> Renewal:
+        """As on SQLite, in one transaction; taking the scheduler lease from another holder
+        (or from nobody) moves its ``term`` on. The clock offset is measured after it."""
+        until = to_us(now + timedelta(seconds=lease_seconds))
+        lost: frozenset[int] = frozenset()
+        cancel: frozenset[int] = frozenset()
+        leader = False
+        with self.db.write() as c:
+            self._upsert(c, daemon_id, pid, host, boot_id, now, lease_seconds)
+            if want_leader:
+                row = c.execute(
+                    "UPDATE scheduler_lease SET expires_at = %(until)s, holder = %(me)s, "
+                    "term = term + CASE WHEN holder IS DISTINCT FROM %(me)s THEN 1 ELSE 0 END "
+                    "WHERE id = 1 AND (holder = %(me)s OR holder IS NULL "
+                    "OR expires_at < %(now)s) RETURNING term",
+                    {"until": until, "me": daemon_id, "now": to_us(now)},
+                ).fetchone()
+                leader = row is not None
+            if held:
+                rows = c.execute(
+                    "UPDATE runs SET lease_until = %s "
+                    "FROM unnest(%s::bigint[], %s::int[]) AS h(id, attempt) "
+                    "WHERE runs.id = h.id AND runs.attempt = h.attempt "
+                    "AND runs.state = 'leased' AND runs.leased_by = %s "
+                    "RETURNING runs.id, runs.cancel_requested",
+                    (until, [r for r, _ in held], [a for _, a in held], daemon_id),
+                ).fetchall()
+                renewed = {r["id"] for r in rows}
+                lost = frozenset(run_id for run_id, _ in held if run_id not in renewed)
+                cancel = frozenset(r["id"] for r in rows if r["cancel_requested"])
+        self.measure_clock_offset()
+        return Renewal(leader, lost, cancel)
+
+    def notify(self, message: str) -> None:
+        """A hint to the daemons of every host (NOTIFY; the writes announce themselves)."""
+        self.db.notify(message)
+
+    def leader_lease_expiry(self) -> datetime | None:
+        rows = self.db.read("SELECT holder, expires_at FROM scheduler_lease WHERE id = 1")
+        if not rows or rows[0]["holder"] is None:
+            return None
+        return from_us(rows[0]["expires_at"])
+
+    def leader_term(self) -> int:
+        """How many times the scheduler lease changed hands."""
+        return int(self.db.scalar("SELECT term FROM scheduler_lease WHERE id = 1") or 0)
+
+    def release_leader(self, daemon_id: str) -> None:
+        with self.db.write() as c:
+            c.execute(
+                "UPDATE scheduler_lease SET holder = NULL, expires_at = 0 WHERE holder = %s",
+                (daemon_id,),
+            )
+
+    # ------------------------------------------------------------------ the scheduler
+
+    def schedule_heads(self) -> list[tuple[int, int]]:
+        rows = self.db.read(
+            "SELECT next_run_at, id FROM jobs WHERE state = 'active' AND next_run_at IS NOT NULL "
+            "ORDER BY next_run_at, id"
+        )
+        return [(r["next_run_at"], r["id"]) for r in rows]
+
+    def jobs_changed_since(self, since: datetime) -> list[tuple[int, int | None]]:
+        rows = self.db.read(
+            "SELECT id, CASE WHEN state = 'active' THEN next_run_at END AS nxt FROM jobs "
+            "WHERE updated_at >= %s",
+            (to_us(since),),
+        )
+        return [(r["id"], r["nxt"]) for r in rows]
+
+    def get_job_by_id(self, job_id: int) -> Job | None:
+        rows = self.db.read("SELECT * FROM jobs WHERE id = %s", (job_id,))
+        return job_from_row(rows[0]) if rows else None
+
+    def reboot_jobs(self) -> list[Job]:
+        rows = self.db.read("SELECT * FROM jobs WHERE state = 'active' AND trigger_kind = 'reboot'")
+        return [job_from_row(r) for r in rows]
+
+    def _move_schedule(self, c: Any, job_id: int, **values: Any) -> None:
+        c.execute(
+            "UPDATE jobs SET next_run_at = %(next)s, "
+            "last_window_at = COALESCE(%(last)s, last_window_at), "
+            "missed_total = missed_total + %(missed)s, state = %(state)s, "
+            "last_boot_id = COALESCE(%(boot_id)s, last_boot_id) WHERE id = %(job_id)s",
+            {**values, "job_id": job_id},
+        )
+
+    def fire(self, due: Sequence[tuple[int, int]], now: datetime, plan: PlanFn) -> list[Fired]:
+        out: list[Fired] = []
+        now_us = to_us(now)
+        with self.db.write() as c:
+            for job_id, due_us in sorted(due, key=lambda d: d[0]):  # one lock order
+                row = c.execute(
+                    "SELECT * FROM jobs WHERE id = %s AND state = 'active' AND next_run_at = %s "
+                    "FOR UPDATE",
+                    (job_id, due_us),
+                ).fetchone()
+                if row is None:
+                    continue  # changed meanwhile (or fired by another leader): re-read
+                job = job_from_row(row)
+                has_leased = bool(
+                    c.execute(
+                        "SELECT EXISTS (SELECT 1 FROM runs WHERE job_id = %s "
+                        "AND state = 'leased') AS x",
+                        (job_id,),
+                    ).fetchone()["x"]
+                )
+                p = plan(job, has_leased)
+                if p is None:
+                    continue
+                if p.replace_open:
+                    c.execute(
+                        "UPDATE runs SET cancel_requested = 1 WHERE job_id = %s "
+                        "AND state = 'leased'",
+                        (job_id,),
+                    )
+                    c.execute(
+                        "UPDATE runs SET state = 'cancelled', finished_at = %(now)s, "
+                        "last_error = 'replaced' WHERE job_id = %(job_id)s "
+                        "AND state IN ('pending', 'failed') AND reason <> 'manual' "
+                        "AND created_at < %(now)s",
+                        {"now": now_us, "job_id": job_id},
+                    )
+                ids = [i for w in p.windows if (i := insert_run(c, job, w, now)) is not None]
+                c.execute(
+                    "DELETE FROM runs WHERE job_id = %(job_id)s AND state = 'skipped' "
+                    "AND skip_reason = 'missed' AND id NOT IN (SELECT id FROM runs "
+                    "WHERE job_id = %(job_id)s AND state = 'skipped' AND skip_reason = 'missed' "
+                    "ORDER BY scheduled_for DESC LIMIT %(keep)s)",
+                    {"job_id": job_id, "keep": MAX_SKIPPED_ROWS},
+                )
+                self._move_schedule(
+                    c,
+                    job_id,
+                    next=opt_us(p.next_run_at),
+                    last=opt_us(p.last_window_at),
+                    missed=p.missed_increment,
+                    state=(JobState.DONE if p.done else JobState.ACTIVE).value,
+                    boot_id=None,
+                )
+                if ids:
+                    self.db.announce("run")
+                out.append(Fired(replace(job, next_run_at=p.next_run_at), p, ids))
+        return out
+
+    def record_reboot(self, job_id: int, now: datetime, boot_id: str) -> int | None:
+        with self.db.write() as c:
+            row = c.execute("SELECT * FROM jobs WHERE id = %s FOR UPDATE", (job_id,)).fetchone()
+            if row is None or row["state"] != "active" or row["last_boot_id"] == boot_id:
+                return None
+            job = job_from_row(row)
+            run_id = insert_run(
+                c, job, Window(now, RunState.PENDING, RunReason.SCHEDULE, not_before=now), now
+            )
+            self._move_schedule(
+                c,
+                job_id,
+                next=None,
+                last=to_us(now),
+                missed=0,
+                state=JobState.ACTIVE.value,
+                boot_id=boot_id,
+            )
+            if run_id is not None:
+                self.db.announce("run")
+            return run_id
+
+    def idle_fixed_delay(self, job_ids: Sequence[int] | None) -> list[IdleFixedDelay]:
+        ids = None if job_ids is None else sorted(set(job_ids))
+        if ids == []:
+            return []
+        only = "" if ids is None else "AND id = ANY(%s::bigint[])"
+        rows = self.db.read(
+            "SELECT jobs.*, (SELECT MAX(COALESCE(finished_at, scheduled_for)) FROM runs "
+            "WHERE runs.job_id = jobs.id) AS ended_at FROM jobs "
+            "WHERE state = 'active' AND trigger_kind = 'interval' AND after_completion = 1 "
+            f"AND next_run_at IS NULL {only} "
+            "AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id "
+            "AND runs.state IN ('pending', 'leased', 'failed'))",
+            () if ids is None else (ids,),
+        )
+        out = []
+        for r in rows:
+            ended = r["ended_at"] if r["ended_at"] is not None else r["schedule_from"]
+            out.append(IdleFixedDelay(job_from_row(r), from_us(ended)))
+        return out
+
+    def set_next_run(self, job_id: int, next_run_at: datetime, now: datetime) -> bool:
+        with self.db.write() as c:
+            c.execute("SELECT id FROM jobs WHERE id = %s FOR UPDATE", (job_id,))
+            cur = c.execute(
+                "UPDATE jobs SET next_run_at = %(next)s, updated_at = %(now)s "
+                "WHERE id = %(job_id)s AND state = 'active' AND next_run_at IS NULL "
+                "AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id "
+                "AND runs.state IN ('pending', 'leased', 'failed'))",
+                {"next": to_us(next_run_at), "now": to_us(now), "job_id": job_id},
+            )
+            if cur.rowcount == 1:
+                self.db.announce(f"job:{job_id}")
+            return bool(cur.rowcount == 1)
+
+    # ------------------------------------------------------------------ the executor
+
+    def _settle_expired(
+        self, c: Any, daemon_id: str, now_us: int, on_expired: ExpiredFn
+    ) -> list[tuple[Run, Decision]]:
+        ended: list[tuple[Run, Decision]] = []
+        expired = c.execute(
+            "SELECT id, job_id, attempt, max_attempts, cancel_requested FROM runs "
+            "WHERE state = 'leased' AND lease_until < %s AND leased_by <> %s "
+            "ORDER BY id FOR UPDATE SKIP LOCKED",
+            (now_us, daemon_id),
+        ).fetchall()
+        for r in expired:
+            lease = ExpiredLease(
+                r["id"], r["job_id"], r["attempt"], r["max_attempts"], bool(r["cancel_requested"])
+            )
+            decision = on_expired(lease)
+            c.execute(
+                "UPDATE attempts SET finished_at = %s, error = 'lost' "
+                "WHERE run_id = %s AND attempt = %s AND finished_at IS NULL",
+                (now_us, lease.run_id, lease.attempt),
+            )
+            c.execute(
+                "UPDATE runs SET state = %(state)s, last_error = %(error)s, leased_by = NULL, "
+                "lease_until = NULL, "
+                "not_before = CASE WHEN %(state)s = 'failed' THEN %(now)s ELSE not_before END, "
+                "finished_at = CASE WHEN %(state)s IN ('dead', 'cancelled') THEN %(now)s "
+                "ELSE finished_at END WHERE id = %(run_id)s AND state = 'leased'",
+                {
+                    "state": decision.state.value,
+                    "error": decision.error,
+                    "now": now_us,
+                    "run_id": lease.run_id,
+                },
+            )
+            if decision.state in (RunState.DEAD, RunState.CANCELLED):
+                ended.append((run_by_id(c, lease.run_id), decision))
+        return ended
+
+    def claim_runs(
+        self,
+        daemon_id: str,
+        host: str,
+        now: datetime,
+        lease_seconds: float,
+        *,
+        limit: int,
+        low_limit: int | None,
+        reserved_priority: int | None,
+        on_expired: ExpiredFn,
+    ) -> tuple[list[Claimed], list[tuple[Run, Decision]]]:
+        """As on SQLite, correct with any number of claimers at once (module docstring);
+        a claim never waits on another daemon's claim."""
+        now_us = to_us(now)
+        until = to_us(now + timedelta(seconds=lease_seconds))
+        claimed: list[Claimed] = []
+        low_used = 0
+        rp = reserved_priority if reserved_priority is not None else -(2**62)
+        tried: list[int] = []
+        with self.db.write() as c:
+            ended = self._settle_expired(c, daemon_id, now_us, on_expired)
+            while len(claimed) < limit:
+                low_ok = reserved_priority is None or low_limit is None or low_used < low_limit
+                cands = c.execute(
+                    CANDIDATES,
+                    {
+                        "now": now_us,
+                        "low_ok": low_ok,
+                        "rp": rp,
+                        "tried": tried,
+                        "n": min(CLAIM_BATCH, (limit - len(claimed)) * 4),
+                    },
+                ).fetchall()
+                for cand in cands:
+                    if len(claimed) >= limit:
+                        break
+                    tried.append(cand["id"])
+                    low = reserved_priority is not None and cand["priority"] < reserved_priority
+                    if low and low_limit is not None and low_used >= low_limit:
+                        continue
+                    run = self._try_claim(c, cand, daemon_id, host, now_us, until)
+                    if run is None:
+                        continue
+                    if low:
+                        low_used += 1
+                    here = cand["lease_host"] == host
+                    stale = cand["pgid"] if (cand["pgid"] and here) else None
+                    claimed.append(Claimed(run, stale, here and cand["last_error"] == "lost"))
+                if not cands:
+                    break
+            if claimed:
+                self.db.announce("run")
+        return claimed, ended
+
+    def _try_claim(
+        self, c: Any, cand: dict[str, Any], daemon_id: str, host: str, now_us: int, until: int
+    ) -> Run | None:
+        """One compare-and-set claim of ``cand`` inside a savepoint; None when its job is
+        paused, or another claimer holds its job or one of its locks (never waited for)."""
+        if cand["job_state"] == JobState.PAUSED.value:
+            return None
+        exclusive = cand["overlap"] in (Overlap.FORBID.value, Overlap.REPLACE.value)
+        keys = ([f"job:{cand['job_id']}"] if exclusive else []) + [
+            f"lock:{name}" for name in cand["locks"]
+        ]
+        if keys:
+            got = c.execute(
+                "SELECT bool_and(pg_try_advisory_xact_lock(hashtextextended(k, 0))) AS ok "
+                "FROM unnest(%s::text[]) AS k",
+                (keys,),
+            ).fetchone()["ok"]
+            if not got:
+                return None
+        try:
+            with c.connection.transaction():  # a savepoint: a violation undoes this claim only
+                row = c.execute(
+                    CLAIM_ONE,
+                    {
+                        "me": daemon_id,
+                        "until": until,
+                        "now": now_us,
+                        "host": host,
+                        "id": cand["id"],
+                    },
+                ).fetchone()
+                if row is None:
+                    return None
+                run_id, attempt = row["id"], row["attempt"]
+                if cand["locks"]:
+                    c.execute(
+                        "INSERT INTO held_locks (name, run_id) "
+                        "SELECT name, run_id FROM run_locks WHERE run_id = %s",
+                        (run_id,),
+                    )
+                c.execute(INSERT_ATTEMPT, (run_id, attempt, now_us, daemon_id, host))
+        except self.db.psycopg.errors.UniqueViolation:
+            return None  # the database's own rule caught what the checks let through
+        return run_by_id(c, run_id)
+
+    def next_claim_at(self, daemon_id: str, now: datetime) -> datetime | None:
+        now_us = to_us(now)
+        a = self.db.scalar(
+            "SELECT MIN(not_before) FROM runs WHERE state IN ('pending', 'failed') "
+            "AND not_before > %s",
+            (now_us,),
+        )
+        b = self.db.scalar(
+            "SELECT MIN(lease_until) FROM runs WHERE state = 'leased' AND leased_by <> %s "
+            "AND lease_until > %s",
+            (daemon_id, now_us),
+        )
+        vals = [v for v in (a, b) if v is not None]
+        return from_us(min(vals) + 1000) if vals else None
+
+    def held_status(
+        self, daemon_id: str, held: Sequence[tuple[int, int]]
+    ) -> tuple[frozenset[int], frozenset[int]]:
+        rows = self.db.read(
+            "SELECT id, attempt, cancel_requested FROM runs "
+            "WHERE state = 'leased' AND leased_by = %s",
+            (daemon_id,),
+        )
+        leased = {(r["id"], r["attempt"]): bool(r["cancel_requested"]) for r in rows}
+        cancel = frozenset(run_id for run_id, a in held if leased.get((run_id, a)))
+        lost = frozenset(run_id for run_id, a in held if (run_id, a) not in leased)
+        return cancel, lost
+
+    def record_and_claim(
+        self,
+        daemon_id: str,
+        host: str,
+        now: datetime,
+        lease_seconds: float,
+        *,
+        finishes: Sequence[FinishItem],
+        started: Sequence[tuple[int, int, int]],
+        limit: int,
+        low_limit: int | None,
+        reserved_priority: int | None,
+        on_expired: ExpiredFn,
+    ) -> TurnResult:
+        """As the protocol says: the pids, the finishes and the claims in one transaction
+        (each method's own transaction joins :meth:`PgDb.batch`)."""
+        claimed: list[Claimed] = []
+        ended: list[tuple[Run, Decision]] = []
+        with self.db.batch():
+            self.set_attempt_processes(daemon_id, started)
+            finished = [
+                self.finish_attempt(f.run_id, f.attempt, daemon_id, now, f.result, f.decision)
+                for f in finishes
+            ]
+            if limit > 0:
+                claimed, ended = self.claim_runs(
+                    daemon_id,
+                    host,
+                    now,
+                    lease_seconds,
+                    limit=limit,
+                    low_limit=low_limit,
+                    reserved_priority=reserved_priority,
+                    on_expired=on_expired,
+                )
+        return TurnResult(finished, claimed, ended)
+
+    def set_attempt_processes(
+        self, daemon_id: str, started: Sequence[tuple[int, int, int]]
+    ) -> None:
+        if not started:
+            return
+        with self.db.write() as c:
+            for run_id, attempt, pid in started:
+                cur = c.execute(
+                    "UPDATE runs SET pgid = %s WHERE id = %s AND attempt = %s "
+                    "AND state = 'leased' AND leased_by = %s",
+                    (pid, run_id, attempt, daemon_id),
+                )
+                if cur.rowcount:
+                    c.execute(
+                        "UPDATE attempts SET pid = %s WHERE run_id = %s AND attempt = %s",
+                        (pid, run_id, attempt),
+                    )
+
+    def save_output(self, daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
+        if not outputs:
+            return
+        with self.db.write() as c:
+            for run_id, attempt, tail, total in outputs:
+                c.execute(
+                    "UPDATE attempts SET output = %(output)s, output_bytes = %(total)s "
+                    "WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND finished_at IS NULL "
+                    "AND EXISTS (SELECT 1 FROM runs WHERE id = %(run_id)s "
+                    "AND attempt = %(attempt)s AND state = 'leased' AND leased_by = %(me)s)",
+                    {
+                        "output": tail[-OUTPUT_LIMIT_BYTES:],
+                        "total": total,
+                        "run_id": run_id,
+                        "attempt": attempt,
+                        "me": daemon_id,
+                    },
+                )
+
+    def finish_attempt(
+        self,
+        run_id: int,
+        attempt: int,
+        daemon_id: str,
+        now: datetime,
+        result: AttemptResult,
+        decision: Decision,
+    ) -> Finished:
+        now_us = to_us(now)
+        with self.db.write() as c:
+            row = c.execute(
+                FINISH_RUN,
+                {
+                    "state": decision.state.value,
+                    "if_cancelled": decision.if_cancelled.value if decision.if_cancelled else None,
+                    "error": decision.error,
+                    "exit_code": result.exit_code,
+                    "uncounted": 0 if decision.counts_attempt else 1,
+                    "retry_at": opt_us(decision.retry_at),
+                    "now": now_us,
+                    "run_id": run_id,
+                    "attempt": attempt,
+                    "me": daemon_id,
+                },
+            ).fetchone()
+            if row is None:
+                return Finished(None, 0)
+            c.execute(
+                "UPDATE attempts SET finished_at = %(now)s, exit_code = %(exit_code)s, "
+                "error = %(error)s, output = %(output)s, output_bytes = %(total)s "
+                "WHERE run_id = %(run_id)s AND attempt = %(attempt)s",
+                {
+                    "now": now_us,
+                    "exit_code": result.exit_code,
+                    "error": result.error,
+                    "output": result.output[-OUTPUT_LIMIT_BYTES:],
+                    "total": result.output_bytes,
+                    "run_id": run_id,
+                    "attempt": attempt,
+                },
+            )
+            self.db.announce(f"job:{row['job_id']}")
+            self.db.announce("run")
+            return Finished(RunState(row["state"]), row["job_id"])
+
+    def record_hook(self, run_id: int, status: str) -> None:
+        with self.db.write() as c:
+            c.execute("UPDATE runs SET hook_status = %s WHERE id = %s", (status, run_id))
+
+    def get_run(self, run_id: int) -> Run:
+        rows = self.db.read(RUN_BY_ID, (run_id,))
+        if not rows:
+            raise NotFound(f"no run with id {run_id}")
+        return run_from_row(rows[0])
+
+
+__all__ = ["PgDaemonStore"]

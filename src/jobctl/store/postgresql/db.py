@@ -1,0 +1,206 @@
+"""Opening a PostgreSQL database, its transactions, reconnects and notifications.
+
+psycopg is imported here only, and this module only when a location is a PostgreSQL URL,
+so SQLite users never load the driver.
+
+A lost connection (server restart, connection terminated, network gone) is a StoreError
+for the call that met it; the next call reconnects, with a backoff that doubles up to
+:data:`MAX_BACKOFF_SECONDS` between tries, so a daemon that retries each turn never
+hammers a server that is down and never exits for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, Self
+
+from ...errors import NotFound, StoreError
+from .schema import SCHEMA_VERSION, current_version, migrate, refuse_newer
+from .url import insecure_reason, redact
+
+EXTRA_MISSING = "PostgreSQL support is not installed: pip install 'jobctl[postgresql]' (psycopg 3)"
+MAX_BACKOFF_SECONDS = 5.0
+FIRST_BACKOFF_SECONDS = 0.1
+CONNECT_TIMEOUT_SECONDS = 10
+#: the channel every change is announced on (payloads as in jobctl.wake: job:ID, run:ID, all)
+CHANNEL = "jobctl"
+
+
+def load_driver() -> Any:
+    """The psycopg module, or a StoreError naming the extra."""
+    try:
+        import psycopg
+    except ImportError:
+        raise StoreError(EXTRA_MISSING) from None
+    return psycopg
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def connect(url: str) -> Any:
+    """A new autocommit connection with dict rows; StoreError when it cannot be had."""
+    psycopg = load_driver()
+    from psycopg.rows import dict_row
+
+    try:
+        conn = psycopg.connect(
+            url,
+            autocommit=True,
+            row_factory=dict_row,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            application_name="jobctl",
+        )
+        conn.execute("SET search_path TO jobctl, pg_catalog")
+        return conn
+    except psycopg.Error as e:
+        raise StoreError(f"cannot connect to {redact(url)}: {_one_line(e)}") from None
+
+
+class PgDb:
+    """One connection to a jobctl database on PostgreSQL. Open with :meth:`open`."""
+
+    def __init__(self, url: str, conn: Any) -> None:
+        self.url = url
+        #: the URL without its password: what logs, status, db info and children see
+        self.location = redact(url)
+        self.conn = conn
+        self.psycopg = load_driver()
+        self._in_batch = False
+        self._batch_cur: Any = None
+        self._notes: list[str] = []
+        self._backoff = FIRST_BACKOFF_SECONDS
+        self._retry_at = 0.0
+        #: how many times the connection was made again (a LISTEN must be renewed after)
+        self.reconnects = 0
+        #: server clock minus this host's clock, re-measured at each heartbeat (seconds)
+        self.clock_offset_seconds = 0.0
+
+    @classmethod
+    def open(cls, url: str, *, create: bool = True) -> Self:
+        """Open (with ``create``, create and migrate) the jobctl schema of the database at
+        ``url``. A schema from a newer jobctl is refused untouched (StoreError); without
+        ``create`` a database with no jobctl schema is NotFound."""
+        reason = insecure_reason(url)
+        if reason:
+            print(f"warning: {reason}", file=sys.stderr)
+        conn = connect(url)
+        psycopg = load_driver()
+        location = redact(url)
+        try:
+            version = current_version(conn)
+            refuse_newer(version, location)
+            if version is None and not create:
+                raise NotFound(f"no database at {location}")
+            if version is None or version < SCHEMA_VERSION:
+                migrate(conn, location)
+        except psycopg.Error as e:
+            conn.close()
+            raise StoreError(f"cannot use database {location}: {_one_line(e)}") from None
+        except BaseException:
+            conn.close()
+            raise
+        return cls(url, conn)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- connection upkeep
+
+    def _error(self, e: Exception) -> StoreError:
+        if isinstance(e, self.psycopg.OperationalError) or self.conn.broken:
+            return StoreError(f"database {self.location} unreachable: {_one_line(e)}")
+        return StoreError(f"database error: {_one_line(e)}")
+
+    def _live(self) -> Any:
+        """The connection, made again if it was lost (at most once per backoff period)."""
+        if not (self.conn.closed or self.conn.broken):
+            return self.conn
+        now = time.monotonic()
+        if now < self._retry_at:
+            raise StoreError(f"database {self.location} unreachable (retrying)")
+        try:
+            conn = connect(self.url)
+        except StoreError:
+            self._retry_at = now + self._backoff
+            self._backoff = min(self._backoff * 2, MAX_BACKOFF_SECONDS)
+            raise
+        with contextlib.suppress(Exception):
+            self.conn.close()
+        self.conn = conn
+        self._backoff = FIRST_BACKOFF_SECONDS
+        self._retry_at = 0.0
+        self.reconnects += 1
+        return conn
+
+    # ---------------------------------------------------------------- transactions
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """One transaction for several named writes: each ``write()`` inside joins it."""
+        if self._in_batch:
+            yield
+            return
+        with self.write():
+            self._in_batch = True
+            try:
+                yield
+            finally:
+                self._in_batch = False
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Any]:
+        """A transaction (READ COMMITTED): committed on success, rolled back on error.
+        Notifications queued with :meth:`announce` are sent inside it, so they are
+        delivered exactly when the change is visible. Inside :meth:`batch` it joins."""
+        if self._in_batch:
+            yield self._batch_cur
+            return
+        conn = self._live()
+        psycopg = self.psycopg
+        try:
+            with conn.transaction():
+                cur = conn.cursor()
+                self._batch_cur = cur
+                yield cur
+                for note in dict.fromkeys(self._notes):
+                    cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, note))
+        except psycopg.Error as e:
+            raise self._error(e) from None
+        finally:
+            self._notes.clear()
+            self._batch_cur = None
+
+    def announce(self, message: str) -> None:
+        """Announce ``message`` to every daemon when the current transaction commits."""
+        self._notes.append(message)
+
+    def notify(self, message: str) -> None:
+        """Announce ``message`` now (after a change already committed). A hint only."""
+        with contextlib.suppress(StoreError), self.write():
+            self.announce(message)
+
+    def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
+        conn = self._live()
+        try:
+            return list(conn.execute(sql, params).fetchall())
+        except self.psycopg.Error as e:
+            raise self._error(e) from None
+
+    def scalar(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        """The first column of the first row (None when there is no row)."""
+        rows = self.read(sql, params)
+        if not rows:
+            return None
+        return next(iter(rows[0].values()))

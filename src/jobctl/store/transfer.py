@@ -1,0 +1,107 @@
+"""A whole database as values (:class:`~.protocol.CopiedJob`), for ``db copy`` (SPEC §7):
+read through the commands' protocol from one backend, loaded whole into another by its
+``load_copy``."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from ..clock import to_us
+from ..models import Run
+from .protocol import CommandStore, CopiedAttempt, CopiedJob, CopiedRun
+
+#: ``list_runs`` with this limit returns every run
+ALL_RUNS = 2**62
+
+
+def read_all(commands: CommandStore, *, history: bool) -> list[CopiedJob]:
+    """Every job (by name), with ``history`` each of its runs and their attempts."""
+    out = []
+    for job in commands.list_jobs():
+        runs: list[CopiedRun] = []
+        if history:
+            for run in sorted(
+                commands.list_runs(job.spec.name, limit=ALL_RUNS), key=lambda r: r.id
+            ):
+                attempts = [
+                    CopiedAttempt(a, commands.get_output(run.id, a.attempt)[1])
+                    for a in commands.get_attempts(run.id)
+                ]
+                runs.append(CopiedRun(run, attempts))
+        out.append(CopiedJob(job, runs))
+    return out
+
+
+# ---------------------------------------------------------------- rows for the target
+
+
+def job_columns(copied: CopiedJob, now: datetime, *, history: bool) -> dict[str, Any]:
+    """The target's ``jobs`` row: the spec, state and schedule as they were; without
+    ``history`` no trace of past runs (``missed_total`` 0, no boot recorded)."""
+    from .sqlite.commands import spec_columns
+
+    job = copied.job
+    cols = spec_columns(job.spec)
+    windows = [to_us(r.run.scheduled_for) for r in copied.runs]
+    cols.update(
+        state=job.state.value,
+        schedule_from=to_us(now),
+        next_run_at=None if job.next_run_at is None else to_us(job.next_run_at),
+        last_window_at=max(windows) if windows else None,
+        missed_total=job.missed_total if history else 0,
+        last_boot_id=job.last_boot_id if history else None,
+        created_at=to_us(job.created_at),
+        updated_at=to_us(now),
+    )
+    return cols
+
+
+def run_columns(run: Run, job_id: int) -> dict[str, Any]:
+    """The target's ``runs`` row (its id is the target's own)."""
+
+    def us(dt: datetime | None) -> int | None:
+        return None if dt is None else to_us(dt)
+
+    return {
+        "job_id": job_id,
+        "scheduled_for": to_us(run.scheduled_for),
+        "state": run.state.value,
+        "skip_reason": run.skip_reason.value if run.skip_reason else None,
+        "reason": run.reason.value,
+        "catchup_from": us(run.catchup_from),
+        "attempt": run.attempt,
+        "max_attempts": run.max_attempts,
+        "not_before": us(run.not_before),
+        "priority": run.priority,
+        "leased_by": run.leased_by,
+        "lease_until": us(run.lease_until),
+        "cancel_requested": int(run.cancel_requested),
+        "started_at": us(run.started_at),
+        "finished_at": us(run.finished_at),
+        "exit_code": run.exit_code,
+        "last_error": run.last_error,
+        "run_key": run.run_key,
+        "env": json.dumps(run.env, sort_keys=True),
+        "settings": json.dumps(run.settings.to_dict(), sort_keys=True),
+        "attempt_base": run.attempt_base,
+        "hook_status": run.hook_status,
+        "created_at": to_us(run.started_at or run.scheduled_for),
+    }
+
+
+def attempt_columns(a: CopiedAttempt, run_id: int) -> dict[str, Any]:
+    at = a.attempt
+    return {
+        "run_id": run_id,
+        "attempt": at.attempt,
+        "started_at": to_us(at.started_at),
+        "finished_at": None if at.finished_at is None else to_us(at.finished_at),
+        "exit_code": at.exit_code,
+        "error": at.error,
+        "output": a.output,
+        "output_bytes": at.output_bytes,
+        "host": at.host,
+        "pid": at.pid,
+    }

@@ -1,0 +1,444 @@
+"""The PostgreSQL backend itself: schema and migrations, URLs and passwords, the driver as
+an extra, and claims that stay correct with several claimers at once (SPEC §10)."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from jobctl.errors import NotFound, StoreError
+from jobctl.models import JobSpec, Overlap, RunState, Trigger, TriggerKind
+from jobctl.store.postgresql.url import insecure_reason, is_postgresql_url, redact
+
+pytestmark = pytest.mark.postgresql
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+JOBCTL = [sys.executable, "-m", "jobctl"]
+
+
+def manual(name: str, **kw) -> JobSpec:
+    return JobSpec(name=name, trigger=Trigger(TriggerKind.MANUAL, tz="UTC"), command="true", **kw)
+
+
+def _open(url: str, **kw):
+    from jobctl.store import open_store
+
+    return open_store(url, **kw)
+
+
+def _view(url: str):
+    from conftest import StoreView
+
+    return StoreView(url)
+
+
+def _admin(url: str):
+    import psycopg
+
+    return psycopg.connect(url, autocommit=True)
+
+
+# ---------------------------------------------------------------- schema and migrations
+
+
+def test_migrations_reproduce_schema_sql(pg_databases):
+    from jobctl.store.postgresql.schema import SCHEMA_VERSION, migrations, schema_dump, schema_sql
+
+    migrated_url = pg_databases.new(migrated=False)
+    reference_url = pg_databases.new(migrated=False)
+    _open(migrated_url).close()
+    with _admin(reference_url) as conn:
+        conn.execute(schema_sql())
+    with _admin(migrated_url) as a, _admin(reference_url) as b:
+        dump = schema_dump(a)
+        assert dump == schema_dump(b)
+        assert any(r[0] == "index" and r[2] == "runs_one_leased_exclusive" for r in dump)
+        assert a.execute("SELECT version FROM jobctl.schema_version").fetchall() == [
+            (SCHEMA_VERSION,)
+        ]
+    assert max(n for n, _ in migrations()) == SCHEMA_VERSION
+
+
+def test_names_sort_in_byte_order_as_on_sqlite(pg_url):
+    with _view(pg_url) as s:
+        for name in ("b", "B", "a", "_x", "A-1", "a.b"):
+            s.add_job(manual(name), T0)
+        assert [j.spec.name for j in s.list_jobs()] == sorted(["b", "B", "a", "_x", "A-1", "a.b"])
+
+
+def test_newer_schema_is_refused_untouched(pg_databases):
+    from jobctl.store.postgresql.schema import schema_dump
+
+    url = pg_databases.new()
+    with _admin(url) as conn:
+        conn.execute("UPDATE jobctl.schema_version SET version = 99")
+        before = schema_dump(conn)
+    with pytest.raises(StoreError, match="newer"):
+        _open(url)
+    with _admin(url) as conn:
+        assert schema_dump(conn) == before
+        assert conn.execute("SELECT version FROM jobctl.schema_version").fetchone() == (99,)
+
+
+def test_first_starts_at_once_do_not_race(pg_databases):
+    url = pg_databases.new(migrated=False)
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def first_start() -> None:
+        try:
+            barrier.wait()
+            _open(url).close()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=first_start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with _admin(url) as conn:
+        assert conn.execute("SELECT count(*) FROM jobctl.schema_version").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM jobctl.scheduler_lease").fetchone() == (1,)
+
+
+def test_a_database_without_the_schema_is_not_created_by_a_read(pg_databases):
+    url = pg_databases.new(migrated=False)
+    with pytest.raises(NotFound):
+        _open(url, create=False)
+    with _admin(url) as conn:
+        assert conn.execute("SELECT to_regnamespace('jobctl')").fetchone() == (None,)
+
+
+def test_ids_are_never_reused(pg_url):
+    with _view(pg_url) as s:
+        first = s.add_job(manual("a"), T0)
+        run, _ = s.enqueue_run("a", T0)
+        s.delete_job("a")
+        again = s.add_job(manual("a"), T0)
+        run2, _ = s.enqueue_run("a", T0)
+        assert again.id > first.id
+        assert run2.id > run.id
+
+
+def test_unreachable_server_is_one_store_error():
+    with pytest.raises(StoreError) as e:
+        _open("postgresql://nobody:secret@127.0.0.1:1/none")
+    assert "\n" not in str(e.value)
+    assert "secret" not in str(e.value)
+
+
+def test_a_lost_connection_comes_back(pg_url, pg_databases):
+    with _view(pg_url) as s:
+        s.add_job(manual("a"), T0)
+        with _admin(pg_databases.admin_url) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (pg_url.rsplit("/", 1)[1],),
+            )
+        with pytest.raises(StoreError, match="unreachable"):
+            s.list_jobs()
+        assert [j.spec.name for j in s.list_jobs()] == ["a"]
+        assert s.handle.db.reconnects == 1
+
+
+# ---------------------------------------------------------------- URLs and passwords
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://jobctl:s3cret@db.internal/jobs", "postgresql://jobctl@db.internal/jobs"),
+        ("postgres://:s3cret@db:5433/jobs", "postgres://db:5433/jobs"),
+        (
+            "postgresql:///jobs?host=/run/postgresql&password=s3cret",
+            "postgresql:///jobs?host=/run/postgresql",
+        ),
+        ("postgresql://u@h/db?sslmode=require", "postgresql://u@h/db?sslmode=require"),
+    ],
+)
+def test_the_password_is_removed(url, shown):
+    assert redact(url) == shown
+    assert "s3cret" not in redact(url)
+
+
+def test_which_locations_are_urls():
+    assert is_postgresql_url("postgresql://h/db")
+    assert is_postgresql_url("postgres://h/db")
+    assert not is_postgresql_url("/home/me/jobctl.db")
+    assert not is_postgresql_url("postgresql.db")
+
+
+@pytest.mark.parametrize(
+    ("url", "insecure"),
+    [
+        ("postgresql:///jobs?host=/run/postgresql", False),
+        ("postgresql://u@localhost/jobs", False),
+        ("postgresql://u@127.0.0.1:5432/jobs", False),
+        ("postgresql://u@[::1]:5432/jobs", False),
+        ("postgresql://u@db.internal/jobs", True),
+        ("postgresql://u@db.internal/jobs?sslmode=prefer", True),
+        ("postgresql://u@db.internal/jobs?sslmode=require", False),
+        ("postgresql://u@db.internal/jobs?sslmode=verify-full", False),
+        ("postgresql:///jobs?host=10.0.0.5", True),
+    ],
+)
+def test_a_remote_host_without_tls_is_warned_about(url, insecure):
+    assert (insecure_reason(url) is not None) is insecure
+
+
+def test_the_store_shows_its_location_without_the_password(pg_url):
+    url = pg_url.replace("postgres@", "postgres:s3cret@")
+    s = _open(url)
+    try:
+        assert "s3cret" not in s.location
+        assert s.daemon.child_location() == s.location
+        assert "s3cret" not in s.commands.info().location
+    finally:
+        s.close()
+
+
+# ---------------------------------------------------------------- the driver is an extra
+
+
+def _python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("args", [["--version"], ["list"], ["add", "a", "--manual", "--", "true"]])
+def test_sqlite_commands_never_load_the_driver(tmp_path: Path, args):
+    code = (
+        "import sys\n"
+        "from jobctl.cli import main\n"
+        "try:\n"
+        f"    main({['--db', str(tmp_path / 'j.db'), *args]!r})\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        "print(sorted(m for m in sys.modules if m.startswith('psycopg')))\n"
+    )
+    proc = _python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_without_the_extra_a_url_is_one_error_naming_it():
+    code = (
+        "import sys\n"
+        "sys.modules['psycopg'] = None  # as if the extra were not installed\n"
+        "from jobctl.store import open_store\n"
+        "from jobctl.errors import StoreError\n"
+        "try:\n"
+        "    open_store('postgresql://u@127.0.0.1:1/x')\n"
+        "except StoreError as e:\n"
+        "    print(e)\n"
+    )
+    proc = _python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (
+        "PostgreSQL support is not installed: pip install 'jobctl[postgresql]' (psycopg 3)"
+    )
+
+
+# ---------------------------------------------------------------- claims under concurrency
+
+
+def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):
+    """Four claimers at once, each on its own connection, over runs of a forbid job and of
+    jobs sharing a lock: never two leased runs of the forbid job, never two holders of a
+    lock, and every run is claimed exactly once."""
+    with _view(pg_url) as s:
+        s.add_job(manual("solo", overlap=Overlap.FORBID), T0)
+        s.add_job(manual("polite-a", overlap=Overlap.ALLOW, locks=("host:x",)), T0)
+        s.add_job(manual("polite-b", overlap=Overlap.ALLOW, locks=("host:x",)), T0)
+        s.add_job(manual("free", overlap=Overlap.ALLOW), T0)
+        expected = set()
+        for i in range(12):
+            for name in ("solo", "polite-a", "polite-b", "free"):
+                expected.add(s.enqueue_run(name, T0 + timedelta(microseconds=i))[0].id)
+
+    holders: dict[str, set[int]] = {"solo": set(), "host:x": set()}
+    guard = threading.Lock()
+    violations: list[str] = []
+    done: list[int] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def claimer(n: int) -> None:
+        me = f"d{n}"
+        rnd = random.Random(n)
+        try:
+            with _view(pg_url) as st:
+                barrier.wait()
+                idle = 0
+                while idle < 50:
+                    claimed, _ = st.claim(me, "h", T0 + timedelta(seconds=1), 60, limit=2)
+                    if not claimed:
+                        idle += 1
+                        continue
+                    idle = 0
+                    with guard:
+                        for c in claimed:
+                            for key in _keys(c.run):
+                                holders[key].add(c.run.id)
+                                if len(holders[key]) > 1:
+                                    violations.append(f"{key}: {sorted(holders[key])}")
+                    if rnd.random() < 0.5:
+                        threading.Event().wait(0.002)
+                    for c in claimed:
+                        with guard:  # let go before the commit that frees it
+                            for key in _keys(c.run):
+                                holders[key].discard(c.run.id)
+                            done.append(c.run.id)
+                        done_ = st.finish(c.run, c.run.attempt, me, T0 + timedelta(seconds=1))
+                        assert done_.state is RunState.SUCCEEDED
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert violations == []
+    assert sorted(done) == sorted(expected)  # each run claimed once, none left behind
+
+
+def _keys(run) -> list[str]:
+    keys = ["solo"] if run.job_name == "solo" else []
+    return keys + [lock for lock in run.locks if lock == "host:x"]
+
+
+# ---------------------------------------------------------------- db info and db copy
+
+
+def _strip_ids(value):
+    if isinstance(value, dict):
+        return {k: _strip_ids(v) for k, v in value.items() if k not in ("id", "run_id")}
+    if isinstance(value, list):
+        return [_strip_ids(v) for v in value]
+    return value
+
+
+def _views(jobctl_at, names):
+    return {
+        "list": _strip_ids(jobctl_at.json("list")),
+        "runs": _strip_ids(jobctl_at.json("runs", "--limit", "100000")),
+        "show": {n: _strip_ids(jobctl_at.json("show", n)) for n in names},
+    }
+
+
+def _history(location, n_jobs: int = 100) -> list[str]:
+    """``n_jobs`` jobs with runs in every state, attempts with output, keys and locks."""
+    from conftest import StoreView
+
+    names = []
+    with StoreView(location) as s:
+        for i in range(n_jobs):
+            name = f"job-{i:03d}"
+            names.append(name)
+            if i % 3 == 0:
+                spec = JobSpec(
+                    name=name,
+                    trigger=Trigger(TriggerKind.CRON, tz="Europe/Paris", expr=f"{i % 60} * * * *"),
+                    command=f"echo {i}",
+                    env={"N": str(i)},
+                    locks=("shared",) if i % 2 else (),
+                )
+            else:
+                spec = manual(name, retries=i % 3, overlap=Overlap.ALLOW, priority=i % 5)
+            s.add_job(spec, T0)
+            for k in range(i % 4):
+                s.enqueue_run(name, T0 + timedelta(seconds=k), key=f"k{k}" if k % 2 else None)
+        for turn in range(40):
+            now = T0 + timedelta(seconds=10 + turn)
+            claimed, _ = s.claim("d1", "host-a", now, 30, limit=10)
+            for c in claimed:
+                s.finish(c.run, c.run.attempt, "d1", now, exit_code=(c.run.id % 3))
+    return names
+
+
+def test_db_copy_sqlite_to_postgresql_and_back_keeps_what_every_view_shows(
+    tmp_path, pg_url, jobctl
+):
+    from conftest import Jobctl
+
+    source = Jobctl(tmp_path / "source.db")
+    back = Jobctl(tmp_path / "back.db")
+    on_pg = Jobctl(pg_url)
+    try:
+        names = _history(source.db)
+        before = _views(source, names)
+        assert sum(1 for r in before["runs"] if r["state"] == "succeeded") > 10
+        out = source("db", "copy", "--to", pg_url, "--history")
+        assert out.stdout.startswith("copied 100 jobs and ")
+        assert _views(on_pg, names) == before
+        on_pg("db", "copy", "--to", str(back.db), "--history")
+        assert _views(back, names) == before
+        info = back.json("db", "info")
+        assert (info["backend"], info["jobs"]) == ("sqlite", 100)
+        assert info["runs"] == len(before["runs"])
+    finally:
+        for j in (source, back, on_pg):
+            j.close()
+
+
+def test_db_copy_without_history_and_onto_a_database_with_jobs(tmp_path, pg_url):
+    from conftest import Jobctl
+
+    source = Jobctl(tmp_path / "source.db")
+    on_pg = Jobctl(pg_url)
+    try:
+        names = _history(source.db, n_jobs=6)
+        source("db", "copy", "--to", pg_url)
+        jobs = on_pg.json("list")
+        assert [j["name"] for j in jobs] == names
+        assert all(j["last_run"] is None and j["missed_total"] == 0 for j in jobs)
+        assert on_pg.json("runs") == []
+        before = on_pg.json("list")
+        refused = subprocess.run(
+            [*JOBCTL, "--db", str(source.db), "db", "copy", "--to", pg_url, "--history"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert refused.returncode == 1
+        assert refused.stderr.startswith("Error: the target database holds 6 jobs")
+        assert len(refused.stderr.splitlines()) == 1
+        assert on_pg.json("list") == before and on_pg.json("runs") == []
+    finally:
+        source.close()
+        on_pg.close()
+
+
+def test_db_info_on_postgresql_hides_the_password(pg_url):
+    from conftest import Jobctl
+
+    url = pg_url.replace("postgres@", "postgres:s3cret@")
+    j = Jobctl(url)
+    try:
+        j("add", "a", "--manual", "--", "true")
+        info = j.json("db", "info")
+        human = j("db", "info").stdout
+    finally:
+        j.close()
+    assert info["backend"] == "postgresql"
+    assert info["location"] == pg_url
+    assert (info["schema_version"], info["jobs"], info["runs"]) == (1, 1, 0)
+    assert info["size_bytes"] > 0
+    assert "s3cret" not in human
