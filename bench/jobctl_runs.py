@@ -116,11 +116,13 @@ def _interval_specs(prefix: str, n: int, every_seconds: float, anchor: datetime)
 
 
 def _add_jobs(db: Path, specs) -> None:
-    from jobctl.store import Store
+    from jobctl.store import open_store
+    from jobctl.triggers import next_fire
 
-    store = Store.open(db)
+    store = open_store(db)
+    now = datetime.now(UTC)
     try:
-        store.add_jobs(specs, datetime.now(UTC))
+        store.commands.add_jobs([(s, next_fire(s.trigger, now)) for s in specs], now)
     finally:
         store.close()
 
@@ -203,9 +205,10 @@ def precision(
     }
 
 
-def build_scale_db(db: Path, jobs: int) -> float:
+def build_scale_db(db: Path, jobs: int, *, fresh: bool = False) -> float:
     """A database with ``jobs`` far-future interval jobs (bulk SQL) and a manual job
-    ``probe``. Returns the seconds the insert took."""
+    ``probe``. ``fresh``: created and edited just now, as right after an import (else a
+    day ago). Returns the seconds the insert took."""
     from jobctl.models import JobSpec, Trigger, TriggerKind
     from jobctl.store import open_store
 
@@ -216,7 +219,7 @@ def build_scale_db(db: Path, jobs: int) -> float:
     handle.close()
     # created and last edited a day ago: the steady state (the daemon re-reads jobs edited
     # within the last 2 leases on every renewal, a safety net for lost wake-ups)
-    now_us = _us(now - timedelta(days=1))
+    now_us = _us(now if fresh else now - timedelta(days=1))
     base = _us(FAR_FUTURE)
     t0 = time.perf_counter()
     conn = sqlite3.connect(db, isolation_level=None)
@@ -314,6 +317,26 @@ def scale(tmp: Path, jobs: int, starts: int, idle_seconds: float, dispatches: in
         Path(str(db) + suffix).unlink(missing_ok=True)
     result.update(ready_s=median(ready_s), rss_mib=median(rss), peak_mib=median(hwm))
     return result
+
+
+def idle_after_import(tmp: Path, jobs: int, seconds: float) -> dict:
+    """CPU of a daemon over its first ``seconds`` after ready, on ``jobs`` jobs that were
+    all written just before it started (right after an import: every renewal's safety
+    net re-read sees them as recently changed)."""
+    db = tmp / f"import-{jobs}.db"
+    build_scale_db(db, jobs, fresh=True)
+    d = DaemonProc(db, 4)
+    try:
+        d.wait_for(r"scheduling (\d+) jobs", 300)
+        c0, t0 = proc_cpu_seconds(d.pid), time.monotonic()
+        time.sleep(seconds)
+        c1, t1 = proc_cpu_seconds(d.pid), time.monotonic()
+    finally:
+        d.stop()
+    db.unlink()
+    for suffix in ("-wal", "-shm"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    return {"jobs": jobs, "seconds": seconds, "idle_core_pct": 100 * (c1 - c0) / (t1 - t0)}
 
 
 def cli(tmp: Path, reps: int) -> dict:

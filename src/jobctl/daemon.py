@@ -41,6 +41,8 @@ MAX_SLEEP_SECONDS = 3600.0
 MISSED_GAP_SECONDS = 60.0
 #: after a store error in a turn, wait this long before the next turn
 STORE_ERROR_BACKOFF_SECONDS = 0.5
+#: strays are swept this long after a child exited (one /proc walk for a burst of exits)
+SWEEP_DELAY_SECONDS = 0.1
 
 
 def read_boot_id(path: str = BOOT_ID_PATH) -> str:
@@ -85,19 +87,35 @@ class Phase(Enum):
 
 
 class Log:
-    """One event a line on stderr; no timestamps under systemd (it adds its own)."""
+    """One event a line on stderr; no timestamps under systemd (it adds its own).
+
+    Lines are buffered and written with one flush per loop turn (:meth:`flush`, called
+    before the loop sleeps and on exit), not one write and flush per event."""
 
     def __init__(self, stream: TextIO | None = None, environ: Mapping[str, str] | None = None):
         self.stream = stream or sys.stderr
         env = os.environ if environ is None else environ
         self.stamps = "JOURNAL_STREAM" not in env
+        self._lines: list[str] = []
+        self._stamp_second = -1
+        self._stamp = ""
 
     def __call__(self, message: str) -> None:
-        line = message
         if self.stamps:
-            line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}"
+            second = int(time.time())
+            if second != self._stamp_second:
+                self._stamp_second = second
+                self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S ", time.localtime(second))
+            message = self._stamp + message
+        self._lines.append(message)
+
+    def flush(self) -> None:
+        if not self._lines:
+            return
+        text = "\n".join(self._lines) + "\n"
+        self._lines = []
         with contextlib.suppress(OSError, ValueError):  # a closed stderr must not stop us
-            self.stream.write(line + "\n")
+            self.stream.write(text)
             self.stream.flush()
 
 
@@ -152,6 +170,7 @@ class Daemon:
         )
         self.reaper = StrayReaper()
         self.strays: set[int] = set()
+        self.sweep_at: float | None = None
         self.waker = store.open_waker(self.id)
         self._sig_r, self._sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
@@ -229,10 +248,12 @@ class Daemon:
                     self.log(f"store error: {e}; retrying")
                     self.executor.claim_needed = True
                     self.scheduler.reload()
+                    self._flush_log()
                     time.sleep(STORE_ERROR_BACKOFF_SECONDS)
         finally:
             self._cleanup()
-        self.log(f"daemon {self.id} stopped")
+            self.log(f"daemon {self.id} stopped")
+            self._flush_log()
         return 0
 
     def _cleanup(self) -> None:
@@ -273,9 +294,15 @@ class Daemon:
         self.executor.tick(now, mono)
         if running and self.executor.wants_claim(now):
             self.executor.claim(now, mono)
+        elif self.executor.unrecorded:
+            self.executor.record(now, mono)
         self._pass_on(now)
-        if self.config.reap_strays and self.executor.take_exited():
-            self._sweep()
+        if self.config.reap_strays:
+            if self.executor.take_exited() and self.sweep_at is None:
+                self.sweep_at = mono + SWEEP_DELAY_SECONDS
+            if self.sweep_at is not None and mono >= self.sweep_at:
+                self.sweep_at = None
+                self._sweep()
         if self.phase is not Phase.RUNNING and not self.executor.busy:
             return False
         self._wait(now, mono)
@@ -332,22 +359,42 @@ class Daemon:
         d = self.executor.next_deadline(mono)
         if d is not None:
             timeout = min(timeout, max(d - mono, 0.0))
+        if self.sweep_at is not None:
+            timeout = min(timeout, max(self.sweep_at - mono, 0.0))
         if self.phase is Phase.DRAINING and self.kill_deadline is not None:
             timeout = min(timeout, max(self.kill_deadline - mono, 0.0))
         timeout = min(timeout, MAX_SLEEP_SECONDS)
+        self._flush_log()
         # from the clock as we go to sleep: a slow turn is busy, not suspended
         self.expected_wake = self.clock.now() + timedelta(seconds=timeout)
         events = self.selector.select(timeout)
         if not events:
             return
         woke, woke_mono = self.clock.now(), self.clock.monotonic()
-        for key, _ in events:
-            # a callback earlier in this batch may have closed this fd and a new one
-            # taken its number: act only on what is still registered as it was
-            if self.selector.get_map().get(key.fd) is not key:
-                continue
-            callback: Ready = key.data
-            callback(woke, woke_mono)
+        self.executor.begin_batch()
+        try:
+            for key, _ in events:
+                # a callback earlier in this batch may have closed this fd and a new one
+                # taken its number: act only on what is still registered as it was
+                if self.selector.get_map().get(key.fd) is not key:
+                    continue
+                callback: Ready = key.data
+                callback(woke, woke_mono)
+        finally:
+            # the ends of this wake-up, and the claims for the workers they freed, in
+            # one transaction
+            self.executor.end_batch(woke, woke_mono, claim=self.phase is Phase.RUNNING)
+
+    def _stray_callback(self, fd: int) -> Ready:
+        def on_exit(now: datetime, mono: float) -> None:
+            self._on_stray_exit(fd)
+
+        return on_exit
+
+    def _flush_log(self) -> None:
+        flush = getattr(self.log, "flush", None)
+        if flush is not None:
+            flush()
 
     def _sweep(self) -> None:
         fds = self.reaper.sweep(self.executor.tracked_pids(), self.executor.running_pgids())
@@ -355,9 +402,6 @@ class Daemon:
             self.log(f"killed stray process {self.reaper.pid_of(fd)} (it left its attempt's group)")
             self.strays.add(fd)
             self.watch(fd, self._stray_callback(fd))
-
-    def _stray_callback(self, fd: int) -> Ready:
-        return lambda now, mono: self._on_stray_exit(fd)
 
     # ------------------------------------------------------------------ leases
 

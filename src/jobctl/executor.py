@@ -18,12 +18,17 @@ from . import planner
 from .errors import StoreError
 from .models import AttemptResult, Decision, Run, RunState, StopReason
 from .reaper import group_alive, kill_group, kill_run_processes
-from .store import Claimed, DaemonStore
-from .store.protocol import ExpiredLease
+from .store import Claimed, DaemonStore, Finished
+from .store.protocol import ExpiredLease, FinishItem
 from .worker import CANCEL_GRACE_SECONDS, Child, Hook, build_env, spawn_hook
 
 #: a running attempt's output tail is stored at most this often while it changes
 OUTPUT_FLUSH_SECONDS = 1.0
+#: the pids of children started in a turn ride with the next turn's transaction, or are
+#: written on their own once they waited this long
+PID_FLUSH_SECONDS = 0.05
+#: after a store error, what a turn learned is recorded again this much later
+RECORD_RETRY_SECONDS = 1.0
 
 #: a callback for a ready descriptor gets the time the loop read after waking
 Ready = Callable[[datetime, float], None]
@@ -49,6 +54,19 @@ class Held:
     started_mono: float
     saved_total: int = 0
     saved_mono: float = field(default=0.0)
+    #: its end is decided and waits for the turn's transaction
+    queued: bool = False
+
+
+@dataclass
+class Ending:
+    """An attempt's end, decided and waiting to be recorded (``held`` None: never started)."""
+
+    held: Held | None
+    run: Run
+    attempt: int
+    result: AttemptResult
+    decision: Decision
 
 
 class Executor:
@@ -83,6 +101,13 @@ class Executor:
         self.next_claim_wall: datetime | None = None
         self._ended_jobs: list[int] = []
         self._exited = False
+        #: ends decided since the last transaction, recorded with the next one
+        self._ending: list[Ending] = []
+        #: (run_id, attempt, pid) of children started, not yet recorded; since when
+        self._started: list[tuple[int, int, int]] = []
+        self._started_mono = 0.0
+        self._record_after = 0.0
+        self._batching = False
 
     # ------------------------------------------------------------------ what the loop reads
 
@@ -107,6 +132,11 @@ class Executor:
         out, self._exited = self._exited, False
         return out
 
+    @property
+    def unrecorded(self) -> bool:
+        """Ends decided (or pids) that no transaction has recorded yet."""
+        return bool(self._ending or self._started)
+
     def wants_claim(self, now: datetime) -> bool:
         return self.claim_needed or (
             self.next_claim_wall is not None and now >= self.next_claim_wall
@@ -121,48 +151,103 @@ class Executor:
                 times.append(d)
             if h.child.returncode is None and h.child.tail.total != h.saved_total:
                 times.append(max(h.started_mono, h.saved_mono) + OUTPUT_FLUSH_SECONDS)
+        if self._started:
+            times.append(max(self._started_mono + PID_FLUSH_SECONDS, self._record_after))
+        if self._ending:
+            times.append(self._record_after)
         return min(times) if times else None
 
     # ------------------------------------------------------------------ claims
 
+    def begin_batch(self) -> None:
+        """The loop is about to run the callbacks of one wake-up: the ends they learn are
+        recorded together by :meth:`end_batch` (one transaction), not one by one."""
+        self._batching = True
+
+    def end_batch(self, now: datetime, mono: float, *, claim: bool) -> None:
+        """Record what the wake-up's callbacks learned; with ``claim``, in the same
+        transaction as the claims for the workers they freed (see :meth:`claim`)."""
+        self._batching = False
+        if not self._ending:
+            return
+        if claim:
+            self.claim(now, mono)
+        else:
+            self.record(now, mono)
+
     def claim(self, now: datetime, mono: float) -> None:
-        """Claim runs for the free workers and start them; check cancel requests."""
+        """One transaction for the turn: record the ends and pids learned since the last
+        one, claim runs for the free workers, and start them; check cancel requests."""
         self.claim_needed = False
+        self._exchange(now, mono, claim=True)
+
+    def record(self, now: datetime, mono: float) -> None:
+        """Record the ends and pids learned since the last transaction (no claims: used
+        while draining, and for pids of children that run on)."""
+        if self.unrecorded and mono >= self._record_after:
+            self._exchange(now, mono, claim=False)
+
+    def _exchange(self, now: datetime, mono: float, *, claim: bool) -> None:
+        outer = self._batching
+        self._batching = True  # a spawn failure below is recorded after, not inside
+        try:
+            self._exchange_once(now, mono, claim=claim)
+        finally:
+            self._batching = outer
+        if not outer and self._ending and mono >= self._record_after:
+            self._exchange_once(now, mono, claim=False)
+
+    def _exchange_once(self, now: datetime, mono: float, *, claim: bool) -> None:
         cfg = self.config
-        free = cfg.workers - len(self.held)
+        ending = list(self._ending)
+        if claim and any(e.run.locks for e in ending):
+            # a freed lock is offered to every daemon first: record now, tell them (the
+            # loop pokes), and claim next turn, so one daemon cannot keep a lock by
+            # re-taking it in the transaction that frees it
+            claim = False
+            self.claim_needed = True
+        running = [h for h in self.held.values() if not h.queued]
+        free = cfg.workers - len(running) if claim else 0
         low_limit = None
         if cfg.reserved_priority is not None and cfg.reserved > 0:
-            low_running = sum(
-                1 for h in self.held.values() if h.run.priority < cfg.reserved_priority
-            )
+            low_running = sum(1 for h in running if h.run.priority < cfg.reserved_priority)
             low_limit = max(0, cfg.workers - cfg.reserved - low_running)
+        claimed: list[Claimed] = []
+        ended: list[tuple[Run, Decision]] = []
+        finished: list[Finished] = []
         try:
-            claimed: list[Claimed] = []
-            ended: list[tuple[Run, Decision]] = []
-            if free > 0:
-                claimed, ended = self.store.claim_runs(
+            pids_due = bool(self._started) and (
+                not claim or mono >= self._started_mono + PID_FLUSH_SECONDS
+            )
+            sent = list(self._started) if (free > 0 or ending or pids_due) else None
+            if sent is not None:
+                res = self.store.record_and_claim(
                     self.daemon_id,
                     self.host,
                     now,
                     cfg.lease_seconds,
-                    limit=free,
+                    finishes=[
+                        FinishItem(e.run.id, e.attempt, e.result, e.decision) for e in ending
+                    ],
+                    started=sent,
+                    limit=max(free, 0),
                     low_limit=low_limit,
                     reserved_priority=cfg.reserved_priority,
                     on_expired=_decide_expired,
                 )
-            if self.cancels_unchecked:
-                # a cancel request comes with a wake-up (or is seen at the next renewal)
-                self.cancels_unchecked = False
-                self.check_held(mono)
-            if len(self.held) + len(claimed) < cfg.workers:
-                self.next_claim_wall = self.store.next_claim_at(self.daemon_id, now)
-            else:
-                # every worker is busy: the next claim comes when one of them finishes
-                self.next_claim_wall = None
+                claimed, ended, finished = res.claimed, res.ended, res.finished
         except StoreError as e:
-            self.log(f"claim failed: {e}")
-            self.next_claim_wall = now + timedelta(seconds=1)
+            # what was learned stays queued and is recorded again with the next try
+            self.log(f"claim failed: {e}" if claim else f"cannot record yet: {e}")
+            self._record_after = mono + RECORD_RETRY_SECONDS
+            if claim:
+                self.next_claim_wall = now + timedelta(seconds=RECORD_RETRY_SECONDS)
             return
+        self._ending = self._ending[len(ending) :]
+        if sent is not None:
+            self._started = self._started[len(sent) :]
+        for item, done in zip(ending, finished, strict=True):
+            self._after_finish(item, done, now)
         for run, decision in ended:
             self.log(
                 f"run {run.id} of {run.job_name}: lease lost on its last attempt: "
@@ -174,10 +259,25 @@ class Executor:
         started: list[tuple[int, int, int]] = []
         for c in claimed:
             self._start(c, now, mono, started)
-        try:  # one commit for the whole turn; only a takeover's kill needs the pids
-            self.store.set_attempt_processes(self.daemon_id, started)
+        if started:  # recorded with the next turn's transaction (or on its own, soon)
+            if not self._started:
+                self._started_mono = mono
+            self._started += started
+        if not claim:
+            return
+        try:  # reads only; what was recorded and started above stands
+            if self.cancels_unchecked:
+                # a cancel request comes with a wake-up (or is seen at the next renewal)
+                self.check_held(mono)
+                self.cancels_unchecked = False
+            if len(running) + len(claimed) < cfg.workers:
+                self.next_claim_wall = self.store.next_claim_at(self.daemon_id, now)
+            else:
+                # every worker is busy: the next claim comes when one of them finishes
+                self.next_claim_wall = None
         except StoreError as e:
-            self.log(f"cannot record process groups: {e}")
+            self.log(f"claim failed: {e}")
+            self.next_claim_wall = now + timedelta(seconds=RECORD_RETRY_SECONDS)
 
     def _start(
         self, claimed: Claimed, now: datetime, mono: float, started: list[tuple[int, int, int]]
@@ -199,25 +299,25 @@ class Executor:
             if e.filename and e.filename not in error:
                 error = f"spawn: {e.filename}: {e.strerror or e}"
             self.log(f"run {run.id} of {run.job_name}: cannot start: {error}")
-            self._finish(run, run.attempt, AttemptResult(None, spawn_error=error), now)
+            self._queue(None, run, run.attempt, AttemptResult(None, spawn_error=error), now, mono)
             return
         held = Held(run, run.attempt, child, mono)
         self.held[run.id] = held
         assert child.output_fd is not None and child.pidfd is not None  # just started
-        self.watch(child.output_fd, lambda now, mono: self._on_output(held, now))
-        self.watch(child.pidfd, lambda now, mono: self._on_exit(held, now))
+        self.watch(child.output_fd, lambda now, mono: self._on_output(held, now, mono))
+        self.watch(child.pidfd, lambda now, mono: self._on_exit(held, now, mono))
         started.append((run.id, run.attempt, child.pid))
         self.log(f"run {run.id} of {run.job_name}: attempt {run.attempt} started, pid {child.pid}")
 
     # ------------------------------------------------------------------ children
 
-    def _on_output(self, held: Held, now: datetime) -> None:
+    def _on_output(self, held: Held, now: datetime, mono: float) -> None:
         fd = held.child.output_fd
         if not held.child.on_output() and fd is not None:
             self.unwatch(fd)
-        self._maybe_finish(held, now)
+        self._maybe_finish(held, now, mono)
 
-    def _on_exit(self, held: Held, now: datetime) -> None:
+    def _on_exit(self, held: Held, now: datetime, mono: float) -> None:
         child = held.child
         if child.pidfd is not None:
             self.unwatch(child.pidfd)
@@ -225,7 +325,7 @@ class Executor:
             self.unwatch(child.output_fd)
         child.on_exit()
         self._exited = True
-        self._maybe_finish(held, now)
+        self._maybe_finish(held, now, mono)
 
     def tick(self, now: datetime, mono: float) -> None:
         """Timeouts and SIGKILL follow-ups; store the output of running attempts at most
@@ -235,7 +335,7 @@ class Executor:
         for h in list(self.held.values()):
             h.child.tick(mono)
             if h.child.finished:
-                self._maybe_finish(h, now)
+                self._maybe_finish(h, now, mono)
                 continue
             total = h.child.tail.total
             if (
@@ -250,9 +350,11 @@ class Executor:
                 self.store.save_output(self.daemon_id, outputs)
             except StoreError as e:
                 self.log(f"cannot store running output: {e}")
+        if self._started and mono >= self._started_mono + PID_FLUSH_SECONDS:
+            self.record(now, mono)
 
-    def _maybe_finish(self, held: Held, now: datetime) -> None:
-        if not held.child.finished:
+    def _maybe_finish(self, held: Held, now: datetime, mono: float) -> None:
+        if not held.child.finished or held.queued:
             return
         result = held.child.result()
         run = held.run
@@ -260,25 +362,41 @@ class Executor:
             self.log(f"run {run.id}: attempt {held.attempt} ended after its lease was lost")
             self._release(held)
             return
-        try:
-            self._finish(run, held.attempt, result, now)
-        except StoreError as e:
-            # left held: the next turn's tick records it again
-            self.log(f"run {run.id}: cannot record its end yet: {e}")
+        self._queue(held, run, held.attempt, result, now, mono)
+
+    def _queue(
+        self,
+        held: Held | None,
+        run: Run,
+        attempt: int,
+        result: AttemptResult,
+        now: datetime,
+        mono: float,
+    ) -> None:
+        """Decide an attempt's end now. Inside a batch (:meth:`begin_batch`) it is
+        recorded with the batch's transaction, else at once."""
+        decision = planner.decide(run, attempt, result, now, self.rng)
+        if decision is None:
+            if held is not None:
+                self._release(held)
             return
-        self._release(held)
+        if held is not None:
+            held.queued = True
+        self._ending.append(Ending(held, run, attempt, result, decision))
+        self.claim_needed = True
+        if not self._batching:
+            self.record(now, mono)
 
     def _release(self, held: Held) -> None:
         if self.held.get(held.run.id) is held:
             del self.held[held.run.id]
         self.claim_needed = True
 
-    def _finish(self, run: Run, attempt: int, result: AttemptResult, now: datetime) -> None:
-        decision = planner.decide(run, attempt, result, now, self.rng)
-        if decision is None:
-            return
-        done = self.store.finish_attempt(run.id, attempt, self.daemon_id, now, result, decision)
+    def _after_finish(self, e: Ending, done: Finished, now: datetime) -> None:
+        if e.held is not None:
+            self._release(e.held)
         self.claim_needed = True
+        run, attempt, result, decision = e.run, e.attempt, e.result, e.decision
         if done.state is None:
             self.log(
                 f"run {run.id} of {run.job_name}: attempt {attempt} ended "
@@ -347,14 +465,14 @@ class Executor:
         """Held runs whose lease is gone (taken over, deleted): kill their attempts."""
         for run_id in run_ids:
             h = self.held.get(run_id)
-            if h is not None and h.child.stop_reason is None:
+            if h is not None and not h.queued and h.child.stop_reason is None:
                 self.log(f"run {run_id} attempt {h.attempt}: lease lost, killing it")
                 h.child.kill_now(StopReason.LOST)
 
     def on_cancel(self, run_ids: frozenset[int], mono: float) -> None:
         for run_id in run_ids:
             h = self.held.get(run_id)
-            if h is not None and h.child.stop_reason is None:
+            if h is not None and not h.queued and h.child.stop_reason is None:
                 self.log(f"run {run_id} of {h.run.job_name}: cancel requested")
                 h.child.stop(StopReason.CANCELLED, mono, CANCEL_GRACE_SECONDS)
 

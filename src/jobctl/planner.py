@@ -6,9 +6,12 @@ so the tests drive it with plain datetimes.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import random
+from array import array
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -28,6 +31,7 @@ from .models import (
     RunState,
     SkipReason,
     StopReason,
+    Trigger,
     TriggerKind,
     WaitFacts,
     Waiting,
@@ -39,6 +43,14 @@ from .models import (
 MISSED_GAP_SECONDS = 60.0
 #: cron windows are enumerated at most this far when catching up (then only counted)
 MAX_ENUMERATED_WINDOWS = 2_000_000
+
+
+@functools.lru_cache(maxsize=4096)
+def next_fire(trigger: Trigger, after: datetime) -> datetime | None:
+    """:func:`triggers.next_fire`, memoised per (trigger, instant): the jobs of a burst
+    share their trigger and window, so one computation serves them all (pure function of
+    hashable frozen values; raises as the original, uncached)."""
+    return triggers.next_fire(trigger, after)
 
 
 def retry_delay_seconds(attempt: int, backoff_seconds: float, rng: random.Random) -> float:
@@ -140,13 +152,9 @@ def plan_due(
         done = True
     elif triggers.is_fixed_delay(trig):
         # the next window is set when this run ends; skipped: one interval from now
-        nxt = (
-            None
-            if any(w.state is RunState.PENDING for w in windows)
-            else (triggers.next_fire(trig, now))
-        )
+        nxt = None if any(w.state is RunState.PENDING for w in windows) else (next_fire(trig, now))
     else:
-        nxt = triggers.next_fire(trig, max(last, now) if missed else last)
+        nxt = next_fire(trig, max(last, now) if missed else last)
     windows, replace_open = apply_overlap(windows, spec.overlap, has_leased_run)
     return Plan(windows, nxt, last, missed_increment, done, replace_open)
 
@@ -261,62 +269,177 @@ def _workers(leased_runs: int) -> Waiting:
     )
 
 
+_NONE = -(2**63)  # "no current time" in the compact map
+
+
+class _DueMap:
+    """job id -> its current due time (µs): a flat ``array('q')`` indexed by id while ids
+    are dense (AUTOINCREMENT ids mostly are: 8 bytes a job), a dict when they are not."""
+
+    def __init__(self, size: int) -> None:
+        self._arr: array[int] | None = array("q", [_NONE]) * size
+        self._dict: dict[int, int] = {}
+
+    def get(self, job_id: int) -> int | None:
+        if self._arr is not None:
+            if 0 <= job_id < len(self._arr):
+                v = self._arr[job_id]
+                return None if v == _NONE else v
+            return None
+        return self._dict.get(job_id)
+
+    def set(self, job_id: int, due_us: int | None, live: int) -> None:
+        arr = self._arr
+        if arr is not None:
+            if 0 <= job_id < len(arr):
+                arr[job_id] = _NONE if due_us is None else due_us
+                return
+            if due_us is None:
+                return
+            if 0 <= job_id <= 2 * live + 1024:
+                arr.extend(array("q", [_NONE]) * (job_id + 1 - len(arr)))
+                arr[job_id] = due_us
+                return
+            # sparse ids: fall back to a dict of the live entries
+            self._dict = {i: v for i, v in enumerate(arr) if v != _NONE}
+            self._arr = None
+        if due_us is None:
+            self._dict.pop(job_id, None)
+        else:
+            self._dict[job_id] = due_us
+
+
 class FireHeap:
     """Jobs keyed by next fire time (µs). Stale entries are dropped lazily on pop.
 
     ``push`` replaces a job's time; ``remove`` forgets it. ``pop_due(now_us)`` returns
     the ids of jobs whose time is ≤ now_us, earliest first. O(log n) per operation.
+
+    Compact for a million waiting jobs: what :meth:`load` gets is kept as two sorted
+    ``array('q')`` (time, id) read from the front, and each job's current time in a flat
+    array by id (24 bytes a job, no object per job); only jobs pushed later go through a
+    ``heapq`` of tuples, folded back into the arrays when it grows.
     """
 
     def __init__(self) -> None:
+        self._base_due: array[int] = array("q")
+        self._base_id: array[int] = array("q")
+        self._pos = 0
         self._heap: list[tuple[int, int]] = []
-        self._current: dict[int, int] = {}
+        self._due = _DueMap(0)
+        self._n = 0
 
     def __len__(self) -> int:
-        return len(self._current)
+        return self._n
 
-    def load(self, items: list[tuple[int, int]]) -> None:
-        """Replace the contents with (due_us, job_id) pairs in O(n)."""
-        self._current = {job_id: due for due, job_id in items}
-        self._heap = list(items)
-        heapq.heapify(self._heap)
+    def load(self, items: Iterable[tuple[int, int]]) -> None:
+        """Replace the contents with (due_us, job_id) pairs (read once, lazily: pass the
+        store's cursor). Sorted input, as :meth:`DaemonStore.schedule_heads` gives, is
+        taken in O(n); other input is sorted first."""
+        dues: array[int] = array("q")
+        ids: array[int] = array("q")
+        ordered = True
+        last = (_NONE, _NONE)
+        for due, job_id in items:
+            if ordered and (due, job_id) < last:
+                ordered = False
+            last = (due, job_id)
+            dues.append(due)
+            ids.append(job_id)
+        if not ordered:
+            # a job listed twice keeps its last time, in the order given
+            last_of = {j: d for d, j in zip(dues, ids, strict=True)}
+            pairs = sorted((d, j) for j, d in last_of.items())
+            dues = array("q", (d for d, _ in pairs))
+            ids = array("q", (j for _, j in pairs))
+        self._set_base(dues, ids)
+
+    def _set_base(self, dues: array[int], ids: array[int]) -> None:
+        top = max(ids) + 1 if ids else 0
+        self._due = _DueMap(top if top <= 2 * len(ids) + 1024 else 0)
+        n = 0
+        keep_d: array[int] = array("q")
+        keep_i: array[int] = array("q")
+        for due, job_id in zip(dues, ids, strict=True):
+            if self._due.get(job_id) is None:
+                n += 1
+            self._due.set(job_id, due, n)
+        # (sorted input) a job listed twice keeps its last time; drop its other entries
+        if n != len(ids):
+            for due, job_id in zip(dues, ids, strict=True):
+                if self._due.get(job_id) == due:
+                    keep_d.append(due)
+                    keep_i.append(job_id)
+            dues, ids = keep_d, keep_i
+        self._base_due, self._base_id, self._pos = dues, ids, 0
+        self._heap = []
+        self._n = n
 
     def push(self, job_id: int, due_us: int | None) -> None:
+        cur = self._due.get(job_id)
         if due_us is None:
-            self._current.pop(job_id, None)
+            if cur is not None:
+                self._n -= 1
+                self._due.set(job_id, None, self._n)
             return
-        if self._current.get(job_id) == due_us:
+        if cur == due_us:
             return
-        self._current[job_id] = due_us
+        if cur is None:
+            self._n += 1
+        self._due.set(job_id, due_us, self._n)
         heapq.heappush(self._heap, (due_us, job_id))
-        if len(self._heap) > 2 * len(self._current) + 1024:
+        if len(self._heap) > 2 * self._n + 1024:
             self._compact()
 
     def remove(self, job_id: int) -> None:
-        self._current.pop(job_id, None)
+        self.push(job_id, None)
 
     def _compact(self) -> None:
-        self._heap = [(d, j) for j, d in self._current.items()]
-        heapq.heapify(self._heap)
+        pairs = [
+            (d, j)
+            for d, j in zip(self._base_due[self._pos :], self._base_id[self._pos :], strict=True)
+            if self._due.get(j) == d
+        ]
+        pairs += [(d, j) for d, j in self._heap if self._due.get(j) == d]
+        pairs = sorted(set(pairs))
+        self._set_base(array("q", (d for d, _ in pairs)), array("q", (j for _, j in pairs)))
 
-    def _drop_stale(self) -> None:
-        while self._heap and self._current.get(self._heap[0][1]) != self._heap[0][0]:
-            heapq.heappop(self._heap)
+    def _head(self) -> tuple[int, int, bool] | None:
+        """(due, id, from the base arrays) of the earliest live entry."""
+        due_of = self._due.get
+        base_due, base_id = self._base_due, self._base_id
+        while self._pos < len(base_due) and due_of(base_id[self._pos]) != base_due[self._pos]:
+            self._pos += 1
+        heap = self._heap
+        while heap and due_of(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        if self._pos < len(base_due):
+            b = (base_due[self._pos], base_id[self._pos])
+            if not heap or b <= heap[0]:
+                return b[0], b[1], True
+        if heap:
+            return heap[0][0], heap[0][1], False
+        return None
 
     def peek(self) -> int | None:
         """The earliest due time (µs), or None when empty."""
-        self._drop_stale()
-        return self._heap[0][0] if self._heap else None
+        head = self._head()
+        return None if head is None else head[0]
 
     def pop_due(self, now_us: int, limit: int | None = None) -> list[tuple[int, int]]:
         """Remove and return (due_us, job_id) for the jobs due at or before ``now_us``,
         earliest first; at most ``limit`` of them (the rest stay, still due)."""
         out: list[tuple[int, int]] = []
         while limit is None or len(out) < limit:
-            self._drop_stale()
-            if not self._heap or self._heap[0][0] > now_us:
+            head = self._head()
+            if head is None or head[0] > now_us:
                 return out
-            due, job_id = heapq.heappop(self._heap)
-            del self._current[job_id]
+            due, job_id, from_base = head
+            if from_base:
+                self._pos += 1
+            else:
+                heapq.heappop(self._heap)
+            self._n -= 1
+            self._due.set(job_id, None, self._n)
             out.append((due, job_id))
         return out

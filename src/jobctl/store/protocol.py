@@ -19,7 +19,7 @@ Rules that hold for every method of every backend:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -86,6 +86,26 @@ class Finished:
 
 
 @dataclass(frozen=True)
+class FinishItem:
+    """An attempt's end to record (see :meth:`DaemonStore.finish_attempt`)."""
+
+    run_id: int
+    attempt: int
+    result: AttemptResult
+    decision: Decision
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What :meth:`DaemonStore.record_and_claim` did: ``finished`` has one entry per
+    finish passed in, in the same order; ``claimed`` and ``ended`` as :meth:`claim_runs`."""
+
+    finished: list[Finished]
+    claimed: list[Claimed]
+    ended: list[tuple[Run, Decision]]
+
+
+@dataclass(frozen=True)
 class ExpiredLease:
     """A leased run whose lease ran out under another daemon (it died or was cut off)."""
 
@@ -112,6 +132,14 @@ class DbInfo:
     jobs: int
     runs: int
     size_bytes: int
+
+
+class Heads(Protocol):
+    """What :meth:`DaemonStore.schedule_heads` returns: sized and iterable."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[tuple[int, int]]: ...
 
 
 @dataclass(frozen=True)
@@ -401,13 +429,23 @@ class DaemonStore(Protocol):
     def release_leader(self, daemon_id: str) -> None: ...
 
     # the scheduler ------------------------------------------------------------------
-    def schedule_heads(self) -> list[tuple[int, int]]:
-        """(next_run_at µs, job id) of every active job that has a next window."""
+    def schedule_heads(self) -> Heads:
+        """(next_run_at µs, job id) of every active job that has a next window, in
+        ascending (next_run_at, id) order; ``len()`` is their count. May be read lazily
+        when iterated (a cursor: a million jobs need no list): iterate it at once,
+        before other calls."""
         ...
 
     def jobs_changed_since(self, since: datetime) -> list[tuple[int, int | None]]:
         """(job id, next_run_at µs or None when not active) of jobs changed at or after
-        ``since``: the safety net for a lost wake-up."""
+        ``since``: the safety net for a lost wake-up.
+
+        A backend may keep a watermark (SQLite does): when no other connection or process
+        has committed to the database since this store's previous call of this method or
+        of :meth:`schedule_heads` (which returns the whole schedule as current), it may
+        return ``[]`` without reading (what it would return was already known). The caller
+        treats every row as a hint to push again, so reporting a job twice is harmless;
+        missing a change committed after the previous call is not allowed."""
         ...
 
     def get_job_by_id(self, job_id: int) -> Job | None: ...
@@ -461,6 +499,33 @@ class DaemonStore(Protocol):
         claim is one compare-and-set: still pending/failed and due, none of its locks held
         by a leased run, and with ``forbid``/``replace`` no other run of its job leased.
         Runs of priority < ``reserved_priority`` are claimed at most ``low_limit`` times.
+        """
+        ...
+
+    def record_and_claim(
+        self,
+        daemon_id: str,
+        host: str,
+        now: datetime,
+        lease_seconds: float,
+        *,
+        finishes: Sequence[FinishItem],
+        started: Sequence[tuple[int, int, int]],
+        limit: int,
+        low_limit: int | None,
+        reserved_priority: int | None,
+        on_expired: ExpiredFn,
+    ) -> TurnResult:
+        """What one loop turn learned, and its claims, in ONE transaction (all or nothing).
+
+        In this order: the ``(run_id, attempt, pid)`` of children ``started`` exactly as
+        :meth:`set_attempt_processes` (first, so an attempt that started and ended since
+        the last turn keeps its pid); each of ``finishes`` exactly as
+        :meth:`finish_attempt` (fenced; a fenced-out one gives ``Finished(None, 0)``,
+        and nothing of it is written); then, only when
+        ``limit`` > 0, expired leases settled and up to ``limit`` runs claimed exactly as
+        :meth:`claim_runs` (so the workers, locks and overlap the finishes freed are
+        claimable in the same call). ``limit`` 0 claims nothing and settles no lease.
         """
         ...
 

@@ -46,10 +46,12 @@ from ..protocol import (
     ExpiredFn,
     ExpiredLease,
     Finished,
+    FinishItem,
     Fired,
     IdleFixedDelay,
     PlanFn,
     Renewal,
+    TurnResult,
 )
 from ..sqlite.rows import job_from_row, opt_us, run_from_row
 from .commands import RUN_BY_ID, insert_run, run_by_id
@@ -326,7 +328,8 @@ class PgDaemonStore:
 
     def schedule_heads(self) -> list[tuple[int, int]]:
         rows = self.db.read(
-            "SELECT next_run_at, id FROM jobs WHERE state = 'active' AND next_run_at IS NOT NULL"
+            "SELECT next_run_at, id FROM jobs WHERE state = 'active' AND next_run_at IS NOT NULL "
+            "ORDER BY next_run_at, id"
         )
         return [(r["next_run_at"], r["id"]) for r in rows]
 
@@ -635,6 +638,43 @@ class PgDaemonStore:
         cancel = frozenset(run_id for run_id, a in held if leased.get((run_id, a)))
         lost = frozenset(run_id for run_id, a in held if (run_id, a) not in leased)
         return cancel, lost
+
+    def record_and_claim(
+        self,
+        daemon_id: str,
+        host: str,
+        now: datetime,
+        lease_seconds: float,
+        *,
+        finishes: Sequence[FinishItem],
+        started: Sequence[tuple[int, int, int]],
+        limit: int,
+        low_limit: int | None,
+        reserved_priority: int | None,
+        on_expired: ExpiredFn,
+    ) -> TurnResult:
+        """As the protocol says: the pids, the finishes and the claims in one transaction
+        (each method's own transaction joins :meth:`PgDb.batch`)."""
+        claimed: list[Claimed] = []
+        ended: list[tuple[Run, Decision]] = []
+        with self.db.batch():
+            self.set_attempt_processes(daemon_id, started)
+            finished = [
+                self.finish_attempt(f.run_id, f.attempt, daemon_id, now, f.result, f.decision)
+                for f in finishes
+            ]
+            if limit > 0:
+                claimed, ended = self.claim_runs(
+                    daemon_id,
+                    host,
+                    now,
+                    lease_seconds,
+                    limit=limit,
+                    low_limit=low_limit,
+                    reserved_priority=reserved_priority,
+                    on_expired=on_expired,
+                )
+        return TurnResult(finished, claimed, ended)
 
     def set_attempt_processes(
         self, daemon_id: str, started: Sequence[tuple[int, int, int]]

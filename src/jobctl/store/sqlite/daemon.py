@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
 from ...clock import from_us, to_us
-from ...errors import NotFound
+from ...errors import NotFound, StoreError
 from ...models import (
     MAX_SKIPPED_ROWS,
     OUTPUT_LIMIT_BYTES,
@@ -16,9 +16,11 @@ from ...models import (
     Decision,
     Job,
     JobState,
+    Plan,
     Run,
     RunReason,
     RunState,
+    SkipReason,
     Window,
 )
 from ..protocol import (
@@ -26,16 +28,32 @@ from ..protocol import (
     ExpiredFn,
     ExpiredLease,
     Finished,
+    FinishItem,
     Fired,
     IdleFixedDelay,
     PlanFn,
     Renewal,
+    TurnResult,
 )
 from . import sql
 from .commands import insert_run, run_by_id
 from .db import Db
-from .rows import job_from_row, opt_us, run_from_row
+from .rows import job_from_row, opt_us, run_from_row, settings_json
 from .wake import WakeSocket, poke
+
+
+class ScheduleHeads:
+    """The schedule, read lazily from a cursor when iterated; ``len()`` counts it."""
+
+    def __init__(self, store: SqliteDaemonStore) -> None:
+        self._store = store
+
+    def __len__(self) -> int:
+        n: int = self._store.db.read(sql.COUNT_SCHEDULED)[0][0]
+        return n
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return self._store._iter_heads()
 
 
 class SqliteDaemonStore:
@@ -47,6 +65,7 @@ class SqliteDaemonStore:
         self.db = db
         self._wake_address: str | None = None
         self._peers: list[str] = []
+        self._seen_version: int | None = None
 
     # ------------------------------------------------------------------ daemons
 
@@ -168,11 +187,36 @@ class SqliteDaemonStore:
 
     # ------------------------------------------------------------------ the scheduler
 
-    def schedule_heads(self) -> list[tuple[int, int]]:
-        return [(r[0], r[1]) for r in self.db.read(sql.SCHEDULE_HEADS)]
+    def schedule_heads(self) -> ScheduleHeads:
+        return ScheduleHeads(self)
+
+    def _iter_heads(self) -> Iterator[tuple[int, int]]:
+        # the whole schedule is current as of this read: the watermark of
+        # jobs_changed_since starts here (the version is read before the query)
+        self._seen_version = self.db.read(sql.DATA_VERSION)[0][0]
+        # a cursor read as it is consumed: no list of a million rows (the heap keeps
+        # them in flat arrays); plain tuples, not sqlite3.Row
+        c = self.db.conn.cursor()
+        c.row_factory = None
+        try:
+            c.execute(sql.SCHEDULE_HEADS)
+            while rows := c.fetchmany(4096):
+                yield from rows
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"database error: {e}") from None
+        finally:
+            c.close()
 
     def jobs_changed_since(self, since: datetime) -> list[tuple[int, int | None]]:
-        return [(r[0], r[1]) for r in self.db.read(sql.JOBS_CHANGED_SINCE, (to_us(since),))]
+        # the watermark: PRAGMA data_version moves only when another connection commits,
+        # so a renewal with nothing new reads nothing (read before the query: a commit in
+        # between is read now and again next time, never missed)
+        version = self.db.read(sql.DATA_VERSION)[0][0]
+        if version == self._seen_version:
+            return []
+        rows = self.db.read(sql.JOBS_CHANGED_SINCE, (to_us(since),))
+        self._seen_version = version
+        return [(r[0], r[1]) for r in rows]
 
     def get_job_by_id(self, job_id: int) -> Job | None:
         rows = self.db.read(sql.JOB_BY_ID, (job_id,))
@@ -182,25 +226,54 @@ class SqliteDaemonStore:
         return [job_from_row(r) for r in self.db.read(sql.REBOOT_JOBS)]
 
     def fire(self, due: Sequence[tuple[int, int]], now: datetime, plan: PlanFn) -> list[Fired]:
-        out: list[Fired] = []
+        # one chunk: one read of its jobs, one INSERT of its windows, one executemany that
+        # moves the schedules (a handful of statements for 50 jobs, not 5 each)
+        if not due:
+            return []
         now_us = to_us(now)
+        due_at = dict(due)
+        out: list[Fired] = []
         with self.db.write() as c:
+            marks = ", ".join("?" * len(due_at))
+            rows = {r["id"]: r for r in c.execute(sql.FIRE_JOBS.format(marks=marks), list(due_at))}
+            rows_params: list[object] = []
+            windows: list[tuple[Job, Window]] = []
+            moves: list[dict[str, object]] = []
+            trims: list[dict[str, object]] = []
+            plans: list[tuple[Job, Plan]] = []
             for job_id, due_us in due:
-                row = c.execute(sql.ACTIVE_JOB_AT, (job_id, due_us)).fetchone()
-                if row is None:
-                    continue  # changed meanwhile: the caller re-reads it
+                row = rows.get(job_id)
+                if row is None or row["next_run_at"] != due_us:
+                    continue  # changed meanwhile (compare-and-set): the caller re-reads it
                 job = job_from_row(row)
-                has_leased = bool(c.execute(sql.LEASED_OF_JOB, (job_id,)).fetchone()[0])
-                p = plan(job, has_leased)
+                p = plan(job, bool(row["has_leased"]))
                 if p is None:
                     continue
                 if p.replace_open:
                     c.execute(sql.REPLACE_LEASED, (job_id,))
                     c.execute(sql.REPLACE_WAITING, {"now": now_us, "job_id": job_id})
-                ids = [i for w in p.windows if (i := insert_run(c, job, w, now)) is not None]
-                c.execute(sql.TRIM_MISSED, {"job_id": job_id, "keep": MAX_SKIPPED_ROWS})
-                c.execute(
-                    sql.MOVE_SCHEDULE,
+                spec = job.spec
+                settings = settings_json(spec) if p.windows else ""
+                for w in p.windows:
+                    skipped = w.state is RunState.SKIPPED
+                    rows_params += (
+                        job_id,
+                        to_us(w.scheduled_for),
+                        w.state.value,
+                        w.skip_reason.value if w.skip_reason else None,
+                        w.reason.value,
+                        opt_us(w.catchup_from),
+                        spec.retries + 1,
+                        to_us(w.not_before or w.scheduled_for),
+                        spec.priority,
+                        settings,
+                        now_us,
+                        now_us if skipped else None,
+                    )
+                    windows.append((job, w))
+                if any(w.skip_reason is SkipReason.MISSED for w in p.windows):
+                    trims.append({"job_id": job_id, "keep": MAX_SKIPPED_ROWS})
+                moves.append(
                     {
                         "next": opt_us(p.next_run_at),
                         "last": opt_us(p.last_window_at),
@@ -208,8 +281,36 @@ class SqliteDaemonStore:
                         "state": (JobState.DONE if p.done else JobState.ACTIVE).value,
                         "boot_id": None,
                         "job_id": job_id,
-                    },
+                    }
                 )
+                plans.append((job, p))
+            inserted: dict[tuple[int, int], int] = {}
+            per = sql.INSERT_RUNS_ROW_PARAMS
+            # at most 500 rows a statement (SQLite's bound-parameter limit is 32,766)
+            for i in range(0, len(windows), 500):
+                part = rows_params[i * per : (i + 500) * per]
+                values = ", ".join([sql.INSERT_RUNS_ROW] * (len(part) // per))
+                for r in c.execute(sql.INSERT_RUNS.format(values=values), part):
+                    inserted[(r[1], r[2])] = r[0]
+            locks = [
+                (run_id, lock)
+                for job, w in windows
+                if job.spec.locks
+                and w.state is not RunState.SKIPPED
+                and (run_id := inserted.get((job.id, to_us(w.scheduled_for)))) is not None
+                for lock in sorted(set(job.spec.locks))
+            ]
+            if locks:
+                c.executemany(sql.INSERT_RUN_LOCK, locks)
+            if trims:
+                c.executemany(sql.TRIM_MISSED, trims)
+            c.executemany(sql.MOVE_SCHEDULE, moves)
+            for job, p in plans:
+                ids = [
+                    run_id
+                    for w in p.windows
+                    if (run_id := inserted.get((job.id, to_us(w.scheduled_for)))) is not None
+                ]
                 out.append(Fired(replace(job, next_run_at=p.next_run_at), p, ids))
         return out
 
@@ -269,58 +370,121 @@ class SqliteDaemonStore:
         reserved_priority: int | None,
         on_expired: ExpiredFn,
     ) -> tuple[list[Claimed], list[tuple[Run, Decision]]]:
+        with self.db.write() as c:
+            return self._claim(
+                c,
+                daemon_id,
+                host,
+                now,
+                lease_seconds,
+                limit,
+                low_limit,
+                reserved_priority,
+                on_expired,
+            )
+
+    def record_and_claim(
+        self,
+        daemon_id: str,
+        host: str,
+        now: datetime,
+        lease_seconds: float,
+        *,
+        finishes: Sequence[FinishItem],
+        started: Sequence[tuple[int, int, int]],
+        limit: int,
+        low_limit: int | None,
+        reserved_priority: int | None,
+        on_expired: ExpiredFn,
+    ) -> TurnResult:
+        with self.db.write() as c:
+            # pids first: an attempt that started and ended since the last turn keeps
+            # its pid in its attempt row (its run's pgid is then cleared by the finish)
+            self._set_pids(c, daemon_id, started)
+            finished = [self._finish(c, daemon_id, now, f) for f in finishes]
+            claimed: list[Claimed] = []
+            ended: list[tuple[Run, Decision]] = []
+            if limit > 0:
+                claimed, ended = self._claim(
+                    c,
+                    daemon_id,
+                    host,
+                    now,
+                    lease_seconds,
+                    limit,
+                    low_limit,
+                    reserved_priority,
+                    on_expired,
+                )
+        return TurnResult(finished, claimed, ended)
+
+    def _claim(
+        self,
+        c: sqlite3.Connection,
+        daemon_id: str,
+        host: str,
+        now: datetime,
+        lease_seconds: float,
+        limit: int,
+        low_limit: int | None,
+        reserved_priority: int | None,
+        on_expired: ExpiredFn,
+    ) -> tuple[list[Claimed], list[tuple[Run, Decision]]]:
         now_us = to_us(now)
         until = to_us(now + timedelta(seconds=lease_seconds))
         claimed: list[Claimed] = []
         ended: list[tuple[Run, Decision]] = []
         low_used = 0
-        with self.db.write() as c:
-            for r in c.execute(sql.EXPIRED_LEASES, (now_us, daemon_id)).fetchall():
-                lease = ExpiredLease(
-                    r["id"],
-                    r["job_id"],
-                    r["attempt"],
-                    r["max_attempts"],
-                    bool(r["cancel_requested"]),
-                )
-                decision = on_expired(lease)
-                c.execute(sql.ATTEMPT_LOST, (now_us, lease.run_id, lease.attempt))
-                c.execute(
-                    sql.SETTLE_EXPIRED,
-                    {
-                        "state": decision.state.value,
-                        "error": decision.error,
-                        "now": now_us,
-                        "run_id": lease.run_id,
-                    },
-                )
-                if decision.state in (RunState.DEAD, RunState.CANCELLED):
-                    ended.append((run_by_id(c, lease.run_id), decision))
-            # One compare-and-set per claim: the UPDATE picks the best run that is due and
-            # whose locks and job are free *now*, inside the same statement, so runs blocked
-            # on a lock never block the runs behind them and two daemons cannot both win.
-            while len(claimed) < limit:
-                low_ok = reserved_priority is None or low_limit is None or low_used < low_limit
-                row = c.execute(
-                    sql.CLAIM_ONE,
-                    {
-                        "me": daemon_id,
-                        "until": until,
-                        "now": now_us,
-                        "low_ok": 1 if low_ok else 0,
-                        "rp": reserved_priority if reserved_priority is not None else -(2**62),
-                    },
-                ).fetchone()
-                if row is None:
-                    break
-                run_id, attempt, priority, old_pgid, old_host, old_error = row
-                c.execute(sql.CLAIM_HOST, (host, run_id))
-                c.execute(sql.INSERT_ATTEMPT, (run_id, attempt, now_us, daemon_id, host))
-                if reserved_priority is not None and priority < reserved_priority:
-                    low_used += 1
-                here = old_host == host
-                stale = old_pgid if (old_pgid and here) else None
-                claimed.append(Claimed(run_by_id(c, run_id), stale, here and old_error == "lost"))
+        for r in c.execute(sql.EXPIRED_LEASES, (now_us, daemon_id)).fetchall():
+            lease = ExpiredLease(
+                r["id"],
+                r["job_id"],
+                r["attempt"],
+                r["max_attempts"],
+                bool(r["cancel_requested"]),
+            )
+            decision = on_expired(lease)
+            c.execute(sql.ATTEMPT_LOST, (now_us, lease.run_id, lease.attempt))
+            c.execute(
+                sql.SETTLE_EXPIRED,
+                {
+                    "state": decision.state.value,
+                    "error": decision.error,
+                    "now": now_us,
+                    "run_id": lease.run_id,
+                },
+            )
+            if decision.state in (RunState.DEAD, RunState.CANCELLED):
+                ended.append((run_by_id(c, lease.run_id), decision))
+        # One compare-and-set per claim: the UPDATE picks the best run that is due and
+        # whose locks and job are free *now*, inside the same statement, so runs blocked
+        # on a lock never block the runs behind them and two daemons cannot both win.
+        attempts: list[tuple[int, int, int, str, str]] = []
+        while len(claimed) < limit:
+            low_ok = reserved_priority is None or low_limit is None or low_used < low_limit
+            row = c.execute(
+                sql.CLAIM_ONE,
+                {
+                    "me": daemon_id,
+                    "until": until,
+                    "now": now_us,
+                    "low_ok": 1 if low_ok else 0,
+                    "rp": reserved_priority if reserved_priority is not None else -(2**62),
+                },
+            ).fetchone()
+            if row is None:
+                break
+            run_id, attempt, priority, old_pgid, old_host, old_error = row
+            # the claimed run whole, from the statement that records the host (no re-read)
+            run = run_from_row(c.execute(sql.CLAIM_HOST, (host, run_id, now_us)).fetchone())
+            attempts.append((run_id, attempt, now_us, daemon_id, host))
+            if reserved_priority is not None and priority < reserved_priority:
+                low_used += 1
+            here = old_host == host
+            stale = old_pgid if (old_pgid and here) else None
+            claimed.append(Claimed(run, stale, here and old_error == "lost"))
+        if attempts:
+            c.executemany(sql.INSERT_ATTEMPT, attempts)
         return claimed, ended
 
     def next_claim_at(self, daemon_id: str, now: datetime) -> datetime | None:
@@ -345,9 +509,14 @@ class SqliteDaemonStore:
         if not started:
             return
         with self.db.write() as c:
-            for run_id, attempt, pid in started:
-                if c.execute(sql.SET_RUN_PGID, (pid, run_id, attempt, daemon_id)).rowcount:
-                    c.execute(sql.SET_ATTEMPT_PID, (pid, run_id, attempt))
+            self._set_pids(c, daemon_id, started)
+
+    def _set_pids(
+        self, c: sqlite3.Connection, daemon_id: str, started: Sequence[tuple[int, int, int]]
+    ) -> None:
+        for run_id, attempt, pid in started:
+            if c.execute(sql.SET_RUN_PGID, (pid, run_id, attempt, daemon_id)).rowcount:
+                c.execute(sql.SET_ATTEMPT_PID, (pid, run_id, attempt))
 
     def save_output(self, daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
         if not outputs:
@@ -374,38 +543,44 @@ class SqliteDaemonStore:
         result: AttemptResult,
         decision: Decision,
     ) -> Finished:
-        now_us = to_us(now)
         with self.db.write() as c:
-            row = c.execute(
-                sql.FINISH_RUN,
-                {
-                    "state": decision.state.value,
-                    "if_cancelled": decision.if_cancelled.value if decision.if_cancelled else None,
-                    "error": decision.error,
-                    "exit_code": result.exit_code,
-                    "uncounted": 0 if decision.counts_attempt else 1,
-                    "retry_at": opt_us(decision.retry_at),
-                    "now": now_us,
-                    "run_id": run_id,
-                    "attempt": attempt,
-                    "me": daemon_id,
-                },
-            ).fetchone()
-            if row is None:
-                return Finished(None, 0)
-            c.execute(
-                sql.FINISH_ATTEMPT,
-                {
-                    "now": now_us,
-                    "exit_code": result.exit_code,
-                    "error": result.error,
-                    "output": result.output[-OUTPUT_LIMIT_BYTES:],
-                    "total": result.output_bytes,
-                    "run_id": run_id,
-                    "attempt": attempt,
-                },
-            )
-            return Finished(RunState(row[0]), row[1])
+            return self._finish(c, daemon_id, now, FinishItem(run_id, attempt, result, decision))
+
+    def _finish(
+        self, c: sqlite3.Connection, daemon_id: str, now: datetime, f: FinishItem
+    ) -> Finished:
+        now_us = to_us(now)
+        decision, result = f.decision, f.result
+        row = c.execute(
+            sql.FINISH_RUN,
+            {
+                "state": decision.state.value,
+                "if_cancelled": decision.if_cancelled.value if decision.if_cancelled else None,
+                "error": decision.error,
+                "exit_code": result.exit_code,
+                "uncounted": 0 if decision.counts_attempt else 1,
+                "retry_at": opt_us(decision.retry_at),
+                "now": now_us,
+                "run_id": f.run_id,
+                "attempt": f.attempt,
+                "me": daemon_id,
+            },
+        ).fetchone()
+        if row is None:
+            return Finished(None, 0)
+        c.execute(
+            sql.FINISH_ATTEMPT,
+            {
+                "now": now_us,
+                "exit_code": result.exit_code,
+                "error": result.error,
+                "output": result.output[-OUTPUT_LIMIT_BYTES:],
+                "total": result.output_bytes,
+                "run_id": f.run_id,
+                "attempt": f.attempt,
+            },
+        )
+        return Finished(RunState(row[0]), row[1])
 
     def record_hook(self, run_id: int, status: str) -> None:
         with self.db.write() as c:
@@ -418,4 +593,4 @@ class SqliteDaemonStore:
         return run_from_row(rows[0])
 
 
-__all__ = ["SqliteDaemonStore"]
+__all__ = ["ScheduleHeads", "SqliteDaemonStore"]

@@ -129,14 +129,35 @@ AND leased_by = ? RETURNING cancel_requested
 
 # ---------------------------------------------------------------------------- scheduling
 
+# in (next_run_at, id) order: the order of the jobs_next_run index, no sort
 SCHEDULE_HEADS = (
-    "SELECT next_run_at, id FROM jobs WHERE state = 'active' AND next_run_at IS NOT NULL"
+    "SELECT next_run_at, id FROM jobs WHERE state = 'active' AND next_run_at IS NOT NULL "
+    "ORDER BY next_run_at, id"
 )
+COUNT_SCHEDULED = "SELECT COUNT(*) FROM jobs WHERE state = 'active' AND next_run_at IS NOT NULL"
 REBOOT_JOBS = "SELECT * FROM jobs WHERE state = 'active' AND trigger_kind = 'reboot'"
+DATA_VERSION = "PRAGMA data_version"
 JOBS_CHANGED_SINCE = (
     "SELECT id, CASE WHEN state = 'active' THEN next_run_at END FROM jobs WHERE updated_at >= ?"
 )
 ACTIVE_JOB_AT = "SELECT * FROM jobs WHERE id = ? AND state = 'active' AND next_run_at = ?"
+# the due jobs of one firing chunk in one read, each with whether a run of it is leased;
+# the caller keeps those whose next_run_at is still the due time (compare-and-set)
+FIRE_JOBS = """
+SELECT jobs.*, EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id
+                       AND runs.state = 'leased') AS has_leased
+FROM jobs WHERE state = 'active' AND id IN ({marks})
+"""
+# the windows of one chunk in one statement: (job_id, scheduled_for) of those inserted
+INSERT_RUNS = """
+INSERT INTO runs (job_id, scheduled_for, state, skip_reason, reason, catchup_from, attempt,
+    max_attempts, not_before, priority, run_key, env, settings, created_at, finished_at)
+VALUES {values}
+ON CONFLICT (job_id, scheduled_for) DO NOTHING
+RETURNING id, job_id, scheduled_for
+"""
+INSERT_RUNS_ROW = "(?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, '{}', ?, ?, ?)"
+INSERT_RUNS_ROW_PARAMS = 12
 REPLACE_LEASED = "UPDATE runs SET cancel_requested = 1 WHERE job_id = ? AND state = 'leased'"
 # keyed/manual runs and the rows this same turn inserts stay
 REPLACE_WAITING = """
@@ -261,8 +282,16 @@ WHERE id = (
 ) AND {CLAIMABLE}
 RETURNING id, attempt, priority, pgid, lease_host, last_error
 """
-# CLAIM_ONE returned what the previous attempt left (its host and process group)
-CLAIM_HOST = "UPDATE runs SET lease_host = ?, pgid = NULL WHERE id = ?"
+# CLAIM_ONE returned what the previous attempt left (its host and process group); this
+# returns the claimed run whole, as RUN_BY_ID reads it once its attempt row (started
+# ?3, on host ?1) is in (no re-read)
+CLAIM_HOST = """
+UPDATE runs SET lease_host = ?1, pgid = NULL WHERE id = ?2
+RETURNING *, (SELECT name FROM jobs WHERE jobs.id = runs.job_id) AS job_name,
+    (SELECT group_concat(name, char(10)) FROM run_locks
+     WHERE run_locks.run_id = runs.id) AS lock_list,
+    ?3 AS attempt_started_at, NULL AS attempt_finished_at, ?1 AS attempt_host
+"""
 INSERT_ATTEMPT = """
 INSERT INTO attempts (run_id, attempt, started_at, daemon_id, host) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (run_id, attempt) DO UPDATE SET started_at = excluded.started_at,

@@ -1,0 +1,185 @@
+"""The daemon's hot path (issue 13): chunked firing, one transaction a turn, the
+watermark of the safety-net re-read, the compact fire heap, the buffered log."""
+
+from __future__ import annotations
+
+import io
+import random
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobctl import planner
+from jobctl.daemon import Log
+from jobctl.models import AttemptResult, JobSpec, RunState, Trigger, TriggerKind
+from jobctl.planner import FireHeap
+from jobctl.store import open_store
+from jobctl.store.protocol import FinishItem
+from jobctl.triggers import next_fire
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def _every_minute(name: str, **kw) -> JobSpec:
+    trig = Trigger(TriggerKind.INTERVAL, tz="UTC", every_seconds=60, anchor=T0)
+    return JobSpec(name=name, trigger=trig, command="true", **kw)
+
+
+def _expired(lease):
+    return planner.decide_expired(lease.attempt, lease.max_attempts, lease.cancel_requested)
+
+
+def _plan(now):
+    def plan(job, has_leased):
+        return planner.plan_due(
+            job, now, missed=False, rng=random.Random(0), has_leased_run=has_leased
+        )
+
+    return plan
+
+
+def _add(store, spec, now=T0 - timedelta(seconds=1)):
+    return store.commands.add_job(spec, next_fire(spec.trigger, now), now)
+
+
+def test_fire_records_a_chunk_and_skips_jobs_that_changed(tmp_path):
+    store = open_store(tmp_path / "j.db")
+    try:
+        jobs = [
+            _add(store, _every_minute(f"j{i}", locks=("L",) if i == 0 else ())) for i in range(5)
+        ]
+        due_us = int(T0.timestamp() * 1_000_000)
+        # j4 was edited meanwhile: its next window is no longer the due time
+        store.commands.pause_job("j4", T0)
+        fired = store.daemon.fire([(j.id, due_us) for j in jobs], T0, _plan(T0))
+        assert sorted(f.job.spec.name for f in fired) == ["j0", "j1", "j2", "j3"]
+        assert all(len(f.run_ids) == 1 for f in fired)
+        assert all(f.job.next_run_at == T0 + timedelta(minutes=1) for f in fired)
+        runs = {r.job_name: r for r in store.commands.list_runs(limit=100)}
+        assert set(runs) == {"j0", "j1", "j2", "j3"}
+        assert runs["j0"].locks == ("L",) and runs["j1"].locks == ()
+        assert store.commands.get_job("j1").next_run_at == T0 + timedelta(minutes=1)
+        # the same windows again: one run per window, nothing more (compare-and-set)
+        again = store.daemon.fire([(j.id, due_us) for j in jobs], T0, _plan(T0))
+        assert again == []
+        assert len(store.commands.list_runs(limit=100)) == 4
+    finally:
+        store.close()
+
+
+def test_record_and_claim_is_one_turn(tmp_path):
+    store = open_store(tmp_path / "j.db")
+    d = store.daemon
+    try:
+        spec = JobSpec(name="m", trigger=Trigger(TriggerKind.MANUAL, tz="UTC"), command="true")
+        store.commands.add_job(spec, None, T0)
+        a, _ = store.commands.enqueue_run("m", T0)
+        b, _ = store.commands.enqueue_run("m", T0 + timedelta(seconds=1))
+        kw = dict(low_limit=None, reserved_priority=None, on_expired=_expired)
+        now = T0 + timedelta(seconds=2)
+        first = d.record_and_claim("d1", "h", now, 30, finishes=[], started=[], limit=1, **kw)
+        assert [c.run.id for c in first.claimed] == [a.id] and first.finished == []
+        # the claimed run is returned whole, as a re-read gives it
+        assert first.claimed[0].run == d.get_run(a.id)
+        run = first.claimed[0].run
+        result = AttemptResult(0)
+        decision = planner.decide(run, 1, result, now, random.Random(0))
+        ok = FinishItem(a.id, 1, result, decision)
+        stale = FinishItem(a.id, 7, result, decision)  # not the attempt holding the lease
+        turn = d.record_and_claim(
+            "d1", "h", now, 30, finishes=[stale, ok], started=[(a.id, 1, 4242)], limit=1, **kw
+        )
+        assert [f.state for f in turn.finished] == [None, RunState.SUCCEEDED]
+        assert [c.run.id for c in turn.claimed] == [b.id]
+        assert d.get_run(a.id).state is RunState.SUCCEEDED
+        # the pid is recorded before the finish: the attempt keeps it, the run's pgid goes
+        assert store.commands.get_attempts(a.id)[0].pid == 4242
+        assert (
+            store.db.conn.execute("SELECT pgid FROM runs WHERE id = ?", (a.id,)).fetchone()[0]
+            is None
+        )
+        only = d.record_and_claim(
+            "d1", "h", now, 30, finishes=[], started=[(b.id, 1, 4343)], limit=0, **kw
+        )
+        assert only.claimed == [] and only.finished == []
+        assert store.commands.get_attempts(b.id)[0].pid == 4343
+    finally:
+        store.close()
+
+
+def test_changed_jobs_watermark_reads_nothing_when_nothing_was_committed(tmp_path):
+    path = tmp_path / "j.db"
+    daemon_handle = open_store(path)
+    cli = open_store(path)
+    try:
+        job = _add(cli, _every_minute("a"))
+        d = daemon_handle.daemon
+        assert [j for _, j in d.schedule_heads()] == [job.id]
+        since = T0 - timedelta(days=1)
+        assert d.jobs_changed_since(since) == []  # the schedule was read whole just now
+        cli.commands.pause_job("a", T0)  # another connection commits
+        assert d.jobs_changed_since(since) == [(job.id, None)]
+        assert d.jobs_changed_since(since) == []  # nothing new since
+        cli.commands.resume_job("a", T0 + timedelta(minutes=1), T0)
+        assert [j for j, _ in d.jobs_changed_since(since)] == [job.id]
+    finally:
+        cli.close()
+        daemon_handle.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 1000), st.integers(1, 60)), max_size=40),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["push", "remove", "pop"]),
+            st.integers(1, 80) | st.integers(10**9, 10**9 + 5),
+            st.integers(0, 2000),
+        ),
+        max_size=300,
+    ),
+)
+def test_compact_heap_matches_a_plain_model(loaded, ops):
+    h = FireHeap()
+    model = {j: d for d, j in loaded}
+    h.load(loaded)
+    for op, job, t in ops:
+        if op == "push":
+            h.push(job, t)
+            model[job] = t
+        elif op == "remove":
+            h.remove(job)
+            model.pop(job, None)
+        else:
+            want = sorted((d, j) for j, d in model.items() if d <= t)[:3]
+            assert h.pop_due(t, 3) == want
+            for _, j in want:
+                del model[j]
+        assert len(h) == len(model)
+        assert h.peek() == (min(model.values()) if model else None)
+
+
+def test_heap_of_a_million_jobs_is_compact():
+    import tracemalloc
+
+    tracemalloc.start()
+    h = FireHeap()
+    h.load((10**15 + i, i + 1) for i in range(1_000_000))
+    size, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(h) == 1_000_000
+    assert size < 40 * 2**20, size  # 24 bytes a job, no object per job
+    assert h.pop_due(10**15 + 1) == [(10**15, 1), (10**15 + 1, 2)]
+
+
+def test_log_is_written_once_per_flush():
+    out = io.StringIO()
+    log = Log(out, environ={"JOURNAL_STREAM": "1"})
+    log("one")
+    log("two")
+    assert out.getvalue() == ""
+    log.flush()
+    assert out.getvalue() == "one\ntwo\n"
+    log.flush()
+    assert out.getvalue() == "one\ntwo\n"
