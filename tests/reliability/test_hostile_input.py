@@ -16,8 +16,9 @@ from rhelpers import assert_clean_failure, cli_main, dump, integrity
 
 from jobctl.cli import cli as click_cli
 
-#: commands that never return (daemon) or touch the system (service) are driven elsewhere
-SKIP = {"daemon", "service"}
+#: commands that never return (daemon, serve) or touch the system (service) are driven
+#: elsewhere (tests/test_daemon.py, tests/test_web_*.py, tests/test_service.py)
+SKIP = {"daemon", "serve", "service"}
 COMMANDS = sorted(set(click_cli.commands) - SKIP)
 
 
