@@ -152,7 +152,9 @@ def run(a: argparse.Namespace, tmp: Path) -> dict:
             f"postgresql: {a.pg_runs} runs with 1, 2, 4 jobctl daemons and procrastinate "
             f"workers; {a.pg_samples} claims one at a time; cli"
         )
-        res["postgresql"] = postgresql.run(a.pg_runs, a.pg_samples, 5 if a.quick else 10)
+        res["postgresql"] = postgresql.run(
+            a.pg_runs, a.pg_samples, 5 if a.quick else 10, reps=a.reps
+        )
     return res
 
 
@@ -338,7 +340,8 @@ def rows(res: dict, a: argparse.Namespace) -> list[tuple[str, str, str, str, str
         for n, t in sorted(pg["throughput"].items()):
             mine, ref = t["jobctl"], t["procrastinate"]
             row(
-                f"postgresql: {pg['runs']:,} × true, {n} daemon(s) × 4 workers: runs/s",
+                f"postgresql: {pg['runs']:,} × true, {n} daemon(s) × 4 workers: runs/s "
+                f"(median of {pg['reps']})",
                 _fmt(mine["runs_per_s"], "/s"),
                 _fmt(ref["runs_per_s"], "/s") + f" (procrastinate, {n} × concurrency 4)",
                 _ratio(mine["runs_per_s"] / ref["runs_per_s"]),

@@ -323,26 +323,37 @@ def cli(srv: Server, reps: int) -> dict:
     return {"version_ms": median(v), "list_ms": median(li), "ratio": median(li) / median(v)}
 
 
-def run(runs: int, samples: int, cli_reps: int, counts: tuple[int, ...] = (1, 2, 4)) -> dict:
-    """Every PostgreSQL figure, jobctl and procrastinate interleaved on one server."""
+def _medians(trials: list[dict]) -> dict:
+    return {k: median([t[k] for t in trials]) for k in trials[0]}
+
+
+def run(
+    runs: int, samples: int, cli_reps: int, reps: int = 1, counts: tuple[int, ...] = (1, 2, 4)
+) -> dict:
+    """Every PostgreSQL figure, jobctl and procrastinate interleaved on one server
+    (throughput: medians of ``reps`` rounds, each round every count for both)."""
     import procrastinate  # noqa: F401  (fail early: pip install -e '.[bench,postgresql]')
 
-    res: dict = {"runs": runs, "samples": samples, "throughput": {}}
+    res: dict = {"runs": runs, "samples": samples, "reps": reps, "throughput": {}}
+    trials: dict[int, dict[str, list[dict]]] = {
+        n: {"jobctl": [], "procrastinate": []} for n in counts
+    }
     with server() as srv:
         res["server"] = _query(srv.url(), "SHOW server_version")[0][0]
+        for _ in range(reps):
+            for n in counts:
+                trials[n]["jobctl"].append(jobctl_throughput(srv, n, runs))
+                trials[n]["procrastinate"].append(peer_throughput(srv, n, runs))
         for n in counts:
-            res["throughput"][n] = {
-                "jobctl": jobctl_throughput(srv, n, runs),
-                "procrastinate": peer_throughput(srv, n, runs),
-            }
+            for who, ts in trials[n].items():
+                if any(t["succeeded"] < runs for t in ts):
+                    raise RuntimeError(f"postgresql bench: {who} did not succeed every run")
+            res["throughput"][n] = {who: _medians(ts) for who, ts in trials[n].items()}
         late = jobctl_latency(srv, samples)
         peer_late = peer_latency(srv, samples)
         res["latency"] = {
-            "jobctl": {"p50_ms": percentile(late, 50), "p99_ms": percentile(late, 99)},
-            "procrastinate": {
-                "p50_ms": percentile(peer_late, 50),
-                "p99_ms": percentile(peer_late, 99),
-            },
+            who: {"p50_ms": percentile(v, 50), "p99_ms": percentile(v, 99)}
+            for who, v in (("jobctl", late), ("procrastinate", peer_late))
         }
         res["cli"] = cli(srv, cli_reps)
     return res
