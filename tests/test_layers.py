@@ -30,6 +30,7 @@ LAYERS = {
     "output": 7,
     "importer": 7,
     "daemon": 8,
+    "web": 8,
     "cli": 9,
 }
 #: the daemon's roles: driven by the loop, never importing each other
@@ -165,3 +166,7 @@ def test_only_store_speaks_sql_and_only_cli_uses_click():
             assert "import click" not in text, name
         if name != "output":
             assert "from rich" not in text and "import rich" not in text, name
+        if name != "web":
+            for framework in ("starlette", "uvicorn", "jinja2"):
+                assert f"import {framework}" not in text, name
+                assert f"from {framework}" not in text, name

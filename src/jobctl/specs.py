@@ -362,3 +362,14 @@ def spec_from_crontab(job: ImportedJob, now: datetime) -> JobSpec:
         jitter_seconds=job.jitter_seconds,
         on_failure=job.on_failure,
     )
+
+
+# ---------------------------------------------------------------------- shared by `jobctl serve`
+
+
+def check_run_key(key: str) -> str:
+    """A keyed run's key (``run --key``): 1 to 1024 characters of UTF-8. Raises UsageError."""
+    check_text(key, "--key")
+    if not key or len(key) > 1024:
+        raise UsageError("invalid --key: 1 to 1024 characters")
+    return key

@@ -23,6 +23,9 @@ from .system import completion_script
 
 __all__ = ["Ctx", "cli", "completion_script", "main"]
 
+# registered after the others: `serve` comes last in help, as in SPEC §7
+from . import serve  # noqa: F401
+
 # ---------------------------------------------------------------------- entry point
 
 

@@ -319,6 +319,23 @@ class CommandStore(Protocol):
         new ids, all or nothing. Raises Conflict when this database holds any job."""
         ...
 
+    # used by jobctl serve
+
+    def recent_runs_by_job(self, per_job: int = 20) -> dict[int, list[Run]]:
+        """The ``per_job`` most recent runs of every job (skipped too), newest first."""
+        ...
+
+    def run_counts_by_job(self) -> list[tuple[str, int, str | None, int]]:
+        """(job, its missed_total, state or None, count) for every job and state it has."""
+        ...
+
+    def attempt_duration_histogram(
+        self, bounds_seconds: Sequence[float]
+    ) -> list[tuple[str, list[int], int, float]]:
+        """Per job: (name, cumulative counts at each bound, count, sum of seconds) of its
+        finished attempts."""
+        ...
+
 
 class DaemonStore(Protocol):
     """What a daemon may do. Leases are judged by ``now`` as passed in."""

@@ -598,6 +598,53 @@ class PgCommands:
         """``db copy`` into this database (see :func:`load_copy`)."""
         return load_copy(self.db, jobs, now, history=history)
 
+    # ------------------------------------------------------------------ used by jobctl serve
+
+    def recent_runs_by_job(self, per_job: int = 20) -> dict[int, list[Run]]:
+        """The ``per_job`` most recent runs of every job (skipped ones too), newest first,
+        by job id: one indexed query a job, as on SQLite."""
+        out: dict[int, list[Run]] = {}
+        for job in self.db.read("SELECT id FROM jobs ORDER BY id"):
+            rows = self.db.read(
+                RUN_SELECT + " WHERE runs.job_id = %s ORDER BY runs.scheduled_for DESC LIMIT %s",
+                (job["id"], per_job),
+            )
+            if rows:
+                out[job["id"]] = [run_from_row(r) for r in rows]
+        return out
+
+    def run_counts_by_job(self) -> list[tuple[str, int, str | None, int]]:
+        """(job name, its missed_total, run state or None, runs in that state) for every job
+        and each state it has runs in (a job without runs: one row, state None)."""
+        rows = self.db.read(
+            "SELECT jobs.name, jobs.missed_total, c.state, COALESCE(c.n, 0) AS n FROM jobs "
+            "LEFT JOIN (SELECT job_id, state, COUNT(*) AS n FROM runs GROUP BY job_id, state) c "
+            "ON c.job_id = jobs.id ORDER BY jobs.name, c.state"
+        )
+        return [(r["name"], int(r["missed_total"]), r["state"], int(r["n"])) for r in rows]
+
+    def attempt_duration_histogram(
+        self, bounds_seconds: Sequence[float]
+    ) -> list[tuple[str, list[int], int, float]]:
+        """Per job with finished attempts: (job name, how many lasted at most each bound
+        (cumulative), how many in all, the sum of their seconds). One query."""
+        buckets = "".join(
+            f"COUNT(*) FILTER (WHERE a.finished_at - a.started_at <= {int(b * 1_000_000)}) "
+            f"AS b{i}, "
+            for i, b in enumerate(bounds_seconds)
+        )
+        rows = self.db.read(
+            f"SELECT jobs.name, {buckets} COUNT(*) AS n, "
+            "COALESCE(SUM(a.finished_at - a.started_at), 0) AS total FROM attempts a "
+            "JOIN runs ON runs.id = a.run_id JOIN jobs ON jobs.id = runs.job_id "
+            "WHERE a.finished_at IS NOT NULL GROUP BY jobs.id, jobs.name ORDER BY jobs.name"
+        )
+        n = len(bounds_seconds)
+        return [
+            (r["name"], [int(r[f"b{i}"]) for i in range(n)], int(r["n"]), int(r["total"]) / 1e6)
+            for r in rows
+        ]
+
 
 def _insert(c: Any, table: str, cols: dict[str, Any]) -> int:
     names = ", ".join(cols)

@@ -304,3 +304,22 @@ UPDATE attempts SET finished_at = :now, exit_code = :exit_code, error = :error,
 WHERE run_id = :run_id AND attempt = :attempt
 """
 RECORD_HOOK = "UPDATE runs SET hook_status = ? WHERE id = ?"
+
+
+# ---------------------------------------------------------------------- used by jobctl serve
+# used by jobctl serve: the dashboard's run strips and the /metrics scrape
+
+JOB_IDS = "SELECT id FROM jobs ORDER BY id"
+#: one job's newest runs, off the UNIQUE (job_id, scheduled_for) index
+RECENT_RUNS_OF_JOB = RUN_SELECT + " WHERE runs.job_id = ? ORDER BY runs.scheduled_for DESC LIMIT ?"
+RUN_COUNTS_BY_JOB = (
+    "SELECT jobs.name, jobs.missed_total, c.state, COALESCE(c.n, 0) FROM jobs "
+    "LEFT JOIN (SELECT job_id, state, COUNT(*) AS n FROM runs GROUP BY job_id, state) c "
+    "ON c.job_id = jobs.id ORDER BY jobs.name, c.state"
+)
+#: {buckets}: one ``SUM(a.finished_at - a.started_at <= US),`` per upper bound
+ATTEMPT_DURATION_HISTOGRAM = (
+    "SELECT jobs.name, {buckets} COUNT(*), SUM(a.finished_at - a.started_at) FROM attempts a "
+    "JOIN runs ON runs.id = a.run_id JOIN jobs ON jobs.id = runs.job_id "
+    "WHERE a.finished_at IS NOT NULL GROUP BY jobs.id ORDER BY jobs.name"
+)

@@ -1,0 +1,282 @@
+"""The JSON API under ``/v1`` and ``/metrics`` (SPEC §11).
+
+Each handler: parse the request, one call on the store (the method the CLI command
+calls), render the CLI's ``--json`` object with :mod:`jobctl.output`. Errors are raised
+and turned into ``{"error": …}`` with their status by :func:`jobctl.web.app.api`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .. import output
+from ..clock import iso
+from ..errors import NotFound
+from ..triggers import next_fire
+from . import metrics
+from .app import Web, read_body
+from .auth import CSRF_HEADER
+from .bodies import (
+    INT64_MAX,
+    job_changes_from_body,
+    job_spec_from_body,
+    parse_json_object,
+    query_bool,
+    query_int,
+    query_state,
+    run_request_from_body,
+)
+
+if TYPE_CHECKING:
+    from ..models import Job
+    from ..store import CommandStore as Store
+
+Handler = Callable[[Web, Request], Awaitable[Response]]
+
+#: how many recent runs ``GET /v1/jobs/{name}`` includes, as ``show``'s default --limit
+SHOW_RUNS_LIMIT = 10
+
+
+# ---------------------------------------------------------------------- shared builders
+
+
+def job_out(store: Store, job: Job) -> dict[str, Any]:
+    """The job object with its real ``last_run``."""
+    return output.job_json(job, store.last_runs([job.id]).get(job.id))
+
+
+def run_detail(store: Store, run_id: int) -> dict[str, Any]:
+    """``inspect --json`` of one run, built as ``jobctl inspect`` builds it: the run
+    object plus ``attempts`` and ``waiting`` (from the claim's own rules). Raises NotFound."""
+    from .. import planner
+    from ..clock import SystemClock
+
+    run = store.get_run(run_id)
+    attempts = store.get_attempts(run_id)
+    waiting = planner.waiting_reason(store.waiting(run_id, SystemClock().now()))
+    return output.inspect_json(run, attempts, waiting)
+
+
+def run_id_of(request: Request) -> int:
+    run_id: int = request.path_params["run_id"]
+    if run_id > INT64_MAX:
+        raise NotFound(f"no run with id {run_id}")
+    return run_id
+
+
+async def _json_body(web: Web, request: Request) -> dict[str, Any]:
+    web.check_csrf(request, request.headers.get(CSRF_HEADER))
+    return parse_json_object(await read_body(request))
+
+
+async def _no_body(web: Web, request: Request) -> None:
+    web.check_csrf(request, request.headers.get(CSRF_HEADER))
+    await read_body(request)
+
+
+# ---------------------------------------------------------------------- jobs
+
+
+async def list_jobs(web: Web, request: Request) -> Response:
+    def read(store: Store) -> list[dict[str, Any]]:
+        last = store.last_runs()
+        return [output.job_json(j, last.get(j.id)) for j in store.list_jobs()]
+
+    return JSONResponse(await web.db(read))
+
+
+async def create_job(web: Web, request: Request) -> Response:
+    body = await _json_body(web, request)
+    now = web.clock.now()
+    spec, paused = job_spec_from_body(body, now)
+
+    def write(store: Store) -> dict[str, Any]:
+        job = store.add_job(spec, next_fire(spec.trigger, now), now, paused=paused)
+        web.poke(store, f"job:{job.id}")
+        return output.job_json(job, None)
+
+    return JSONResponse(await web.db(write), status_code=201)
+
+
+async def get_job(web: Web, request: Request) -> Response:
+    name = request.path_params["name"]
+    limit = query_int(request.query_params.get("limit"), "limit", minimum=1) or SHOW_RUNS_LIMIT
+
+    def read(store: Store) -> dict[str, Any]:
+        job = store.get_job(name)
+        data = job_out(store, job)
+        data["runs"] = [output.run_json(r) for r in store.list_runs(name, limit=limit)]
+        return data
+
+    return JSONResponse(await web.db(read))
+
+
+async def patch_job(web: Web, request: Request) -> Response:
+    name = request.path_params["name"]
+    body = await _json_body(web, request)
+    now = web.clock.now()
+
+    def write(store: Store) -> dict[str, Any]:
+        changes = job_changes_from_body(body, now, store.get_job(name))
+        restart = "trigger" in changes
+        nxt = next_fire(changes["trigger"], now) if restart else None
+        job = store.edit_job(name, changes, now, next_run_at=nxt, restart_schedule=restart)
+        web.poke(store, f"job:{job.id}")
+        return job_out(store, job)
+
+    return JSONResponse(await web.db(write))
+
+
+async def delete_job(web: Web, request: Request) -> Response:
+    name = request.path_params["name"]
+    force = query_bool(request.query_params.get("force"), "force")
+    await _no_body(web, request)
+
+    def write(store: Store) -> None:
+        job = store.delete_job(name, force=force)
+        web.poke(store, f"job:{job.id}")
+
+    await web.db(write)
+    return Response(status_code=204)
+
+
+def pause_or_resume(store: Store, action: str, name: str, now: datetime) -> Job:
+    """``pause NAME`` or ``resume NAME`` (from the next window after ``now``)."""
+    if action == "pause":
+        return store.pause_job(name, now)
+    return store.resume_job(name, next_fire(store.get_job(name).trigger, now), now)
+
+
+def _job_action(action: str) -> Handler:
+    async def handler(web: Web, request: Request) -> Response:
+        name = request.path_params["name"]
+        await _no_body(web, request)
+        now = web.clock.now()
+
+        def write(store: Store) -> dict[str, Any]:
+            job = pause_or_resume(store, action, name, now)
+            web.poke(store, f"job:{job.id}")
+            return job_out(store, job)
+
+        return JSONResponse(await web.db(write))
+
+    return handler
+
+
+async def enqueue_run(web: Web, request: Request) -> Response:
+    name = request.path_params["name"]
+    req = run_request_from_body(await _json_body(web, request))
+    now = web.clock.now()
+
+    def write(store: Store) -> tuple[dict[str, Any], bool]:
+        run, created = store.enqueue_run(
+            name, now, key=req.key, env=req.env, locks=req.locks, priority=req.priority
+        )
+        if created:
+            web.poke(store, f"run:{run.id}")
+        data = output.run_json(run)
+        data["created"] = created
+        return data, created
+
+    data, created = await web.db(write)
+    return JSONResponse(data, status_code=201 if created else 200)
+
+
+# ---------------------------------------------------------------------- runs
+
+
+async def list_runs(web: Web, request: Request) -> Response:
+    q = request.query_params
+    state = query_state(q.get("state"))
+    limit = query_int(q.get("limit"), "limit", minimum=1) or 20
+    job = q.get("job") or None
+
+    def read(store: Store) -> list[dict[str, Any]]:
+        return [output.run_json(r) for r in store.list_runs(job, state, limit)]
+
+    return JSONResponse(await web.db(read))
+
+
+async def get_run(web: Web, request: Request) -> Response:
+    run_id = run_id_of(request)
+    return JSONResponse(await web.db(lambda store: run_detail(store, run_id)))
+
+
+async def run_logs(web: Web, request: Request) -> Response:
+    run_id = run_id_of(request)
+    attempt = query_int(request.query_params.get("attempt"), "attempt")
+    _, data = await web.db(lambda store: store.get_output(run_id, attempt))
+    return Response(data, media_type="text/plain; charset=utf-8")
+
+
+async def cancel_run(web: Web, request: Request) -> Response:
+    run_id = run_id_of(request)
+    await _no_body(web, request)
+    now = web.clock.now()
+
+    def write(store: Store) -> dict[str, Any]:
+        (run,) = store.cancel_runs([run_id], now)
+        web.poke(store, "run:cancel", f"job:{run.job_id}")
+        return output.run_json(run)
+
+    return JSONResponse(await web.db(write))
+
+
+async def retry_run(web: Web, request: Request) -> Response:
+    run_id = run_id_of(request)
+    await _no_body(web, request)
+    now = web.clock.now()
+
+    def write(store: Store) -> dict[str, Any]:
+        (run,) = store.retry_dead(now, run_ids=[run_id])
+        web.poke(store, "run:retry")
+        return output.run_json(run)
+
+    return JSONResponse(await web.db(write))
+
+
+# ---------------------------------------------------------------------- the system
+
+
+async def status(web: Web, request: Request) -> Response:
+    now = web.clock.now()
+
+    def read(store: Store) -> dict[str, Any]:
+        st = store.status(now)
+        return {
+            "daemons": [output.daemon_json(d) for d in st.daemons],
+            "counts": st.counts,
+            "next_due_at": iso(st.next_due_at),
+        }
+
+    return JSONResponse(await web.db(read))
+
+
+async def metrics_page(web: Web, request: Request) -> Response:
+    now = web.clock.now()
+    text = await web.db(lambda store: metrics.render(store, now))
+    return Response(text, media_type=metrics.CONTENT_TYPE)
+
+
+ROUTES: list[tuple[str, str, Handler]] = [
+    ("GET", "/v1/jobs", list_jobs),
+    ("POST", "/v1/jobs", create_job),
+    ("GET", "/v1/jobs/{name}", get_job),
+    ("PATCH", "/v1/jobs/{name}", patch_job),
+    ("DELETE", "/v1/jobs/{name}", delete_job),
+    ("POST", "/v1/jobs/{name}/pause", _job_action("pause")),
+    ("POST", "/v1/jobs/{name}/resume", _job_action("resume")),
+    ("POST", "/v1/jobs/{name}/runs", enqueue_run),
+    ("GET", "/v1/runs", list_runs),
+    ("GET", "/v1/runs/{run_id:int}", get_run),
+    ("GET", "/v1/runs/{run_id:int}/logs", run_logs),
+    ("POST", "/v1/runs/{run_id:int}/cancel", cancel_run),
+    ("POST", "/v1/runs/{run_id:int}/retry", retry_run),
+    ("GET", "/v1/status", status),
+    ("GET", "/metrics", metrics_page),
+]

@@ -1,0 +1,307 @@
+"""Request bodies and query strings -> the values the CLI's validation takes.
+
+Pure functions, no web framework. A JSON job object (shaped as ``show --json`` gives it)
+is turned into the same :class:`~jobctl.specs.TriggerOptions` and policy dict that
+``add``/``edit`` build from their flags, then validated by the same functions of
+:mod:`jobctl.specs`, so every message is the CLI's. JSON type errors (a string where a
+number goes) get their own one-line message. Everything raises UsageError (422).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..errors import UsageError
+from ..models import Job, JobSpec, RunState, TriggerKind
+from ..specs import (
+    TriggerOptions,
+    build_spec,
+    check_lock_name,
+    check_run_key,
+    edit_changes,
+    parse_env_pairs,
+)
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+#: fields of the job object that are read-only: ignored when a ``show --json`` object is
+#: posted back
+READ_ONLY_JOB_FIELDS = frozenset(
+    {"id", "state", "next_run_at", "missed_total", "last_run", "created_at", "runs"}
+)
+TRIGGER_FIELDS = frozenset({"kind", "expr", "tz", "every", "at", "start", "after_completion"})
+# JSON field -> the policy key of ``cli.base.POLICY_KEYS``, and how its value is read
+_POLICY_FIELDS: dict[str, str] = {
+    "catchup": "str",
+    "catchup_limit": "int",
+    "overlap": "str",
+    "timeout": "duration",
+    "retries": "int",
+    "backoff": "duration",
+    "priority": "int",
+    "jitter": "duration",
+    "env": "env",
+    "cwd": "str",
+    "shell": "str",
+    "on_failure": "str",
+    "stdin": "str",
+    "description": "str",
+    "locks": "locks",
+}
+JOB_FIELDS = frozenset({"name", "trigger", "command", "paused", *_POLICY_FIELDS})
+
+
+class BadRequest(Exception):
+    """A body that is not JSON, or not a JSON object (HTTP 400)."""
+
+
+def parse_json_object(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object; an empty body is ``{}``. Raises BadRequest."""
+    if not body.strip():
+        return {}
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError) as e:
+        raise BadRequest(f"malformed JSON: {' '.join(str(e).split())}") from None
+    if not isinstance(value, dict):
+        raise BadRequest("the body must be a JSON object")
+    return value
+
+
+# ---------------------------------------------------------------------- typed fields
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"invalid {what} {json.dumps(value)}: must be an integer")
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise UsageError(f"invalid {what} {value}: beyond the 64-bit range")
+    return value
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise UsageError(f"invalid {what} {json.dumps(value)}: must be a string")
+    return value
+
+
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise UsageError(f"invalid {what} {json.dumps(value)}: must be true or false")
+    return value
+
+
+def _duration_text(value: Any, what: str) -> str:
+    """A number of seconds or a DURATION string -> the text ``parse_duration`` takes."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise UsageError(
+            f"invalid {what} {json.dumps(value)}: must be seconds or a DURATION such as '90m'"
+        )
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _env_pairs(value: Any, what: str) -> list[str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise UsageError(f"invalid {what}: must be an object of NAME: string")
+    return [f"{k}={v}" for k, v in value.items()]
+
+
+def _str_list(value: Any, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UsageError(f"invalid {what}: must be an array of strings")
+    return value
+
+
+def _check_fields(body: Mapping[str, Any], allowed: frozenset[str], where: str = "") -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise UsageError(f"unknown field {where}{unknown[0]!r}")
+
+
+# ---------------------------------------------------------------------- job bodies
+
+
+def _policies(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The policy fields given (null = not given) -> ``policy_changes``' input."""
+    out: dict[str, Any] = {}
+    for field, kind in _POLICY_FIELDS.items():
+        value = body.get(field)
+        if value is None:
+            continue
+        if kind == "int":
+            out[field] = _int(value, field)
+        elif kind == "str":
+            out[field] = _str(value, field)
+        elif kind == "duration":
+            out[field] = _duration_text(value, field)
+        elif kind == "env":
+            out["env"] = _env_pairs(value, field)
+        elif kind == "locks":
+            out["lock"] = _str_list(value, field)
+    return out
+
+
+def _trigger_options(trigger: Any, *, partial: bool) -> TriggerOptions:
+    """The ``trigger`` object -> the trigger flags: ``kind`` picks the flag, ``expr`` (or
+    ``every``/``at``) is what that flag takes. With ``partial`` (PATCH), ``kind`` may be
+    left out to change only ``tz``."""
+    if not isinstance(trigger, dict):
+        raise UsageError("invalid trigger: must be an object with a kind")
+    _check_fields(trigger, TRIGGER_FIELDS, "trigger.")
+    opts = TriggerOptions()
+    if trigger.get("tz") is not None:
+        opts.tz = _str(trigger["tz"], "trigger.tz")
+    if trigger.get("after_completion") is not None:
+        opts.after_completion = _bool(trigger["after_completion"], "trigger.after_completion")
+    kind_text = trigger.get("kind")
+    if kind_text is None:
+        if partial:
+            if trigger.get("start") is not None:
+                opts.start = _str(trigger["start"], "trigger.start")
+            return opts
+        raise UsageError("trigger.kind is required: cron|interval|once|reboot|manual")
+    try:
+        kind = TriggerKind(kind_text)
+    except (ValueError, TypeError):
+        raise UsageError(
+            f"invalid trigger.kind {json.dumps(kind_text)}: use "
+            + "|".join(k.value for k in TriggerKind)
+        ) from None
+    expr = trigger.get("expr")
+    if kind is TriggerKind.CRON:
+        if expr is None:
+            raise UsageError("trigger.expr is required for a cron trigger")
+        opts.cron = _str(expr, "trigger.expr")
+    elif kind is TriggerKind.REBOOT:
+        opts.cron = "@reboot"
+    elif kind is TriggerKind.INTERVAL:
+        every = expr if expr is not None else trigger.get("every")
+        if every is None:
+            raise UsageError("trigger.expr (or trigger.every) is required for an interval")
+        opts.every = _duration_text(every, "trigger.expr")
+        if trigger.get("start") is not None:
+            opts.start = _str(trigger["start"], "trigger.start")
+    elif kind is TriggerKind.ONCE:
+        at = expr if expr is not None else trigger.get("at")
+        if at is None:
+            raise UsageError("trigger.expr (or trigger.at) is required for a one-shot trigger")
+        opts.at = _str(at, "trigger.expr")
+    else:
+        opts.manual = True
+    return opts
+
+
+def _command(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return value
+    raise UsageError("invalid command: must be a shell string (or an array of arguments)")
+
+
+def job_spec_from_body(body: Mapping[str, Any], now: datetime) -> tuple[JobSpec, bool]:
+    """``POST /v1/jobs``: a job object -> a validated JobSpec, as ``add`` builds it, and
+    whether the job is created paused."""
+    _check_fields(body, JOB_FIELDS | READ_ONLY_JOB_FIELDS)
+    if body.get("name") is None:
+        raise UsageError("name is required")
+    if body.get("trigger") is None:
+        raise UsageError("trigger is required: an object with a kind")
+    if body.get("command") is None:
+        raise UsageError("command is required")
+    name = _str(body["name"], "name")
+    trig = _trigger_options(body["trigger"], partial=False)
+    paused = _bool(body["paused"], "paused") if body.get("paused") is not None else False
+    return build_spec(name, trig, _policies(body), _command(body["command"]), now), paused
+
+
+def job_changes_from_body(body: Mapping[str, Any], now: datetime, job: Job) -> dict[str, Any]:
+    """``PATCH /v1/jobs/{name}``: any subset of the job object -> ``edit``'s changes.
+
+    ``name`` renames; ``paused`` is not a field ``edit`` changes (POST ``…/pause``)."""
+    _check_fields(body, JOB_FIELDS | READ_ONLY_JOB_FIELDS)
+    if body.get("paused") is not None:
+        raise UsageError("paused is changed by POST /v1/jobs/NAME/pause or /resume")
+    trig = (
+        _trigger_options(body["trigger"], partial=True)
+        if body.get("trigger") is not None
+        else TriggerOptions()
+    )
+    command = None
+    if body.get("command") is not None:
+        from ..specs import join_command
+
+        command = join_command(_command(body["command"]))
+    rename = _str(body["name"], "name") if body.get("name") is not None else None
+    return edit_changes(job, trig, _policies(body), command=command, rename=rename, now=now)
+
+
+# ---------------------------------------------------------------------- runs
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What ``jobctl run NAME`` takes: ``--key``, ``--env``, ``--lock``, ``--priority``."""
+
+    key: str | None
+    env: dict[str, str]
+    locks: list[str]
+    priority: int | None
+
+
+def run_request_from_body(body: Mapping[str, Any]) -> RunRequest:
+    """``POST /v1/jobs/{name}/runs``: ``{key?, env?, locks?, priority?}``."""
+    _check_fields(body, frozenset({"key", "env", "locks", "priority"}))
+    key = check_run_key(_str(body["key"], "key")) if body.get("key") is not None else None
+    env = parse_env_pairs(_env_pairs(body["env"], "env")) if body.get("env") is not None else {}
+    locks = (
+        [check_lock_name(lk) for lk in _str_list(body["locks"], "locks")]
+        if body.get("locks") is not None
+        else []
+    )
+    priority = _int(body["priority"], "priority") if body.get("priority") is not None else None
+    return RunRequest(key=key, env=env, locks=locks, priority=priority)
+
+
+# ---------------------------------------------------------------------- query strings
+
+
+def query_int(value: str | None, what: str, *, minimum: int | None = None) -> int | None:
+    """A query-string integer (None when absent). Raises UsageError."""
+    if value is None:
+        return None
+    try:
+        n = int(value.strip(), 10)
+    except ValueError:
+        raise UsageError(f"invalid {what} {value!r}: must be an integer") from None
+    if not INT64_MIN <= n <= INT64_MAX:
+        raise UsageError(f"invalid {what} {value}: beyond the 64-bit range")
+    if minimum is not None and n < minimum:
+        raise UsageError(f"invalid {what} {n}: must be at least {minimum}")
+    return n
+
+
+def query_bool(value: str | None, what: str) -> bool:
+    if value is None or value.lower() in ("false", "0", "no", ""):
+        return False
+    if value.lower() in ("true", "1", "yes"):
+        return True
+    raise UsageError(f"invalid {what} {value!r}: use true or false")
+
+
+def query_state(value: str | None) -> RunState | None:
+    """``?state=`` with the message of ``runs --state``."""
+    if value is None:
+        return None
+    try:
+        return RunState(value)
+    except ValueError:
+        raise UsageError(
+            f"invalid --state {value!r}: use " + "|".join(s.value for s in RunState)
+        ) from None

@@ -1,0 +1,94 @@
+"""``GET /metrics``: the Prometheus text format (version 0.0.4), from two queries.
+
+The counters are read from the runs table, so a ``prune`` lowers them: Prometheus treats
+that as a counter reset, which ``rate()`` handles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from ..models import RunState
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: the histogram's upper bounds in seconds (+Inf is added)
+DURATION_BUCKETS_SECONDS = (0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600)
+FINISHED_STATES = (RunState.SUCCEEDED, RunState.DEAD, RunState.CANCELLED)
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+def render(store: Any, now: datetime) -> str:
+    """Every metric of SPEC §11 as one text page."""
+    counts = store.run_counts_by_job()
+    histogram = store.attempt_duration_histogram(DURATION_BUCKETS_SECONDS)
+    daemons = len(store.live_daemons(now))
+    by_state = {s.value: 0 for s in RunState}
+    finished: dict[tuple[str, str], int] = {}
+    missed: dict[str, int] = {}
+    for job, missed_total, state, n in counts:
+        missed[job] = missed_total
+        if state is None:
+            continue
+        by_state[state] = by_state.get(state, 0) + n
+        if state in {s.value for s in FINISHED_STATES}:
+            finished[(job, state)] = n
+    lines: list[str] = []
+
+    def family(name: str, kind: str, help_text: str, samples: Iterable[str]) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.extend(samples)
+
+    family(
+        "jobctl_runs",
+        "gauge",
+        "Runs in the database by state.",
+        (f'jobctl_runs{{state="{s}"}} {n}' for s, n in by_state.items()),
+    )
+    family(
+        "jobctl_runs_finished_total",
+        "counter",
+        "Runs that ended succeeded, dead or cancelled, by job.",
+        (
+            f'jobctl_runs_finished_total{{job="{_label(job)}",state="{state}"}} {n}'
+            for (job, state), n in sorted(finished.items())
+        ),
+    )
+    samples = []
+    for job, cumulative, count, total in histogram:
+        j = _label(job)
+        for bound, c in zip(DURATION_BUCKETS_SECONDS, cumulative, strict=True):
+            samples.append(f'jobctl_run_duration_seconds_bucket{{job="{j}",le="{_le(bound)}"}} {c}')
+        samples.append(f'jobctl_run_duration_seconds_bucket{{job="{j}",le="+Inf"}} {count}')
+        samples.append(f'jobctl_run_duration_seconds_sum{{job="{j}"}} {_num(total)}')
+        samples.append(f'jobctl_run_duration_seconds_count{{job="{j}"}} {count}')
+    family(
+        "jobctl_run_duration_seconds",
+        "histogram",
+        "Duration of every finished attempt, by job.",
+        samples,
+    )
+    family("jobctl_daemons", "gauge", "Live daemons.", [f"jobctl_daemons {daemons}"])
+    family(
+        "jobctl_missed_windows_total",
+        "counter",
+        "Windows missed while no scheduler ran that did not run, by job.",
+        (
+            f'jobctl_missed_windows_total{{job="{_label(job)}"}} {n}'
+            for job, n in sorted(missed.items())
+        ),
+    )
+    return "\n".join(lines) + "\n"
