@@ -14,10 +14,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import jobctl_runs, machine, peer
+from . import jobctl_runs, machine, peer, postgresql
 from .stats import median
 
 WORKLOADS = ("machine", "burst", "precision", "scale", "cli", "peer")
+# not in the default set: needs PostgreSQL's binaries and the postgresql and bench extras
+OPT_IN = ("postgresql",)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -31,8 +33,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--only",
         default=",".join(WORKLOADS),
-        help=f"comma-separated workloads (default all: {','.join(WORKLOADS)})",
+        help=f"comma-separated workloads (default all: {','.join(WORKLOADS)}; also "
+        "postgresql: jobctl daemons beside procrastinate's workers on a scratch server)",
     )
+    p.add_argument(
+        "--pg-runs", type=int, default=1000, help="runs per throughput measure (postgresql)"
+    )
+    p.add_argument("--pg-samples", type=int, default=100, help="claim latency samples (postgresql)")
     p.add_argument(
         "--sizes",
         default=None,
@@ -58,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a = p.parse_args(argv)
     a.only = [w.strip() for w in a.only.split(",") if w.strip()]
     for w in a.only:
-        if w not in WORKLOADS:
+        if w not in WORKLOADS + OPT_IN:
             p.error(f"unknown workload {w!r}")
     a.reps = a.reps or (2 if a.quick else 3)
     a.precision_seconds = a.precision_seconds or (10.0 if a.quick else 30.0)
@@ -143,6 +150,14 @@ def run(a: argparse.Namespace, tmp: Path) -> dict:
             res["peer_scale"] = peer.run(
                 "scale", tmp / "aps-scale.db", jobs=a.peer_size, idle=a.idle_seconds, dispatches=7
             )
+    if "postgresql" in a.only:
+        _progress(
+            f"postgresql: {a.pg_runs} runs with 1, 2, 4 jobctl daemons and procrastinate "
+            f"workers; {a.pg_samples} claims one at a time; cli"
+        )
+        res["postgresql"] = postgresql.run(
+            a.pg_runs, a.pg_samples, 5 if a.quick else 10, reps=a.reps
+        )
     return res
 
 
@@ -335,6 +350,30 @@ def rows(res: dict, a: argparse.Namespace) -> list[tuple[str, str, str, str, str
             _ratio(c["list_ratio"]),
             "≤ 3× import click",
             c["list_ratio"] <= 3,
+        )
+    pg = res.get("postgresql")
+    if pg:
+        for n, t in sorted(pg["throughput"].items()):
+            mine, ref = t["jobctl"], t["procrastinate"]
+            row(
+                f"postgresql: {pg['runs']:,} × true, {n} daemon(s) × 4 workers: runs/s "
+                f"(median of {pg['reps']})",
+                _fmt(mine["runs_per_s"], "/s"),
+                _fmt(ref["runs_per_s"], "/s") + f" (procrastinate, {n} × concurrency 4)",
+                _ratio(mine["runs_per_s"] / ref["runs_per_s"]),
+            )
+        lat, plat = pg["latency"]["jobctl"], pg["latency"]["procrastinate"]
+        row(
+            f"postgresql: claim latency, one at a time ({pg['samples']}): p50 / p99",
+            f"{_fmt(lat['p50_ms'], 'ms')} / {_fmt(lat['p99_ms'], 'ms')}",
+            f"{_fmt(plat['p50_ms'], 'ms')} / {_fmt(plat['p99_ms'], 'ms')} (procrastinate)",
+        )
+        c = pg["cli"]
+        row(
+            "postgresql: cli: jobctl --db postgresql://… list --json, 1,000 jobs",
+            _fmt(c["list_ms"], "ms"),
+            _fmt(c["version_ms"], "ms") + " (jobctl --version)",
+            _ratio(c["ratio"]),
         )
     return out
 

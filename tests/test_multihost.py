@@ -15,11 +15,14 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from conftest import wait_until
@@ -310,3 +313,101 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ")[1][0] != "Z"
     except OSError:
         return False
+
+
+class _Link:
+    """A TCP relay between one daemon and the server: ``cut()`` is a network partition
+    (every connection dropped, new ones refused) while the daemon itself runs on."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.socks: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.up = True
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            with self.lock:
+                if not self.up:
+                    client.close()
+                    continue
+                server = socket.create_connection(self.target)
+                self.socks += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        with self.lock:
+            self.up = False
+            self.listener.close()
+            for s in self.socks:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+
+def test_a_host_cut_off_from_the_database_fences_itself_before_the_takeover(
+    jobctl, pg_url, hosts, tmp_path
+):
+    """A partition, not a freeze: the cut-off daemon runs on but cannot renew, so it must
+    kill its attempt itself (at 2/3 of the lease) before another host may take the run."""
+    log = tmp_path / "ticks.log"
+    jobctl(
+        "add",
+        "slow",
+        "--manual",
+        "--retries",
+        "3",
+        "--backoff",
+        "1s",
+        "--",
+        f'for i in $(seq 80); do echo "$(hostname) $JOBCTL_ATTEMPT $(date +%s.%N)" >> {log}; '
+        "sleep 0.1; done",
+    )
+    parts = urlsplit(pg_url)
+    link = _Link((parts.hostname or "127.0.0.1", parts.port or 5432))
+    b = HostDaemon(
+        urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{link.port}")),
+        "host-b",
+        tmp_path / "host-b.log",
+    )
+    try:
+        wait_until(lambda: "started" in b.log(), 15, what="daemon on host-b")
+        run = jobctl.json("run", "slow")
+        wait_until(lambda: any(h == "host-b" for h, _, _ in _ticks(log)), 10, what="host-b ticks")
+        link.cut()
+        cut_at = time.time()
+        hosts("host-a")
+        wait_until(
+            lambda: any(h == "host-a" for h, _, _ in _ticks(log)),
+            LEASE_SECONDS * 3 + 5,
+            what="the run retried on host-a",
+        )
+        wait_until(  # long enough for an attempt left running on host-b to show
+            lambda: len([h for h, _, _ in _ticks(log) if h == "host-a"]) >= 5, 10, what="ticks"
+        )
+        taken_at = min(t for h, _, t in _ticks(log) if h == "host-a")
+        last_b = max(t for h, _, t in _ticks(log) if h == "host-b")
+        assert last_b < taken_at, "the cut-off attempt ran beside the new one"
+        assert last_b - cut_at <= LEASE_SECONDS, "fenced later than its lease"
+        assert "cannot renew its lease" in b.log()
+        assert b.proc.poll() is None  # the cut-off daemon carries on
+        attempts = jobctl.store().get_attempts(run["id"])
+        assert (attempts[0].host, attempts[1].host) == ("host-b", "host-a")
+    finally:
+        b.stop()
