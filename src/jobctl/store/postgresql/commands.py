@@ -39,7 +39,7 @@ from ..sqlite.rows import (
     settings_json,
 )
 from ..transfer import attempt_columns, job_columns, run_columns
-from .db import PgDb
+from .db import PgDb, retrying
 from .schema import SCHEMA_VERSION
 
 RUN_SELECT = """
@@ -184,6 +184,7 @@ def live_daemons(db: PgDb, now: datetime) -> list[DaemonInfo]:
     ]
 
 
+@retrying
 class PgCommands:
     """See :class:`~jobctl.store.protocol.CommandStore` for the rules of every method."""
 

@@ -55,7 +55,7 @@ from ..protocol import (
 )
 from ..sqlite.rows import job_from_row, opt_us, run_from_row
 from .commands import RUN_BY_ID, insert_run, run_by_id
-from .db import PgDb
+from .db import PgDb, retrying
 from .waker import Waker
 
 #: candidates read per round of a claim
@@ -139,6 +139,7 @@ RETURNING state, job_id
 SERVER_NOW_US = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us"
 
 
+@retrying
 class PgDaemonStore:
     """See :class:`~jobctl.store.protocol.DaemonStore` for the rules of every method."""
 

@@ -12,10 +12,11 @@ hammers a server that is down and never exits for it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any, Self
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Self, TypeVar
 
 from ...errors import NotFound, StoreError
 from .schema import SCHEMA_VERSION, current_version, migrate, refuse_newer
@@ -27,6 +28,45 @@ FIRST_BACKOFF_SECONDS = 0.1
 CONNECT_TIMEOUT_SECONDS = 10
 #: the channel every change is announced on (payloads as in jobctl.wake: job:ID, run:ID, all)
 CHANNEL = "jobctl"
+
+
+T = TypeVar("T")
+
+#: a deadlock or a serialization failure: the server rolled the transaction back whole,
+#: so running it again from the start is safe
+RETRYABLE_SQLSTATES = ("40P01", "40001")
+#: how often one operation is tried before its error is reported
+MAX_TRIES = 5
+
+
+class Retryable(StoreError):
+    """A transaction the server aborted to break a deadlock (nothing of it was kept)."""
+
+
+def retrying(cls: type[T]) -> type[T]:
+    """Run each public method of a store face again when the server aborted its transaction
+    to break a deadlock (two writers locking a job and its runs in opposite order). Only an
+    outermost call retries: one inside a batch lets the batch's own call start over."""
+    for name, fn in list(vars(cls).items()):
+        if name.startswith("_") or not callable(fn):
+            continue
+
+        def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(fn)
+            def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+                for attempt in range(1, MAX_TRIES + 1):
+                    try:
+                        return fn(self, *args, **kwargs)
+                    except Retryable:
+                        if self.db._in_batch or attempt == MAX_TRIES:
+                            raise
+                        time.sleep(0.005 * attempt)
+                raise AssertionError("unreachable")
+
+            return method
+
+        setattr(cls, name, wrap(fn))
+    return cls
 
 
 def load_driver() -> Any:
@@ -119,6 +159,8 @@ class PgDb:
     # ---------------------------------------------------------------- connection upkeep
 
     def _error(self, e: Exception) -> StoreError:
+        if getattr(e, "sqlstate", None) in RETRYABLE_SQLSTATES:
+            return Retryable(f"database error: {_one_line(e)}")
         if isinstance(e, self.psycopg.OperationalError) or self.conn.broken:
             return StoreError(f"database {self.location} unreachable: {_one_line(e)}")
         return StoreError(f"database error: {_one_line(e)}")
