@@ -442,3 +442,27 @@ def test_db_info_on_postgresql_hides_the_password(pg_url):
     assert (info["schema_version"], info["jobs"], info["runs"]) == (1, 1, 0)
     assert info["size_bytes"] > 0
     assert "s3cret" not in human
+
+
+def test_a_transaction_aborted_to_break_a_deadlock_is_run_again(pg_url):
+    """The server aborts one of two deadlocked writers (SQLSTATE 40P01); the store runs that
+    whole transaction again instead of failing the command. Here a trigger aborts the first
+    two tries of an update the way the deadlock detector does (a sequence is not rolled back,
+    so it counts the tries)."""
+    with _view(pg_url) as s:
+        s.add_job(manual("a"), T0)
+        with _admin(pg_url) as admin:
+            admin.execute("CREATE SEQUENCE jobctl.tries")
+            admin.execute(
+                "CREATE FUNCTION jobctl.abort_twice() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                "BEGIN IF nextval('jobctl.tries') <= 2 THEN "
+                "RAISE EXCEPTION 'deadlock detected (test)' USING ERRCODE = '40P01'; END IF; "
+                "RETURN NEW; END $$"
+            )
+            admin.execute(
+                "CREATE TRIGGER abort_twice BEFORE UPDATE ON jobctl.jobs "
+                "FOR EACH ROW EXECUTE FUNCTION jobctl.abort_twice()"
+            )
+            job = s.pause_job("a", T0)
+            assert job.state.value == "paused"
+            assert admin.execute("SELECT last_value FROM jobctl.tries").fetchone()[0] == 3
