@@ -43,6 +43,12 @@ MISSED_GAP_SECONDS = 60.0
 STORE_ERROR_BACKOFF_SECONDS = 0.5
 #: strays are swept this long after a child exited (one /proc walk for a burst of exits)
 SWEEP_DELAY_SECONDS = 0.1
+#: a sleep at least this long is idle: the store does the upkeep it put off meanwhile
+IDLE_SECONDS = 0.2
+#: the jobs whose runs ended reach the scheduler at most this often (one read of the
+#: fixed-delay jobs among them for a burst of ends, not one a turn); a fixed-delay job's
+#: next window counts from its run's recorded end, so the wait does not move it
+PASS_ON_SECONDS = 0.05
 
 
 def read_boot_id(path: str = BOOT_ID_PATH) -> str:
@@ -171,6 +177,8 @@ class Daemon:
         self.reaper = StrayReaper()
         self.strays: set[int] = set()
         self.sweep_at: float | None = None
+        self._ended: list[int] = []
+        self._pass_on_at: float | None = None
         self.waker = store.open_waker(self.id)
         self._sig_r, self._sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
@@ -185,8 +193,7 @@ class Daemon:
 
     def _on_wake(self, now: datetime, mono: float) -> None:
         messages = self.waker.drain()
-        self.executor.claim_needed = True
-        self.executor.cancels_unchecked = True
+        self.executor.wake(cancels=True)
         self.scheduler.on_wake(messages, now)
 
     def _on_signal(self, now: datetime, mono: float) -> None:
@@ -246,7 +253,7 @@ class Daemon:
                     # a busy, full or failing database: nothing half-applied (one
                     # transaction per write); log, back off, and carry on with the rest
                     self.log(f"store error: {e}; retrying")
-                    self.executor.claim_needed = True
+                    self.executor.wake()
                     self.scheduler.reload()
                     self._flush_log()
                     time.sleep(STORE_ERROR_BACKOFF_SECONDS)
@@ -288,15 +295,14 @@ class Daemon:
             self._heartbeat(now, mono)
         running = self.phase is Phase.RUNNING
         if running and self.scheduler.fire_due(now):
-            self.executor.claim_needed = True
-            self.executor.cancels_unchecked = True  # an --overlap replace may have asked
+            self.executor.wake(cancels=True)  # an --overlap replace may have asked
             self.store.notify("run")
         self.executor.tick(now, mono)
         if running and self.executor.wants_claim(now):
             self.executor.claim(now, mono)
         elif self.executor.unrecorded:
             self.executor.record(now, mono)
-        self._pass_on(now)
+        self._pass_on(now, mono)
         if self.config.reap_strays:
             if self.executor.take_exited() and self.sweep_at is None:
                 self.sweep_at = mono + SWEEP_DELAY_SECONDS
@@ -306,21 +312,27 @@ class Daemon:
         if self.phase is not Phase.RUNNING and not self.executor.busy:
             return False
         self._wait(now, mono)
-        self._pass_on(self.clock.now())
+        self._pass_on(self.clock.now(), self.clock.monotonic())
         return True
 
-    def _pass_on(self, now: datetime) -> None:
-        """Runs that ended: a leading scheduler moves fixed-delay jobs on; otherwise the
-        leader is told (and the other daemons may claim what was freed)."""
+    def _pass_on(self, now: datetime, mono: float) -> None:
+        """Runs that ended: the other daemons are told at once (they may claim what was
+        freed); a leading scheduler moves fixed-delay jobs on (every PASS_ON_SECONDS),
+        otherwise the leader is told."""
         ended = self.executor.take_ended()
-        if not ended:
+        if ended:
+            self.store.notify("run")
+            if not self.scheduler.leading:
+                for job_id in sorted(set(ended)):
+                    self.store.notify(f"job:{job_id}")
+            else:
+                self._ended += ended
+                if self._pass_on_at is None:
+                    self._pass_on_at = mono + PASS_ON_SECONDS
+        if self._pass_on_at is None or mono < self._pass_on_at:
             return
-        if self.scheduler.leading:
-            self.scheduler.on_runs_ended(ended, now)
-        else:
-            for job_id in sorted(set(ended)):
-                self.store.notify(f"job:{job_id}")
-        self.store.notify("run")
+        ended, self._ended, self._pass_on_at = self._ended, [], None
+        self.scheduler.on_runs_ended(ended, now)
 
     def _advance_phase(self, mono: float) -> None:
         if self.signal_received is not None and self.phase is Phase.RUNNING:
@@ -354,17 +366,25 @@ class Daemon:
             if self.executor.next_claim_wall is not None:
                 wait = (self.executor.next_claim_wall - now).total_seconds()
                 timeout = min(timeout, max(wait, 0.0))
-            if self.executor.claim_needed:
+            if self.executor.wants_claim(now):
                 timeout = 0.0
         d = self.executor.next_deadline(mono)
         if d is not None:
             timeout = min(timeout, max(d - mono, 0.0))
         if self.sweep_at is not None:
             timeout = min(timeout, max(self.sweep_at - mono, 0.0))
+        if self._pass_on_at is not None:
+            timeout = min(timeout, max(self._pass_on_at - mono, 0.0))
         if self.phase is Phase.DRAINING and self.kill_deadline is not None:
             timeout = min(timeout, max(self.kill_deadline - mono, 0.0))
         timeout = min(timeout, MAX_SLEEP_SECONDS)
         self._flush_log()
+        if timeout >= IDLE_SECONDS:
+            try:
+                self.store.idle()
+            except StoreError as e:
+                self.log(f"store upkeep failed: {e}")
+                self._flush_log()
         # from the clock as we go to sleep: a slow turn is busy, not suspended
         self.expected_wake = self.clock.now() + timedelta(seconds=timeout)
         events = self.selector.select(timeout)
@@ -429,7 +449,7 @@ class Daemon:
         self.next_heartbeat = mono + lease / 3
         self.executor.on_lost(renewal.lost)
         self.executor.on_cancel(renewal.cancel, mono)
-        self.executor.claim_needed = True
+        self.executor.wake()
         if renewal.leader and not self.scheduler.leading:
             if self.scheduler.take_lease(now):
                 self.store.notify("run")

@@ -137,6 +137,13 @@ class Executor:
         """Ends decided (or pids) that no transaction has recorded yet."""
         return bool(self._ending or self._started)
 
+    def wake(self, *, cancels: bool = False) -> None:
+        """Something changed (a run ended, was created or freed, a renewal came): claim
+        at the next turn; with ``cancels``, look for cancel requests too."""
+        self.claim_needed = True
+        if cancels:
+            self.cancels_unchecked = True
+
     def wants_claim(self, now: datetime) -> bool:
         return self.claim_needed or (
             self.next_claim_wall is not None and now >= self.next_claim_wall

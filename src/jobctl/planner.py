@@ -71,6 +71,11 @@ def _due_windows(job: Job, now: datetime, keep: int) -> tuple[int, datetime | No
     if first is None or first > now:
         return 0, None, []
     trig = job.trigger
+    if trig.kind is not TriggerKind.ONCE and not trig.after_completion:
+        # the common case, one window due (its successor is the memoised next fire)
+        after = next_fire(trig, first)
+        if after is None or after > now:
+            return 1, first, [first]
     if triggers.is_fixed_rate(trig):
         count = 1 + triggers.count_fires(trig, first, now)
         # only the last ``keep`` windows are enumerated, however long the gap

@@ -387,9 +387,8 @@ class DaemonStore(Protocol):
         now: datetime,
         lease_seconds: float,
     ) -> None:
-        """Announce a daemon. Rows of expired daemons are cleared, and so are those of
-        daemons on this host and boot whose process is gone (``dead_pids``: see
-        :meth:`take_dead_local_leases`)."""
+        """Announce a daemon; rows of expired daemons are cleared. From here on the store
+        may put off its upkeep until :meth:`idle`."""
         ...
 
     def unregister_daemon(self, daemon_id: str) -> None:
@@ -571,6 +570,11 @@ class DaemonStore(Protocol):
 
     def record_hook(self, run_id: int, status: str) -> None:
         """How the run's ``--on-failure`` command ended (``exit 0``, ``signal 9``, ...)."""
+        ...
+
+    def idle(self) -> None:
+        """The daemon is about to sleep with nothing due soon: do the upkeep it put off
+        while busy (SQLite: checkpoint the write-ahead log). Never blocks on others."""
         ...
 
     def get_run(self, run_id: int) -> Run: ...

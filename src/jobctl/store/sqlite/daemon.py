@@ -38,7 +38,7 @@ from ..protocol import (
 from . import sql
 from .commands import insert_run, run_by_id
 from .db import Db
-from .rows import job_from_row, opt_us, run_from_row, settings_json
+from .rows import job_from_row, named, opt_us, run_from_row, settings_json
 from .wake import WakeSocket, poke
 
 
@@ -90,6 +90,10 @@ class SqliteDaemonStore:
             c.execute(sql.DELETE_EXPIRED_DAEMONS, (to_us(now),))
             self._upsert(c, daemon_id, pid, host, boot_id, now, lease_seconds)
         self._refresh_peers()
+        self.db.defer_checkpoints()
+
+    def idle(self) -> None:
+        self.db.checkpoint()
 
     def _upsert(
         self,
@@ -235,7 +239,7 @@ class SqliteDaemonStore:
         out: list[Fired] = []
         with self.db.write() as c:
             marks = ", ".join("?" * len(due_at))
-            rows = {r["id"]: r for r in c.execute(sql.FIRE_JOBS.format(marks=marks), list(due_at))}
+            rows = {r["id"]: r for r in named(c, sql.FIRE_JOBS.format(marks=marks), list(due_at))}
             rows_params: list[object] = []
             windows: list[tuple[Job, Window]] = []
             moves: list[dict[str, object]] = []
@@ -460,29 +464,27 @@ class SqliteDaemonStore:
         # whose locks and job are free *now*, inside the same statement, so runs blocked
         # on a lock never block the runs behind them and two daemons cannot both win.
         attempts: list[tuple[int, int, int, str, str]] = []
+        params = {
+            "me": daemon_id,
+            "until": until,
+            "now": now_us,
+            "host": host,
+            "low_ok": 1,
+            "rp": reserved_priority if reserved_priority is not None else -(2**62),
+        }
         while len(claimed) < limit:
             low_ok = reserved_priority is None or low_limit is None or low_used < low_limit
-            row = c.execute(
-                sql.CLAIM_ONE,
-                {
-                    "me": daemon_id,
-                    "until": until,
-                    "now": now_us,
-                    "low_ok": 1 if low_ok else 0,
-                    "rp": reserved_priority if reserved_priority is not None else -(2**62),
-                },
-            ).fetchone()
+            params["low_ok"] = 1 if low_ok else 0
+            row = next(named(c, sql.CLAIM_ONE, params), None)
             if row is None:
                 break
-            run_id, attempt, priority, old_pgid, old_host, old_error = row
-            # the claimed run whole, from the statement that records the host (no re-read)
-            run = run_from_row(c.execute(sql.CLAIM_HOST, (host, run_id, now_us)).fetchone())
-            attempts.append((run_id, attempt, now_us, daemon_id, host))
-            if reserved_priority is not None and priority < reserved_priority:
+            run = run_from_row(row)
+            attempts.append((run.id, run.attempt, now_us, daemon_id, host))
+            if reserved_priority is not None and run.priority < reserved_priority:
                 low_used += 1
-            here = old_host == host
-            stale = old_pgid if (old_pgid and here) else None
-            claimed.append(Claimed(run, stale, here and old_error == "lost"))
+            here = row["prev_host"] == host
+            stale = row["prev_lost_pid"] if here else None
+            claimed.append(Claimed(run, stale or None, here and row["last_error"] == "lost"))
         if attempts:
             c.executemany(sql.INSERT_ATTEMPT, attempts)
         return claimed, ended
@@ -514,9 +516,11 @@ class SqliteDaemonStore:
     def _set_pids(
         self, c: sqlite3.Connection, daemon_id: str, started: Sequence[tuple[int, int, int]]
     ) -> None:
-        for run_id, attempt, pid in started:
-            if c.execute(sql.SET_RUN_PGID, (pid, run_id, attempt, daemon_id)).rowcount:
-                c.execute(sql.SET_ATTEMPT_PID, (pid, run_id, attempt))
+        if not started:
+            return
+        rows = [(pid, run_id, attempt, daemon_id) for run_id, attempt, pid in started]
+        c.executemany(sql.SET_RUN_PGID, rows)
+        c.executemany(sql.SET_ATTEMPT_PID, rows)
 
     def save_output(self, daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
         if not outputs:

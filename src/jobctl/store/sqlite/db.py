@@ -12,6 +12,11 @@ from typing import Any
 from ...errors import NotFound, StoreError
 from .schema import BUSY_TIMEOUT_MS, SCHEMA_VERSION, migrations, split_statements
 
+#: the write-ahead log size (pages) at which a daemon's own commit checkpoints it; the
+#: daemon checkpoints when it goes idle (:meth:`Db.checkpoint`), so a burst of commits
+#: does not stop for one (SQLite's default is 1,000 pages, each checkpoint an fsync)
+DAEMON_AUTOCHECKPOINT_PAGES = 20_000
+
 
 class Db:
     """One connection to a jobctl SQLite file. Open with :meth:`open`."""
@@ -19,6 +24,8 @@ class Db:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
+        #: committed since the last :meth:`checkpoint`
+        self.wrote = False
 
     @classmethod
     def open(cls, path: Path | str, *, create: bool = True) -> Db:
@@ -144,6 +151,26 @@ class Db:
             except sqlite3.Error as e:
                 self._rollback()
                 raise StoreError(f"database error: {e}") from None
+            self.wrote = True
+
+    def defer_checkpoints(self) -> None:
+        """Leave the checkpoints of the write-ahead log to :meth:`checkpoint` (a daemon
+        calls it when idle), with a large log as the safety net under sustained load."""
+        try:
+            self.conn.execute(f"PRAGMA wal_autocheckpoint = {DAEMON_AUTOCHECKPOINT_PAGES}")
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"database error: {e}") from None
+
+    def checkpoint(self) -> None:
+        """Copy the write-ahead log into the file if anything was committed since the last
+        time (PASSIVE: never waits for readers or writers)."""
+        if not self.wrote:
+            return
+        try:
+            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"database error: {e}") from None
+        self.wrote = False
 
     def _rollback(self) -> None:
         if self.conn.in_transaction:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +29,25 @@ from ...models import (
 # row mapping
 
 
+#: parsed ``runs.settings`` by their text: the runs of a job share it, so a burst parses
+#: each job's settings once (RunSettings is frozen; nothing changes its ``env``)
+_SETTINGS: dict[str, RunSettings] = {}
+_SETTINGS_KEPT = 1024
+
+
+def settings_from_json(text: str) -> RunSettings:
+    settings = _SETTINGS.get(text)
+    if settings is None:
+        if len(_SETTINGS) >= _SETTINGS_KEPT:
+            _SETTINGS.clear()
+        settings = _SETTINGS[text] = RunSettings.from_dict(json.loads(text))
+    return settings
+
+
+def env_from_json(text: str) -> dict[str, str]:
+    return {} if text == "{}" else dict(json.loads(text))
+
+
 def opt_dt(us: int | None) -> datetime | None:
     return None if us is None else from_us(us)
 
@@ -36,56 +56,87 @@ def opt_us(dt: datetime | None) -> int | None:
     return None if dt is None else to_us(dt)
 
 
-def job_from_row(r: Any) -> Job:
-    trigger = Trigger(
-        kind=TriggerKind(r["trigger_kind"]),
-        tz=r["trigger_tz"],
-        expr=r["trigger_expr"],
-        every_seconds=r["every_seconds"],
-        anchor=opt_dt(r["anchor_at"]),
-        at=opt_dt(r["once_at"]),
-        after_completion=bool(r["after_completion"]),
+#: enum members by their stored text (a dict lookup, not an Enum call per column)
+_TRIGGER_KINDS = {k.value: k for k in TriggerKind}
+_JOB_STATES = {k.value: k for k in JobState}
+_CATCHUPS = {k.value: k for k in Catchup}
+_OVERLAPS = {k.value: k for k in Overlap}
+_RUN_STATES = {k.value: k for k in RunState}
+_RUN_REASONS = {k.value: k for k in RunReason}
+_SKIP_REASONS = {k.value: k for k in SkipReason}
+#: triggers by their columns: many jobs share one (``0 * * * *``, a burst's interval), and
+#: an equal trigger is one object (frozen), so the planner's memo finds it at once
+_TRIGGERS: dict[tuple[Any, ...], Trigger] = {}
+_TRIGGERS_KEPT = 4096
+
+
+def _trigger(r: Any) -> Trigger:
+    key = (
+        r["trigger_kind"],
+        r["trigger_tz"],
+        r["trigger_expr"],
+        r["every_seconds"],
+        r["anchor_at"],
+        r["once_at"],
+        r["after_completion"],
     )
-    state = JobState(r["state"])
+    trigger = _TRIGGERS.get(key)
+    if trigger is None:
+        if len(_TRIGGERS) >= _TRIGGERS_KEPT:
+            _TRIGGERS.clear()
+        trigger = _TRIGGERS[key] = Trigger(
+            kind=_TRIGGER_KINDS[key[0]],
+            tz=key[1],
+            expr=key[2],
+            every_seconds=key[3],
+            anchor=opt_dt(key[4]),
+            at=opt_dt(key[5]),
+            after_completion=bool(key[6]),
+        )
+    return trigger
+
+
+def job_from_row(r: Any) -> Job:
     spec = JobSpec(
         name=r["name"],
-        trigger=trigger,
+        trigger=_trigger(r),
         command=r["command"],
         description=r["description"],
         stdin=r["stdin"],
-        env=json.loads(r["env"]),
+        env=env_from_json(r["env"]),
         cwd=r["cwd"],
         shell=r["shell"],
-        catchup=Catchup(r["catchup"]),
+        catchup=_CATCHUPS[r["catchup"]],
         catchup_limit=r["catchup_limit"],
-        overlap=Overlap(r["overlap"]),
+        overlap=_OVERLAPS[r["overlap"]],
         timeout_seconds=r["timeout_seconds"],
         retries=r["retries"],
         backoff_seconds=r["backoff_seconds"],
         priority=r["priority"],
         jitter_seconds=r["jitter_seconds"],
         on_failure=r["on_failure"],
-        locks=tuple(json.loads(r["locks"])),
+        locks=() if r["locks"] == "[]" else tuple(json.loads(r["locks"])),
     )
+    next_run_at = r["next_run_at"]
     return Job(
         id=r["id"],
         spec=spec,
-        state=state,
+        state=_JOB_STATES[r["state"]],
         created_at=from_us(r["created_at"]),
-        next_run_at=opt_dt(r["next_run_at"]),
+        next_run_at=None if next_run_at is None else from_us(next_run_at),
         missed_total=r["missed_total"],
         last_boot_id=r["last_boot_id"],
     )
 
 
-def run_from_row(r: sqlite3.Row) -> Run:
+def run_from_row(r: Any) -> Run:
     return Run(
         id=r["id"],
         job_id=r["job_id"],
         job_name=r["job_name"],
         scheduled_for=from_us(r["scheduled_for"]),
-        state=RunState(r["state"]),
-        skip_reason=SkipReason(r["skip_reason"]) if r["skip_reason"] else None,
+        state=_RUN_STATES[r["state"]],
+        skip_reason=_SKIP_REASONS[r["skip_reason"]] if r["skip_reason"] else None,
         attempt=r["attempt"],
         max_attempts=r["max_attempts"],
         not_before=opt_dt(r["not_before"]),
@@ -95,13 +146,13 @@ def run_from_row(r: sqlite3.Row) -> Run:
         finished_at=opt_dt(r["finished_at"]),
         exit_code=r["exit_code"],
         last_error=r["last_error"],
-        reason=RunReason(r["reason"]),
+        reason=_RUN_REASONS[r["reason"]],
         catchup_from=opt_dt(r["catchup_from"]),
         priority=r["priority"],
         run_key=r["run_key"],
-        env=json.loads(r["env"]),
+        env=env_from_json(r["env"]),
         locks=tuple(sorted(r["lock_list"].split("\n"))) if r["lock_list"] else (),
-        settings=RunSettings.from_dict(json.loads(r["settings"])),
+        settings=settings_from_json(r["settings"]),
         cancel_requested=bool(r["cancel_requested"]),
         attempt_base=r["attempt_base"],
         hook_status=r["hook_status"],
@@ -125,6 +176,39 @@ def attempt_from_row(r: sqlite3.Row) -> Attempt:
     )
 
 
+#: the settings text of a run by what it is made of: jobs that share a command and its
+#: settings (a burst, an imported crontab's ``MAILTO``) encode it once
+_SETTINGS_TEXT: dict[tuple[Any, ...], str] = {}
+
+
 def settings_json(spec: JobSpec) -> str:
-    settings = RunSettings.from_spec(spec)
-    return json.dumps(settings.to_dict(), sort_keys=True)
+    key = (
+        spec.command,
+        spec.shell,
+        spec.cwd,
+        tuple(sorted(spec.env.items())),
+        spec.stdin,
+        spec.timeout_seconds,
+        spec.backoff_seconds,
+        spec.on_failure,
+    )
+    text = _SETTINGS_TEXT.get(key)
+    if text is None:
+        if len(_SETTINGS_TEXT) >= _SETTINGS_KEPT:
+            _SETTINGS_TEXT.clear()
+        settings = RunSettings.from_spec(spec)
+        text = _SETTINGS_TEXT[key] = json.dumps(settings.to_dict(), sort_keys=True)
+    return text
+
+
+def named(c: sqlite3.Connection, sql: str, params: Any = ()) -> Iterator[dict[str, Any]]:
+    """The rows of a statement as dicts (for the hot path: a dict lookup by name is several
+    times cheaper than ``sqlite3.Row``'s, which compares the names one by one)."""
+    cur = c.cursor()
+    cur.row_factory = None
+    cur.execute(sql, params)
+    if cur.description is None:
+        return
+    names = [d[0] for d in cur.description]
+    for row in cur:
+        yield dict(zip(names, row, strict=True))

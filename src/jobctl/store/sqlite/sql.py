@@ -272,25 +272,28 @@ WHERE runs.id = :run_id
 """
 
 # walk the queue in order and stop at the first claimable run; without INDEXED BY the
-# planner picks runs_claimable and sorts every due run on each claim (O(n²) in a burst)
+# planner picks runs_claimable and sorts every due run on each claim (O(n²) in a burst).
+# It returns the claimed run whole, as RUN_BY_ID reads it once its attempt row (started
+# :now on :host) is in, so nothing is read again; and what the previous attempt left
+# behind if it was lost: its host and process group (its attempt row, written at its
+# claim, so known even when its daemon died before recording the pid)
 CLAIM_ONE = f"""
 UPDATE runs SET state = 'leased', leased_by = :me, lease_until = :until,
-    attempt = attempt + 1, started_at = COALESCE(started_at, :now)
+    attempt = attempt + 1, started_at = COALESCE(started_at, :now),
+    lease_host = :host, pgid = NULL
 WHERE id = (
     SELECT id FROM runs INDEXED BY runs_queue WHERE {CLAIMABLE}
     ORDER BY priority DESC, scheduled_for ASC, id ASC LIMIT 1
 ) AND {CLAIMABLE}
-RETURNING id, attempt, priority, pgid, lease_host, last_error
-"""
-# CLAIM_ONE returned what the previous attempt left (its host and process group); this
-# returns the claimed run whole, as RUN_BY_ID reads it once its attempt row (started
-# ?3, on host ?1) is in (no re-read)
-CLAIM_HOST = """
-UPDATE runs SET lease_host = ?1, pgid = NULL WHERE id = ?2
 RETURNING *, (SELECT name FROM jobs WHERE jobs.id = runs.job_id) AS job_name,
     (SELECT group_concat(name, char(10)) FROM run_locks
      WHERE run_locks.run_id = runs.id) AS lock_list,
-    ?3 AS attempt_started_at, NULL AS attempt_finished_at, ?1 AS attempt_host
+    :now AS attempt_started_at, NULL AS attempt_finished_at, :host AS attempt_host,
+    (SELECT host FROM attempts prev WHERE prev.run_id = runs.id
+     AND prev.attempt = runs.attempt - 1) AS prev_host,
+    (SELECT pid FROM attempts prev WHERE prev.run_id = runs.id
+     AND prev.attempt = runs.attempt - 1
+     AND (prev.error = 'lost' OR prev.finished_at IS NULL)) AS prev_lost_pid
 """
 INSERT_ATTEMPT = """
 INSERT INTO attempts (run_id, attempt, started_at, daemon_id, host) VALUES (?, ?, ?, ?, ?)
@@ -301,7 +304,12 @@ ON CONFLICT (run_id, attempt) DO UPDATE SET started_at = excluded.started_at,
 SET_RUN_PGID = """
 UPDATE runs SET pgid = ? WHERE id = ? AND attempt = ? AND state = 'leased' AND leased_by = ?
 """
-SET_ATTEMPT_PID = "UPDATE attempts SET pid = ? WHERE run_id = ? AND attempt = ?"
+# fenced like SET_RUN_PGID: the pid lands only while the attempt holds its lease
+SET_ATTEMPT_PID = """
+UPDATE attempts SET pid = ?1 WHERE run_id = ?2 AND attempt = ?3
+AND EXISTS (SELECT 1 FROM runs WHERE id = ?2 AND attempt = ?3 AND state = 'leased'
+            AND leased_by = ?4)
+"""
 SAVE_OUTPUT = """
 UPDATE attempts SET output = :output, output_bytes = :total
 WHERE run_id = :run_id AND attempt = :attempt AND finished_at IS NULL
