@@ -6,6 +6,7 @@ keeps them as integer microseconds since the epoch (see :func:`to_us` / :func:`f
 
 from __future__ import annotations
 
+import functools
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -19,9 +20,12 @@ def to_us(dt: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+@functools.lru_cache(maxsize=4096)
 def from_us(us: int) -> datetime:
-    """Integer microseconds since the epoch -> aware UTC datetime."""
-    return _EPOCH + timedelta(microseconds=us)
+    """Integer microseconds since the epoch -> aware UTC datetime. Memoised: the rows of
+    a burst share their instants (the window, the claim time), and a datetime is
+    immutable."""
+    return _EPOCH + timedelta(0, 0, us)
 
 
 def iso(dt: datetime | None) -> str | None:

@@ -38,7 +38,7 @@ from ..protocol import (
 from . import sql
 from .commands import insert_run, run_by_id
 from .db import Db
-from .rows import job_from_row, named, opt_us, run_from_row, settings_json
+from .rows import job_from_row, named, named_one, opt_us, run_from_row, settings_json
 from .wake import WakeSocket, poke
 
 
@@ -405,7 +405,7 @@ class SqliteDaemonStore:
             # pids first: an attempt that started and ended since the last turn keeps
             # its pid in its attempt row (its run's pgid is then cleared by the finish)
             self._set_pids(c, daemon_id, started)
-            finished = [self._finish(c, daemon_id, now, f) for f in finishes]
+            finished = self._finish_all(c, daemon_id, now, finishes)
             claimed: list[Claimed] = []
             ended: list[tuple[Run, Decision]] = []
             if limit > 0:
@@ -475,7 +475,7 @@ class SqliteDaemonStore:
         while len(claimed) < limit:
             low_ok = reserved_priority is None or low_limit is None or low_used < low_limit
             params["low_ok"] = 1 if low_ok else 0
-            row = next(named(c, sql.CLAIM_ONE, params), None)
+            row = named_one(c, sql.CLAIM_ONE, params)
             if row is None:
                 break
             run = run_from_row(row)
@@ -553,38 +553,51 @@ class SqliteDaemonStore:
     def _finish(
         self, c: sqlite3.Connection, daemon_id: str, now: datetime, f: FinishItem
     ) -> Finished:
+        return self._finish_all(c, daemon_id, now, [f])[0]
+
+    def _finish_all(
+        self, c: sqlite3.Connection, daemon_id: str, now: datetime, items: Sequence[FinishItem]
+    ) -> list[Finished]:
+        # one fenced UPDATE of each run (its RETURNING says whether the fence held), then
+        # the attempt rows of those that did in one executemany
         now_us = to_us(now)
-        decision, result = f.decision, f.result
-        row = c.execute(
-            sql.FINISH_RUN,
-            {
-                "state": decision.state.value,
-                "if_cancelled": decision.if_cancelled.value if decision.if_cancelled else None,
-                "error": decision.error,
-                "exit_code": result.exit_code,
-                "uncounted": 0 if decision.counts_attempt else 1,
-                "retry_at": opt_us(decision.retry_at),
-                "now": now_us,
-                "run_id": f.run_id,
-                "attempt": f.attempt,
-                "me": daemon_id,
-            },
-        ).fetchone()
-        if row is None:
-            return Finished(None, 0)
-        c.execute(
-            sql.FINISH_ATTEMPT,
-            {
-                "now": now_us,
-                "exit_code": result.exit_code,
-                "error": result.error,
-                "output": result.output[-OUTPUT_LIMIT_BYTES:],
-                "total": result.output_bytes,
-                "run_id": f.run_id,
-                "attempt": f.attempt,
-            },
-        )
-        return Finished(RunState(row[0]), row[1])
+        out: list[Finished] = []
+        attempts: list[dict[str, object]] = []
+        for f in items:
+            decision, result = f.decision, f.result
+            row = c.execute(
+                sql.FINISH_RUN,
+                {
+                    "state": decision.state.value,
+                    "if_cancelled": decision.if_cancelled.value if decision.if_cancelled else None,
+                    "error": decision.error,
+                    "exit_code": result.exit_code,
+                    "uncounted": 0 if decision.counts_attempt else 1,
+                    "retry_at": opt_us(decision.retry_at),
+                    "now": now_us,
+                    "run_id": f.run_id,
+                    "attempt": f.attempt,
+                    "me": daemon_id,
+                },
+            ).fetchone()
+            if row is None:
+                out.append(Finished(None, 0))
+                continue
+            attempts.append(
+                {
+                    "now": now_us,
+                    "exit_code": result.exit_code,
+                    "error": result.error,
+                    "output": result.output[-OUTPUT_LIMIT_BYTES:],
+                    "total": result.output_bytes,
+                    "run_id": f.run_id,
+                    "attempt": f.attempt,
+                }
+            )
+            out.append(Finished(RunState(row[0]), row[1]))
+        if attempts:
+            c.executemany(sql.FINISH_ATTEMPT, attempts)
+        return out
 
     def record_hook(self, run_id: int, status: str) -> None:
         with self.db.write() as c:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -201,14 +200,29 @@ def settings_json(spec: JobSpec) -> str:
     return text
 
 
-def named(c: sqlite3.Connection, sql: str, params: Any = ()) -> Iterator[dict[str, Any]]:
-    """The rows of a statement as dicts (for the hot path: a dict lookup by name is several
-    times cheaper than ``sqlite3.Row``'s, which compares the names one by one)."""
+#: the column names of each hot-path statement, read from its first cursor
+_NAMES: dict[str, tuple[str, ...]] = {}
+
+
+def _tuples(c: sqlite3.Connection, sql: str, params: Any) -> tuple[sqlite3.Cursor, tuple[str, ...]]:
     cur = c.cursor()
     cur.row_factory = None
     cur.execute(sql, params)
-    if cur.description is None:
-        return
-    names = [d[0] for d in cur.description]
-    for row in cur:
-        yield dict(zip(names, row, strict=True))
+    names = _NAMES.get(sql)
+    if names is None and cur.description is not None:
+        names = _NAMES[sql] = tuple(d[0] for d in cur.description)
+    return cur, names or ()
+
+
+def named(c: sqlite3.Connection, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+    """The rows of a statement as dicts (for the hot path: a dict lookup by name is several
+    times cheaper than ``sqlite3.Row``'s, which compares the names one by one)."""
+    cur, names = _tuples(c, sql, params)
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def named_one(c: sqlite3.Connection, sql: str, params: Any = ()) -> dict[str, Any] | None:
+    """The first row of a statement as a dict (see :func:`named`), or None."""
+    cur, names = _tuples(c, sql, params)
+    row = cur.fetchone()
+    return None if row is None else dict(zip(names, row, strict=True))

@@ -273,6 +273,8 @@ WHERE runs.id = :run_id
 
 # walk the queue in order and stop at the first claimable run; without INDEXED BY the
 # planner picks runs_claimable and sorts every due run on each claim (O(n²) in a burst).
+# The subquery is evaluated once, inside the writer's transaction (BEGIN IMMEDIATE: no
+# other writer), so the row it picks is still claimable when it is updated.
 # It returns the claimed run whole, as RUN_BY_ID reads it once its attempt row (started
 # :now on :host) is in, so nothing is read again; and what the previous attempt left
 # behind if it was lost: its host and process group (its attempt row, written at its
@@ -284,7 +286,7 @@ UPDATE runs SET state = 'leased', leased_by = :me, lease_until = :until,
 WHERE id = (
     SELECT id FROM runs INDEXED BY runs_queue WHERE {CLAIMABLE}
     ORDER BY priority DESC, scheduled_for ASC, id ASC LIMIT 1
-) AND {CLAIMABLE}
+)
 RETURNING *, (SELECT name FROM jobs WHERE jobs.id = runs.job_id) AS job_name,
     (SELECT group_concat(name, char(10)) FROM run_locks
      WHERE run_locks.run_id = runs.id) AS lock_list,
