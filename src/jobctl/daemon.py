@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import selectors
+import select
 import signal
 import socket
 import sys
@@ -125,6 +125,39 @@ class Log:
             self.stream.flush()
 
 
+class Poller:
+    """``epoll`` with one callback per descriptor: what ``selectors`` does for the loop,
+    without its layers on every register, unregister and wait (a burst does four of the
+    first two per run)."""
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+        #: fd -> its registration; a new registration is a new object, so a wait's events
+        #: can be checked against what is registered when each is dispatched
+        self._regs: dict[int, list[Ready]] = {}
+
+    def register(self, fd: int, callback: Ready) -> None:
+        self._epoll.register(fd, select.EPOLLIN)
+        self._regs[fd] = [callback]
+
+    def unregister(self, fd: int) -> None:
+        if self._regs.pop(fd, None) is not None:
+            with contextlib.suppress(OSError):  # closed already: epoll dropped it
+                self._epoll.unregister(fd)
+
+    def select(self, timeout: float) -> list[tuple[int, list[Ready]]]:
+        """The registrations of the descriptors that are ready (up to ``timeout`` s)."""
+        events = self._epoll.poll(timeout, max(len(self._regs), 1))
+        return [(fd, self._regs[fd]) for fd, _ in events if fd in self._regs]
+
+    def holds(self, fd: int, reg: list[Ready]) -> bool:
+        """Whether ``reg`` is still the registration of ``fd``."""
+        return self._regs.get(fd) is reg
+
+    def close(self) -> None:
+        self._epoll.close()
+
+
 class Daemon:
     """See the module docstring. ``run()`` returns the process exit code."""
 
@@ -151,7 +184,7 @@ class Daemon:
         # a job that calls jobctl (a fan-out) reaches the daemon's own database
         env["JOBCTL_DB"] = store.child_location()
         rng = rng or random.Random()
-        self.selector = selectors.DefaultSelector()
+        self.selector = Poller()
         self.phase = Phase.RUNNING
         self.signal_received: int | None = None
         self.kill_deadline: float | None = None
@@ -185,11 +218,10 @@ class Daemon:
     # ------------------------------------------------------------------ descriptors
 
     def watch(self, fd: int, callback: Ready) -> None:
-        self.selector.register(fd, selectors.EVENT_READ, callback)
+        self.selector.register(fd, callback)
 
     def unwatch(self, fd: int) -> None:
-        with contextlib.suppress(KeyError, ValueError):
-            self.selector.unregister(fd)
+        self.selector.unregister(fd)
 
     def _on_wake(self, now: datetime, mono: float) -> None:
         messages = self.waker.drain()
@@ -393,13 +425,12 @@ class Daemon:
         woke, woke_mono = self.clock.now(), self.clock.monotonic()
         self.executor.begin_batch()
         try:
-            for key, _ in events:
+            for fd, reg in events:
                 # a callback earlier in this batch may have closed this fd and a new one
                 # taken its number: act only on what is still registered as it was
-                if self.selector.get_map().get(key.fd) is not key:
+                if not self.selector.holds(fd, reg):
                     continue
-                callback: Ready = key.data
-                callback(woke, woke_mono)
+                reg[0](woke, woke_mono)
         finally:
             # the ends of this wake-up, and the claims for the workers they freed, in
             # one transaction
