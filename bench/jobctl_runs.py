@@ -52,8 +52,6 @@ class DaemonProc:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            text=True,
-            bufsize=1,
         )
         self.lines: list[tuple[float, str]] = []
         self._cond = threading.Condition()
@@ -61,12 +59,20 @@ class DaemonProc:
         self._reader.start()
 
     def _read(self) -> None:
+        # whole chunks, one wake-up of the waiters each: the daemon writes its lines once
+        # a loop turn, and a reader that woke per line would load the machine it measures
         assert self.proc.stderr is not None
-        for line in self.proc.stderr:
+        fd = self.proc.stderr.fileno()
+        rest = b""
+        while chunk := os.read(fd, 65536):
+            t = time.time()
+            *lines, rest = (rest + chunk).split(b"\n")
             with self._cond:
-                self.lines.append((time.time(), line.rstrip("\n")))
+                self.lines += [(t, line.decode(errors="replace")) for line in lines]
                 self._cond.notify_all()
         with self._cond:
+            if rest:
+                self.lines.append((time.time(), rest.decode(errors="replace")))
             self._cond.notify_all()
 
     def wait_for(self, pattern: str, timeout: float) -> tuple[float, re.Match[str]]:

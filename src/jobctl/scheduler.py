@@ -118,9 +118,13 @@ class Scheduler:
             created |= bool(f.run_ids)
             if f.plan.next_run_at is not None:
                 self.heap.push(f.job.id, to_us(f.plan.next_run_at))
-            n_run = sum(1 for w in f.plan.windows if w.state is RunState.PENDING)
-            n_skip = len(f.plan.windows) - n_run
-            missed = any(w.reason is RunReason.CATCHUP for w in f.plan.windows)
+            windows = f.plan.windows
+            if len(windows) == 1 and windows[0].reason is RunReason.SCHEDULE:
+                if windows[0].state is RunState.PENDING and not f.plan.missed_increment:
+                    continue  # one window on time: its run's own lines say the rest
+            n_run = sum(1 for w in windows if w.state is RunState.PENDING)
+            n_skip = len(windows) - n_run
+            missed = any(w.reason is RunReason.CATCHUP for w in windows)
             what = "missed windows" if missed or f.plan.missed_increment else "window"
             self.log(
                 f"job {f.job.name}: {what} up to {iso(f.plan.last_window_at)}: "
