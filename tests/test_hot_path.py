@@ -183,3 +183,84 @@ def test_log_is_written_once_per_flush():
     assert out.getvalue() == "one\ntwo\n"
     log.flush()
     assert out.getvalue() == "one\ntwo\n"
+
+
+def test_a_lost_attempts_group_is_stale_only_for_a_claim_on_its_host(tmp_path):
+    # the claim learns what the previous attempt left from that attempt's row (written
+    # at its claim): its host, and its pid when it was lost, not when it ended itself
+    store = open_store(tmp_path / "j.db")
+    d = store.daemon
+    kw = dict(low_limit=None, reserved_priority=None, on_expired=_expired)
+    try:
+        job = _add(store, _every_minute("j", retries=5))
+        d.fire([(job.id, int(T0.timestamp() * 1_000_000))], T0, _plan(T0))
+        now = T0 + timedelta(seconds=1)
+        first = d.record_and_claim("d1", "h", now, 30, finishes=[], started=[], limit=1, **kw)
+        (c1,) = first.claimed
+        assert (c1.stale_pgid, c1.lost_here) == (None, False)  # nothing came before
+        run_id = c1.run.id
+        d.record_and_claim(
+            "d1", "h", now, 30, finishes=[], started=[(run_id, 1, 4242)], limit=0, **kw
+        )
+        d.forget_daemons(["d1"])  # d1 died: its lease is free now
+        now += timedelta(seconds=1)
+        again = d.record_and_claim("d2", "h", now, 30, finishes=[], started=[], limit=1, **kw)
+        (c2,) = again.claimed
+        assert (c2.run.id, c2.run.attempt) == (run_id, 2)
+        assert (c2.stale_pgid, c2.lost_here) == (4242, True)
+        # d2 dies before it records a pid; a daemon on another host takes the run: the
+        # group of attempt 2 is not its to kill, and attempt 2 left no pid anyway
+        d.forget_daemons(["d2"])
+        now += timedelta(seconds=1)
+        other = d.record_and_claim("d3", "other", now, 30, finishes=[], started=[], limit=1, **kw)
+        (c3,) = other.claimed
+        assert c3.run.attempt == 3
+        assert (c3.stale_pgid, c3.lost_here) == (None, False)
+        # attempt 3 ends by itself (a failure, retried): the next claim, here, finds no
+        # stale group
+        result = AttemptResult(1)
+        decision = planner.decide(c3.run, 3, result, now, random.Random(0))
+        d.record_and_claim(
+            "d3",
+            "other",
+            now,
+            30,
+            started=[(run_id, 3, 5151)],
+            finishes=[FinishItem(run_id, 3, result, decision)],
+            limit=0,
+            **kw,
+        )
+        later = now + timedelta(hours=2)
+        last = d.record_and_claim("d3", "other", later, 30, finishes=[], started=[], limit=1, **kw)
+        (c4,) = last.claimed
+        assert c4.run.attempt == 4 and (c4.stale_pgid, c4.lost_here) == (None, False)
+    finally:
+        store.close()
+
+
+def test_a_daemon_checkpoints_the_write_ahead_log_when_idle(tmp_path):
+    # a daemon's commits leave the log alone (SQLite would copy it into the file, with
+    # an fsync, every 1,000 pages); the store does it when the loop goes idle
+    path = tmp_path / "j.db"
+    store = open_store(path)
+    try:
+        store.daemon.register_daemon("d1", 1, "h", "boot", T0, 30)
+        size = path.stat().st_size
+        big = "x" * 8000
+        for i in range(700):  # well over 1,000 pages, one commit each
+            store.commands.add_job(
+                JobSpec(
+                    name=f"j{i}",
+                    trigger=Trigger(TriggerKind.MANUAL, tz="UTC"),
+                    command="true",
+                    description=big,
+                ),
+                None,
+                T0,
+            )
+        assert path.stat().st_size == size  # everything is still in the log
+        store.daemon.idle()
+        assert path.stat().st_size > size + 700 * 8000
+        assert len(store.commands.list_jobs()) == 700
+    finally:
+        store.close()

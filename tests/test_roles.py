@@ -47,6 +47,7 @@ def test_scheduler_fires_on_time_and_catches_up_by_policy(tmp_path):
     runs = store.list_runs("on-time")
     assert [(r.state, r.reason.value) for r in runs] == [(RunState.PENDING, "schedule")] * 3
     assert sched.next_due() == T0 + timedelta(seconds=40)
+    on_time_logs = list(logs)
 
     # a new leader after an hour of no scheduler: the windows were missed
     store.add_job(_every("once", 60, catchup=Catchup.ONCE), clock.now())
@@ -60,6 +61,9 @@ def test_scheduler_fires_on_time_and_catches_up_by_policy(tmp_path):
     assert once[(RunState.SKIPPED, "schedule")] == 59
     assert store.get_job("once").missed_total == 59
     assert successor.next_due() is not None and successor.next_due() > clock.now()
+    # a window on time is said by its run's own lines; missed ones are logged
+    assert not any("job on-time:" in line for line in on_time_logs)
+    assert any(line.startswith("job once: missed windows up to") for line in logs)
     store.close()
 
 
