@@ -208,6 +208,11 @@ def test_a_lost_attempts_group_is_stale_only_for_a_claim_on_its_host(tmp_path):
         (c2,) = again.claimed
         assert (c2.run.id, c2.run.attempt) == (run_id, 2)
         assert (c2.stale_pgid, c2.lost_here) == (4242, True)
+        # a late write from d1 (which lost the lease) does not land on d2's attempt
+        d.record_and_claim(
+            "d1", "h", now, 30, finishes=[], started=[(run_id, 2, 9999)], limit=0, **kw
+        )
+        assert [a.pid for a in store.commands.get_attempts(run_id)] == [4242, None]
         # d2 dies before it records a pid; a daemon on another host takes the run: the
         # group of attempt 2 is not its to kill, and attempt 2 left no pid anyway
         d.forget_daemons(["d2"])

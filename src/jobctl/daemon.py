@@ -140,10 +140,11 @@ class Poller:
         self._epoll.register(fd, select.EPOLLIN)
         self._regs[fd] = [callback]
 
-    def unregister(self, fd: int) -> None:
-        if self._regs.pop(fd, None) is not None:
-            with contextlib.suppress(OSError):  # closed already: epoll dropped it
-                self._epoll.unregister(fd)
+    def forget(self, fd: int) -> None:
+        """Stop calling back for ``fd``, which the caller closes (now, or before): epoll
+        drops a descriptor once it is closed, so no system call is made here. (The
+        daemon's descriptors are never duplicated, which is what that needs.)"""
+        self._regs.pop(fd, None)
 
     def select(self, timeout: float) -> list[tuple[int, list[Ready]]]:
         """The registrations of the descriptors that are ready (up to ``timeout`` s)."""
@@ -221,7 +222,8 @@ class Daemon:
         self.selector.register(fd, callback)
 
     def unwatch(self, fd: int) -> None:
-        self.selector.unregister(fd)
+        """Stop watching ``fd``; the caller closes it (see :meth:`Poller.forget`)."""
+        self.selector.forget(fd)
 
     def _on_wake(self, now: datetime, mono: float) -> None:
         messages = self.waker.drain()

@@ -33,6 +33,7 @@ RECORD_RETRY_SECONDS = 1.0
 #: a callback for a ready descriptor gets the time the loop read after waking
 Ready = Callable[[datetime, float], None]
 Watch = Callable[[int, Ready], None]
+#: stop watching a descriptor the caller closes (now, or just before)
 Unwatch = Callable[[int], None]
 
 

@@ -119,9 +119,9 @@ class Scheduler:
             if f.plan.next_run_at is not None:
                 self.heap.push(f.job.id, to_us(f.plan.next_run_at))
             windows = f.plan.windows
-            if len(windows) == 1 and windows[0].reason is RunReason.SCHEDULE:
-                if windows[0].state is RunState.PENDING and not f.plan.missed_increment:
-                    continue  # one window on time: its run's own lines say the rest
+            on_time = len(windows) == 1 and windows[0].reason is RunReason.SCHEDULE
+            if on_time and windows[0].state is RunState.PENDING and not f.plan.missed_increment:
+                continue  # one window on time: its run's own lines say the rest
             n_run = sum(1 for w in windows if w.state is RunState.PENDING)
             n_skip = len(windows) - n_run
             missed = any(w.reason is RunReason.CATCHUP for w in windows)

@@ -403,7 +403,7 @@ class SqliteDaemonStore:
     ) -> TurnResult:
         with self.db.write() as c:
             # pids first: an attempt that started and ended since the last turn keeps
-            # its pid in its attempt row (its run's pgid is then cleared by the finish)
+            # its pid in its attempt row
             self._set_pids(c, daemon_id, started)
             finished = self._finish_all(c, daemon_id, now, finishes)
             claimed: list[Claimed] = []
@@ -519,7 +519,6 @@ class SqliteDaemonStore:
         if not started:
             return
         rows = [(pid, run_id, attempt, daemon_id) for run_id, attempt, pid in started]
-        c.executemany(sql.SET_RUN_PGID, rows)
         c.executemany(sql.SET_ATTEMPT_PID, rows)
 
     def save_output(self, daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:

@@ -281,8 +281,7 @@ WHERE runs.id = :run_id
 # claim, so known even when its daemon died before recording the pid)
 CLAIM_ONE = f"""
 UPDATE runs SET state = 'leased', leased_by = :me, lease_until = :until,
-    attempt = attempt + 1, started_at = COALESCE(started_at, :now),
-    lease_host = :host, pgid = NULL
+    attempt = attempt + 1, started_at = COALESCE(started_at, :now), lease_host = :host
 WHERE id = (
     SELECT id FROM runs INDEXED BY runs_queue WHERE {CLAIMABLE}
     ORDER BY priority DESC, scheduled_for ASC, id ASC LIMIT 1
@@ -303,10 +302,8 @@ ON CONFLICT (run_id, attempt) DO UPDATE SET started_at = excluded.started_at,
     daemon_id = excluded.daemon_id, host = excluded.host, finished_at = NULL,
     exit_code = NULL, error = NULL, output = NULL, output_bytes = 0, pid = NULL
 """
-SET_RUN_PGID = """
-UPDATE runs SET pgid = ? WHERE id = ? AND attempt = ? AND state = 'leased' AND leased_by = ?
-"""
-# fenced like SET_RUN_PGID: the pid lands only while the attempt holds its lease
+# fenced: the pid lands only while the attempt holds its lease. (``runs.pgid`` is not
+# used by this backend: a claim finds a lost attempt's group in that attempt's row.)
 SET_ATTEMPT_PID = """
 UPDATE attempts SET pid = ?1 WHERE run_id = ?2 AND attempt = ?3
 AND EXISTS (SELECT 1 FROM runs WHERE id = ?2 AND attempt = ?3 AND state = 'leased'
@@ -333,7 +330,7 @@ UPDATE runs SET
     not_before = CASE WHEN :state IN ('failed', 'pending') THEN :retry_at ELSE not_before END,
     finished_at = CASE WHEN :state IN ('failed', 'pending') AND NOT (cancel_requested = 1
                        AND :if_cancelled IS NOT NULL) THEN finished_at ELSE :now END,
-    leased_by = NULL, lease_until = NULL, pgid = NULL
+    leased_by = NULL, lease_until = NULL
 WHERE id = :run_id AND attempt = :attempt AND state = 'leased' AND leased_by = :me
 RETURNING state, job_id
 """
