@@ -169,12 +169,11 @@ def _not_found(path: str, err: int) -> OSError:
 
 
 def _resolve_shell(shell: str, env: Mapping[str, str]) -> str:
-    """The shell as an absolute path; a bare name is looked up in the child's PATH, as
-    Popen does. Raises OSError naming the shell when it is missing or not executable."""
+    """The shell as a path: a bare name is looked up in the child's PATH, as Popen does
+    (OSError naming it when it is not found); a path is taken as it is (the spawn's own
+    error names it when it is missing or not executable)."""
     if "/" in shell:
-        if os.access(shell, os.X_OK):
-            return shell
-        raise _not_found(shell, errno.EACCES if os.path.exists(shell) else errno.ENOENT)
+        return shell  # the exec itself says when it is missing or not executable
     for d in env.get("PATH", os.defpath).split(os.pathsep):
         path = os.path.join(d or ".", shell)
         if os.access(path, os.X_OK) and not os.path.isdir(path):
