@@ -264,8 +264,36 @@ def test_a_daemon_checkpoints_the_write_ahead_log_when_idle(tmp_path):
                 T0,
             )
         assert path.stat().st_size == size  # everything is still in the log
+        wal = path.with_name(path.name + "-wal")
+        assert wal.stat().st_size > 5 * 1024 * 1024
         store.daemon.idle()
         assert path.stat().st_size > size + 700 * 8000
         assert len(store.commands.list_jobs()) == 700
+        # the next write starts the log over, cut back to a few MB
+        store.commands.pause_job("j1", T0)
+        assert wal.stat().st_size <= 4 * 1024 * 1024
+    finally:
+        store.close()
+
+
+def test_hot_path_rows_follow_a_schema_change_under_a_running_daemon(tmp_path):
+    # the column names of a ``*`` statement are cached; a newer jobctl may add a column
+    # while this daemon runs
+    import sqlite3
+
+    from jobctl.store.sqlite import sql
+    from jobctl.store.sqlite.rows import named
+
+    store = open_store(tmp_path / "j.db")
+    try:
+        job = _add(store, _every_minute("j"))
+        query = sql.FIRE_JOBS.format(marks="?")
+        (before,) = named(store.db.conn, query, [job.id])
+        other = sqlite3.connect(tmp_path / "j.db")
+        other.execute("ALTER TABLE jobs ADD COLUMN extra TEXT DEFAULT 'x'")
+        other.commit()
+        other.close()
+        (after,) = named(store.db.conn, query, [job.id])
+        assert after["extra"] == "x" and after["name"] == before["name"] == "j"
     finally:
         store.close()

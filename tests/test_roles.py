@@ -172,3 +172,43 @@ def test_executor_stores_a_running_attempts_output_once_a_second(tmp_path):
         loop.turn(clock)
     assert store.get_run(run.id).state is RunState.LEASED  # left to expire and be retried
     store.close()
+
+
+def test_ends_buffered_when_the_lease_goes_reach_the_new_leader(tmp_path):
+    # the loop passes the jobs whose runs ended to its scheduler every 50 ms; if the lease
+    # went meanwhile, the leader is told instead (else a fixed-delay job would never get
+    # its next window)
+    from jobctl.clock import FakeClock
+    from jobctl.daemon import PASS_ON_SECONDS, Daemon, DaemonConfig
+
+    store = StoreView(tmp_path / "p.db")
+    clock = FakeClock(T0)
+    d = Daemon(
+        store.daemon,
+        DaemonConfig(workers=1, lease_seconds=30, reap_strays=False),
+        clock=clock,
+        log=lambda line: None,
+    )
+    told: list[str] = []
+    store.daemon.notify = told.append  # type: ignore[method-assign]
+    ended: list[list[int] | None] = []
+    d.scheduler.on_runs_ended = lambda ids, now: ended.append(ids)  # type: ignore[method-assign]
+    try:
+        d.scheduler.leading = True
+        d.executor._ended_jobs = [7]
+        d._pass_on(clock.now(), 0.0)
+        assert told == ["run"] and ended == []  # buffered
+        d.executor._ended_jobs = [8]
+        d._pass_on(clock.now(), PASS_ON_SECONDS)
+        assert ended == [[7, 8]]  # one pass for both
+        told.clear()
+        d.executor._ended_jobs = [9]
+        d._pass_on(clock.now(), 1.0)
+        d.scheduler.leading = False  # the lease went
+        d._pass_on(clock.now(), 1.0 + PASS_ON_SECONDS)
+        assert ended == [[7, 8]]
+        assert told == ["run", "job:9"]
+    finally:
+        d.waker.close()
+        d.selector.close()
+        store.close()

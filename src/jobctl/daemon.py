@@ -366,7 +366,11 @@ class Daemon:
         if self._pass_on_at is None or mono < self._pass_on_at:
             return
         ended, self._ended, self._pass_on_at = self._ended, [], None
-        self.scheduler.on_runs_ended(ended, now)
+        if self.scheduler.leading:
+            self.scheduler.on_runs_ended(ended, now)
+        else:  # the lease went meanwhile: the leader moves them on
+            for job_id in sorted(set(ended)):
+                self.store.notify(f"job:{job_id}")
 
     def _advance_phase(self, mono: float) -> None:
         if self.signal_received is not None and self.phase is Phase.RUNNING:

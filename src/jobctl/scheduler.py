@@ -120,7 +120,8 @@ class Scheduler:
                 self.heap.push(f.job.id, to_us(f.plan.next_run_at))
             windows = f.plan.windows
             on_time = len(windows) == 1 and windows[0].reason is RunReason.SCHEDULE
-            if on_time and windows[0].state is RunState.PENDING and not f.plan.missed_increment:
+            plain = f.run_ids and not f.plan.replace_open and not f.plan.missed_increment
+            if on_time and windows[0].state is RunState.PENDING and plain:
                 continue  # one window on time: its run's own lines say the rest
             n_run = sum(1 for w in windows if w.state is RunState.PENDING)
             n_skip = len(windows) - n_run

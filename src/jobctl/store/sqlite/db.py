@@ -16,6 +16,8 @@ from .schema import BUSY_TIMEOUT_MS, SCHEMA_VERSION, migrations, split_statement
 #: daemon checkpoints when it goes idle (:meth:`Db.checkpoint`), so a burst of commits
 #: does not stop for one (SQLite's default is 1,000 pages, each checkpoint an fsync)
 DAEMON_AUTOCHECKPOINT_PAGES = 20_000
+#: what the write-ahead log file is cut back to once a checkpoint emptied it
+DAEMON_WAL_LIMIT_BYTES = 4 * 1024 * 1024
 
 
 class Db:
@@ -158,19 +160,22 @@ class Db:
         calls it when idle), with a large log as the safety net under sustained load."""
         try:
             self.conn.execute(f"PRAGMA wal_autocheckpoint = {DAEMON_AUTOCHECKPOINT_PAGES}")
+            self.conn.execute(f"PRAGMA journal_size_limit = {DAEMON_WAL_LIMIT_BYTES}").fetchall()
         except sqlite3.DatabaseError as e:
             raise StoreError(f"database error: {e}") from None
 
     def checkpoint(self) -> None:
         """Copy the write-ahead log into the file if anything was committed since the last
-        time (PASSIVE: never waits for readers or writers)."""
+        complete copy (PASSIVE: never waits for readers or writers). The log file is cut
+        back to DAEMON_WAL_LIMIT_BYTES when the next write starts it over."""
         if not self.wrote:
             return
         try:
-            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            busy, log, done = self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         except sqlite3.DatabaseError as e:
             raise StoreError(f"database error: {e}") from None
-        self.wrote = False
+        # a reader or writer in the way: the frames left are copied next time
+        self.wrote = bool(busy) or done < log
 
     def _rollback(self) -> None:
         if self.conn.in_transaction:

@@ -208,10 +208,14 @@ def _tuples(c: sqlite3.Connection, sql: str, params: Any) -> tuple[sqlite3.Curso
     cur = c.cursor()
     cur.row_factory = None
     cur.execute(sql, params)
+    desc = cur.description  # made by the execute: reading it costs nothing more
+    if desc is None:
+        return cur, ()
     names = _NAMES.get(sql)
-    if names is None and cur.description is not None:
-        names = _NAMES[sql] = tuple(d[0] for d in cur.description)
-    return cur, names or ()
+    if names is None or len(names) != len(desc) or names[-1] != desc[-1][0]:
+        # first use, or the file's schema changed under a running daemon (``*``)
+        names = _NAMES[sql] = tuple(d[0] for d in desc)
+    return cur, names
 
 
 def named(c: sqlite3.Connection, sql: str, params: Any = ()) -> list[dict[str, Any]]:

@@ -277,11 +277,12 @@ WHERE runs.id = :run_id
 # other writer), so the row it picks is still claimable when it is updated.
 # It returns the claimed run whole, as RUN_BY_ID reads it once its attempt row (started
 # :now on :host) is in, so nothing is read again; and what the previous attempt left
-# behind if it was lost: its host and process group (its attempt row, written at its
-# claim, so known even when its daemon died before recording the pid)
+# behind if it was lost: its host (its attempt row is written at its claim, so the host
+# is known even when its daemon died before recording the pid) and its pid, if recorded
 CLAIM_ONE = f"""
 UPDATE runs SET state = 'leased', leased_by = :me, lease_until = :until,
-    attempt = attempt + 1, started_at = COALESCE(started_at, :now), lease_host = :host
+    attempt = attempt + 1, started_at = COALESCE(started_at, :now),
+    lease_host = :host, pgid = NULL
 WHERE id = (
     SELECT id FROM runs INDEXED BY runs_queue WHERE {CLAIMABLE}
     ORDER BY priority DESC, scheduled_for ASC, id ASC LIMIT 1
@@ -302,8 +303,13 @@ ON CONFLICT (run_id, attempt) DO UPDATE SET started_at = excluded.started_at,
     daemon_id = excluded.daemon_id, host = excluded.host, finished_at = NULL,
     exit_code = NULL, error = NULL, output = NULL, output_bytes = 0, pid = NULL
 """
-# fenced: the pid lands only while the attempt holds its lease. (``runs.pgid`` is not
-# used by this backend: a claim finds a lost attempt's group in that attempt's row.)
+# the run's process group, fenced; this backend's claim reads a lost attempt's group
+# from that attempt's row, and the column is kept for daemons of the previous release
+# that may share the file (their claim reads it)
+SET_RUN_PGID = """
+UPDATE runs SET pgid = ? WHERE id = ? AND attempt = ? AND state = 'leased' AND leased_by = ?
+"""
+# fenced: the pid lands only while the attempt holds its lease
 SET_ATTEMPT_PID = """
 UPDATE attempts SET pid = ?1 WHERE run_id = ?2 AND attempt = ?3
 AND EXISTS (SELECT 1 FROM runs WHERE id = ?2 AND attempt = ?3 AND state = 'leased'
@@ -330,7 +336,7 @@ UPDATE runs SET
     not_before = CASE WHEN :state IN ('failed', 'pending') THEN :retry_at ELSE not_before END,
     finished_at = CASE WHEN :state IN ('failed', 'pending') AND NOT (cancel_requested = 1
                        AND :if_cancelled IS NOT NULL) THEN finished_at ELSE :now END,
-    leased_by = NULL, lease_until = NULL
+    leased_by = NULL, lease_until = NULL, pgid = NULL
 WHERE id = :run_id AND attempt = :attempt AND state = 'leased' AND leased_by = :me
 RETURNING state, job_id
 """
