@@ -53,7 +53,7 @@ from ..protocol import (
     Renewal,
     TurnResult,
 )
-from ..sqlite.rows import job_from_row, opt_us, run_from_row
+from ..sqlite.rows import finish_params, job_from_row, opt_us, run_from_row
 from .commands import RUN_BY_ID, insert_run, run_by_id
 from .db import PgDb, retrying
 from .waker import Waker
@@ -723,38 +723,18 @@ class PgDaemonStore:
         result: AttemptResult,
         decision: Decision,
     ) -> Finished:
-        now_us = to_us(now)
+        run_params, attempt_params = finish_params(
+            FinishItem(run_id, attempt, result, decision), to_us(now), daemon_id
+        )
         with self.db.write() as c:
-            row = c.execute(
-                FINISH_RUN,
-                {
-                    "state": decision.state.value,
-                    "if_cancelled": decision.if_cancelled.value if decision.if_cancelled else None,
-                    "error": decision.error,
-                    "exit_code": result.exit_code,
-                    "uncounted": 0 if decision.counts_attempt else 1,
-                    "retry_at": opt_us(decision.retry_at),
-                    "now": now_us,
-                    "run_id": run_id,
-                    "attempt": attempt,
-                    "me": daemon_id,
-                },
-            ).fetchone()
+            row = c.execute(FINISH_RUN, run_params).fetchone()
             if row is None:
                 return Finished(None, 0)
             c.execute(
                 "UPDATE attempts SET finished_at = %(now)s, exit_code = %(exit_code)s, "
                 "error = %(error)s, output = %(output)s, output_bytes = %(total)s "
                 "WHERE run_id = %(run_id)s AND attempt = %(attempt)s",
-                {
-                    "now": now_us,
-                    "exit_code": result.exit_code,
-                    "error": result.error,
-                    "output": result.output[-OUTPUT_LIMIT_BYTES:],
-                    "total": result.output_bytes,
-                    "run_id": run_id,
-                    "attempt": attempt,
-                },
+                attempt_params,
             )
             self.db.announce(f"job:{row['job_id']}")
             self.db.announce("run")

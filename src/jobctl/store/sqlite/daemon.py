@@ -38,7 +38,7 @@ from ..protocol import (
 from . import sql
 from .commands import insert_run, run_by_id
 from .db import Db
-from .rows import job_from_row, named, named_one, opt_us, run_from_row, settings_json
+from .rows import finish_params, job_from_row, named, named_one, opt_us, run_from_row, settings_json
 from .wake import WakeSocket, poke
 
 
@@ -564,36 +564,12 @@ class SqliteDaemonStore:
         out: list[Finished] = []
         attempts: list[dict[str, object]] = []
         for f in items:
-            decision, result = f.decision, f.result
-            row = c.execute(
-                sql.FINISH_RUN,
-                {
-                    "state": decision.state.value,
-                    "if_cancelled": decision.if_cancelled.value if decision.if_cancelled else None,
-                    "error": decision.error,
-                    "exit_code": result.exit_code,
-                    "uncounted": 0 if decision.counts_attempt else 1,
-                    "retry_at": opt_us(decision.retry_at),
-                    "now": now_us,
-                    "run_id": f.run_id,
-                    "attempt": f.attempt,
-                    "me": daemon_id,
-                },
-            ).fetchone()
+            run_params, attempt_params = finish_params(f, now_us, daemon_id)
+            row = c.execute(sql.FINISH_RUN, run_params).fetchone()
             if row is None:
                 out.append(Finished(None, 0))
                 continue
-            attempts.append(
-                {
-                    "now": now_us,
-                    "exit_code": result.exit_code,
-                    "error": result.error,
-                    "output": result.output[-OUTPUT_LIMIT_BYTES:],
-                    "total": result.output_bytes,
-                    "run_id": f.run_id,
-                    "attempt": f.attempt,
-                }
-            )
+            attempts.append(attempt_params)
             out.append(Finished(RunState(row[0]), row[1]))
         if attempts:
             c.executemany(sql.FINISH_ATTEMPT, attempts)

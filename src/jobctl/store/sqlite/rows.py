@@ -9,6 +9,7 @@ from typing import Any
 
 from ...clock import from_us, to_us
 from ...models import (
+    OUTPUT_LIMIT_BYTES,
     Attempt,
     Catchup,
     Job,
@@ -23,6 +24,7 @@ from ...models import (
     Trigger,
     TriggerKind,
 )
+from ..protocol import FinishItem
 
 # --------------------------------------------------------------------------------------
 # row mapping
@@ -230,3 +232,33 @@ def named_one(c: sqlite3.Connection, sql: str, params: Any = ()) -> dict[str, An
     cur, names = _tuples(c, sql, params)
     row = cur.fetchone()
     return None if row is None else dict(zip(names, row, strict=True))
+
+
+def finish_params(
+    f: FinishItem, now_us: int, daemon_id: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An attempt's end as parameters: of the fenced update of its run, and of its attempt
+    row (both backends bind the same names)."""
+    decision, result = f.decision, f.result
+    run = {
+        "state": decision.state.value,
+        "if_cancelled": decision.if_cancelled.value if decision.if_cancelled else None,
+        "error": decision.error,
+        "exit_code": result.exit_code,
+        "uncounted": 0 if decision.counts_attempt else 1,
+        "retry_at": opt_us(decision.retry_at),
+        "now": now_us,
+        "run_id": f.run_id,
+        "attempt": f.attempt,
+        "me": daemon_id,
+    }
+    attempt = {
+        "now": now_us,
+        "exit_code": result.exit_code,
+        "error": result.error,
+        "output": result.output[-OUTPUT_LIMIT_BYTES:],
+        "total": result.output_bytes,
+        "run_id": f.run_id,
+        "attempt": f.attempt,
+    }
+    return run, attempt
