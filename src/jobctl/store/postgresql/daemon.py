@@ -30,7 +30,6 @@ from ...clock import from_us, to_us
 from ...errors import Conflict, NotFound
 from ...models import (
     MAX_SKIPPED_ROWS,
-    OUTPUT_LIMIT_BYTES,
     AttemptResult,
     Decision,
     Job,
@@ -53,7 +52,7 @@ from ..protocol import (
     Renewal,
     TurnResult,
 )
-from ..sqlite.rows import finish_params, job_from_row, opt_us, run_from_row
+from ..sqlite.rows import finish_params, job_from_row, opt_us, output_params, run_from_row
 from .commands import RUN_BY_ID, insert_run, run_by_id
 from .db import PgDb, retrying
 from .waker import Waker
@@ -699,20 +698,13 @@ class PgDaemonStore:
         if not outputs:
             return
         with self.db.write() as c:
-            for run_id, attempt, tail, total in outputs:
-                c.execute(
-                    "UPDATE attempts SET output = %(output)s, output_bytes = %(total)s "
-                    "WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND finished_at IS NULL "
-                    "AND EXISTS (SELECT 1 FROM runs WHERE id = %(run_id)s "
-                    "AND attempt = %(attempt)s AND state = 'leased' AND leased_by = %(me)s)",
-                    {
-                        "output": tail[-OUTPUT_LIMIT_BYTES:],
-                        "total": total,
-                        "run_id": run_id,
-                        "attempt": attempt,
-                        "me": daemon_id,
-                    },
-                )
+            c.executemany(
+                "UPDATE attempts SET output = %(output)s, output_bytes = %(total)s "
+                "WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND finished_at IS NULL "
+                "AND EXISTS (SELECT 1 FROM runs WHERE id = %(run_id)s "
+                "AND attempt = %(attempt)s AND state = 'leased' AND leased_by = %(me)s)",
+                output_params(daemon_id, outputs),
+            )
 
     def finish_attempt(
         self,

@@ -11,7 +11,6 @@ from ...clock import from_us, to_us
 from ...errors import NotFound, StoreError
 from ...models import (
     MAX_SKIPPED_ROWS,
-    OUTPUT_LIMIT_BYTES,
     AttemptResult,
     Decision,
     Job,
@@ -38,7 +37,16 @@ from ..protocol import (
 from . import sql
 from .commands import insert_run, run_by_id
 from .db import Db
-from .rows import finish_params, job_from_row, named, named_one, opt_us, run_from_row, settings_json
+from .rows import (
+    finish_params,
+    job_from_row,
+    named,
+    named_one,
+    opt_us,
+    output_params,
+    run_from_row,
+    settings_json,
+)
 from .wake import WakeSocket, poke
 
 
@@ -374,18 +382,19 @@ class SqliteDaemonStore:
         reserved_priority: int | None,
         on_expired: ExpiredFn,
     ) -> tuple[list[Claimed], list[tuple[Run, Decision]]]:
-        with self.db.write() as c:
-            return self._claim(
-                c,
-                daemon_id,
-                host,
-                now,
-                lease_seconds,
-                limit,
-                low_limit,
-                reserved_priority,
-                on_expired,
-            )
+        res = self.record_and_claim(
+            daemon_id,
+            host,
+            now,
+            lease_seconds,
+            finishes=[],
+            started=[],
+            limit=limit,
+            low_limit=low_limit,
+            reserved_priority=reserved_priority,
+            on_expired=on_expired,
+        )
+        return res.claimed, res.ended
 
     def record_and_claim(
         self,
@@ -526,17 +535,7 @@ class SqliteDaemonStore:
         if not outputs:
             return
         with self.db.write() as c:
-            for run_id, attempt, tail, total in outputs:
-                c.execute(
-                    sql.SAVE_OUTPUT,
-                    {
-                        "output": tail[-OUTPUT_LIMIT_BYTES:],
-                        "total": total,
-                        "run_id": run_id,
-                        "attempt": attempt,
-                        "me": daemon_id,
-                    },
-                )
+            c.executemany(sql.SAVE_OUTPUT, output_params(daemon_id, outputs))
 
     def finish_attempt(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -262,3 +263,20 @@ def finish_params(
         "attempt": f.attempt,
     }
     return run, attempt
+
+
+def output_params(
+    daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]
+) -> list[dict[str, Any]]:
+    """``(run_id, attempt, tail, total)`` of running attempts as the parameters of the
+    fenced output write (both backends bind the same names)."""
+    return [
+        {
+            "output": tail[-OUTPUT_LIMIT_BYTES:],
+            "total": total,
+            "run_id": run_id,
+            "attempt": attempt,
+            "me": daemon_id,
+        }
+        for run_id, attempt, tail, total in outputs
+    ]
