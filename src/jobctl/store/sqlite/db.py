@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,7 @@ class Db:
             conn.row_factory = sqlite3.Row
             db = cls(conn, path)
             try:
-                db._setup()
+                db._setup_waiting()
             except sqlite3.DatabaseError as e:
                 conn.close()
                 raise StoreError(f"cannot use database {path}: {e}") from None
@@ -80,6 +81,28 @@ class Db:
             with contextlib.suppress(OSError):
                 os.chmod(path, 0o600)
         return db
+
+    def _setup_waiting(self) -> None:
+        """:meth:`_setup`, tried again while another process holds the file busy. The
+        busy timeout covers a transaction's statements, but SQLite returns "database is
+        locked" at once to a connection whose first statements meet another one creating
+        the file or switching it to WAL (six processes racing on a new file); every step
+        of the set-up is idempotent and the migration is one transaction, so it is run
+        again until the busy timeout has passed."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        pause = 0.005
+        while True:
+            try:
+                self._setup()
+                return
+            except sqlite3.OperationalError as e:
+                busy = getattr(e, "sqlite_errorcode", None) in (5, 6)  # SQLITE_BUSY, _LOCKED
+                if not busy or time.monotonic() + pause > deadline:
+                    raise
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
     def _setup(self) -> None:
         c = self.conn
