@@ -212,3 +212,54 @@ def test_ends_buffered_when_the_lease_goes_reach_the_new_leader(tmp_path):
         d.waker.close()
         d.selector.close()
         store.close()
+
+
+def test_a_short_attempts_pid_is_written_with_its_end_a_long_ones_on_its_own(tmp_path):
+    # a child that ends within PID_FLUSH_SECONDS of its start has its pid written by the
+    # attempt's end (no write of its own); one that runs on has it written after that wait
+    from jobctl.executor import PID_FLUSH_SECONDS
+
+    store = StoreView(tmp_path / "p.db")
+    clock = FakeClock(datetime.now(UTC))
+    manual = Trigger(TriggerKind.MANUAL, tz="UTC")
+    store.add_job(JobSpec("quick", manual, "true"), clock.now())
+    store.add_job(JobSpec("slow", manual, "exec sleep 30"), clock.now())
+    quick, _ = store.enqueue_run("quick", clock.now())
+    slow, _ = store.enqueue_run("slow", clock.now())
+    loop = Loop()
+    ex = _executor(store, loop, [])
+    sent: list[int] = []
+    inner = store.daemon.record_and_claim
+
+    def spy(*args, **kw):
+        sent.extend(run_id for run_id, _, _ in kw["started"])
+        return inner(*args, **kw)
+
+    store.daemon.record_and_claim = spy  # type: ignore[method-assign]
+
+    def turn(claim: bool = True) -> None:  # as the loop does: a wake-up's one transaction
+        ex.begin_batch()
+        loop.turn(clock)
+        ex.end_batch(clock.now(), clock.monotonic(), claim=claim)
+
+    ex.claim(clock.now(), clock.monotonic())
+    pids = {h.run.job_name: h.child.pid for h in ex.held.values()}
+    deadline = time.monotonic() + 10
+    while quick.id in ex.held and time.monotonic() < deadline:
+        turn()
+    assert store.get_run(quick.id).state is RunState.SUCCEEDED
+    assert store.get_attempts(quick.id)[0].pid == pids["quick"]
+    assert sent == []  # the quick one's pid came with its end; the slow one's waits
+    assert store.get_attempts(slow.id)[0].pid is None
+    clock.advance(PID_FLUSH_SECONDS)
+    assert ex.next_deadline(clock.monotonic()) == clock.monotonic()
+    ex.tick(clock.now(), clock.monotonic())
+    assert sent == [slow.id]
+    assert store.get_attempts(slow.id)[0].pid == pids["slow"]
+    ex.interrupt_all()  # as a shutdown does: no new claims
+    deadline = time.monotonic() + 10
+    while ex.busy and time.monotonic() < deadline:
+        turn(claim=False)
+    assert store.get_run(slow.id).state is RunState.PENDING
+    assert sent == [slow.id]
+    store.close()

@@ -24,8 +24,9 @@ from .worker import CANCEL_GRACE_SECONDS, Child, Hook, build_env, spawn_hook
 
 #: a running attempt's output tail is stored at most this often while it changes
 OUTPUT_FLUSH_SECONDS = 1.0
-#: the pids of children started in a turn ride with the next turn's transaction, or are
-#: written on their own once they waited this long
+#: a child's pid is written with its attempt's end when it ends within this long of its
+#: start (most children of a burst), else on its own (riding with a transaction if one
+#: comes); a daemon that dies sooner leaves the leftover kill to the run-id scan
 PID_FLUSH_SECONDS = 0.05
 #: after a store error, what a turn learned is recorded again this much later
 RECORD_RETRY_SECONDS = 1.0
@@ -104,9 +105,9 @@ class Executor:
         self._exited = False
         #: ends decided since the last transaction, recorded with the next one
         self._ending: list[Ending] = []
-        #: (run_id, attempt, pid) of children started, not yet recorded; since when
-        self._started: list[tuple[int, int, int]] = []
-        self._started_mono = 0.0
+        #: (run_id, attempt) -> (pid, when it started) of children whose pid is not yet
+        #: recorded, oldest first
+        self._started: dict[tuple[int, int], tuple[int, float]] = {}
         self._record_after = 0.0
         self._batching = False
 
@@ -160,10 +161,14 @@ class Executor:
             if h.child.returncode is None and h.child.tail.total != h.saved_total:
                 times.append(max(h.started_mono, h.saved_mono) + OUTPUT_FLUSH_SECONDS)
         if self._started:
-            times.append(max(self._started_mono + PID_FLUSH_SECONDS, self._record_after))
+            times.append(max(self._pids_due_at(), self._record_after))
         if self._ending:
             times.append(self._record_after)
         return min(times) if times else None
+
+    def _pids_due_at(self) -> float:
+        """When the oldest unrecorded pid is to be written on its own."""
+        return next(iter(self._started.values()))[1] + PID_FLUSH_SECONDS
 
     # ------------------------------------------------------------------ claims
 
@@ -224,19 +229,27 @@ class Executor:
         ended: list[tuple[Run, Decision]] = []
         finished: list[Finished] = []
         try:
-            pids_due = bool(self._started) and (
-                not claim or mono >= self._started_mono + PID_FLUSH_SECONDS
+            pids_due = bool(self._started) and (not claim or mono >= self._pids_due_at())
+            # an attempt that ended before its pid was written takes the pid into its end
+            finishes = [
+                FinishItem(e.run.id, e.attempt, e.result, e.decision, pid[0] if pid else None)
+                for e in ending
+                for pid in [self._started.get((e.run.id, e.attempt))]
+            ]
+            folded = {(f.run_id, f.attempt) for f in finishes if f.pid is not None}
+            sent = (
+                [(r, a, pid) for (r, a), (pid, _) in self._started.items() if (r, a) not in folded]
+                if pids_due
+                else []
             )
-            sent = list(self._started) if (free > 0 or ending or pids_due) else None
-            if sent is not None:
+            called = free > 0 or bool(ending) or pids_due
+            if called:
                 res = self.store.record_and_claim(
                     self.daemon_id,
                     self.host,
                     now,
                     cfg.lease_seconds,
-                    finishes=[
-                        FinishItem(e.run.id, e.attempt, e.result, e.decision) for e in ending
-                    ],
+                    finishes=finishes,
                     started=sent,
                     limit=max(free, 0),
                     low_limit=low_limit,
@@ -252,8 +265,11 @@ class Executor:
                 self.next_claim_wall = now + timedelta(seconds=RECORD_RETRY_SECONDS)
             return
         self._ending = self._ending[len(ending) :]
-        if sent is not None:
-            self._started = self._started[len(sent) :]
+        if called:
+            for key in folded:
+                del self._started[key]
+            for run_id, attempt, _ in sent:
+                del self._started[(run_id, attempt)]
         for item, done in zip(ending, finished, strict=True):
             self._after_finish(item, done, now)
         for run, decision in ended:
@@ -264,13 +280,8 @@ class Executor:
             self._ended_jobs.append(run.job_id)
             if decision.state is RunState.DEAD:
                 self._on_failure_hook(run, "lost", b"")
-        started: list[tuple[int, int, int]] = []
         for c in claimed:
-            self._start(c, now, mono, started)
-        if started:  # recorded with the next turn's transaction (or on its own, soon)
-            if not self._started:
-                self._started_mono = mono
-            self._started += started
+            self._start(c, now, mono)
         if not claim:
             return
         try:  # reads only; what was recorded and started above stands
@@ -287,9 +298,7 @@ class Executor:
             self.log(f"claim failed: {e}")
             self.next_claim_wall = now + timedelta(seconds=RECORD_RETRY_SECONDS)
 
-    def _start(
-        self, claimed: Claimed, now: datetime, mono: float, started: list[tuple[int, int, int]]
-    ) -> None:
+    def _start(self, claimed: Claimed, now: datetime, mono: float) -> None:
         run = claimed.run
         if claimed.stale_pgid and group_alive(claimed.stale_pgid):
             self.log(f"run {run.id}: killing process group {claimed.stale_pgid} of a lost attempt")
@@ -314,7 +323,7 @@ class Executor:
         assert child.output_fd is not None and child.pidfd is not None  # just started
         self.watch(child.output_fd, lambda now, mono: self._on_output(held, now, mono))
         self.watch(child.pidfd, lambda now, mono: self._on_exit(held, now, mono))
-        started.append((run.id, run.attempt, child.pid))
+        self._started[(run.id, run.attempt)] = (child.pid, mono)
         self.log(f"run {run.id} of {run.job_name}: attempt {run.attempt} started, pid {child.pid}")
 
     # ------------------------------------------------------------------ children
@@ -358,7 +367,7 @@ class Executor:
                 self.store.save_output(self.daemon_id, outputs)
             except StoreError as e:
                 self.log(f"cannot store running output: {e}")
-        if self._started and mono >= self._started_mono + PID_FLUSH_SECONDS:
+        if self._started and mono >= self._pids_due_at():
             self.record(now, mono)
 
     def _maybe_finish(self, held: Held, now: datetime, mono: float) -> None:

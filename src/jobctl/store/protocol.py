@@ -93,6 +93,8 @@ class FinishItem:
     attempt: int
     result: AttemptResult
     decision: Decision
+    #: the child's pid when it was not recorded while the attempt ran (a short one)
+    pid: int | None = None
 
 
 @dataclass(frozen=True)

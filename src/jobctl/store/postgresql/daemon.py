@@ -659,10 +659,7 @@ class PgDaemonStore:
         ended: list[tuple[Run, Decision]] = []
         with self.db.batch():
             self.set_attempt_processes(daemon_id, started)
-            finished = [
-                self.finish_attempt(f.run_id, f.attempt, daemon_id, now, f.result, f.decision)
-                for f in finishes
-            ]
+            finished = [self._finish(daemon_id, now, f) for f in finishes]
             if limit > 0:
                 claimed, ended = self.claim_runs(
                     daemon_id,
@@ -715,16 +712,18 @@ class PgDaemonStore:
         result: AttemptResult,
         decision: Decision,
     ) -> Finished:
-        run_params, attempt_params = finish_params(
-            FinishItem(run_id, attempt, result, decision), to_us(now), daemon_id
-        )
+        return self._finish(daemon_id, now, FinishItem(run_id, attempt, result, decision))
+
+    def _finish(self, daemon_id: str, now: datetime, f: FinishItem) -> Finished:
+        run_params, attempt_params = finish_params(f, to_us(now), daemon_id)
         with self.db.write() as c:
             row = c.execute(FINISH_RUN, run_params).fetchone()
             if row is None:
                 return Finished(None, 0)
             c.execute(
                 "UPDATE attempts SET finished_at = %(now)s, exit_code = %(exit_code)s, "
-                "error = %(error)s, output = %(output)s, output_bytes = %(total)s "
+                "error = %(error)s, output = %(output)s, output_bytes = %(total)s, "
+                "pid = COALESCE(%(pid)s, pid) "
                 "WHERE run_id = %(run_id)s AND attempt = %(attempt)s",
                 attempt_params,
             )

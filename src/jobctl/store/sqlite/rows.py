@@ -259,6 +259,7 @@ def finish_params(
         "error": result.error,
         "output": result.output[-OUTPUT_LIMIT_BYTES:],
         "total": result.output_bytes,
+        "pid": f.pid,
         "run_id": f.run_id,
         "attempt": f.attempt,
     }

@@ -342,7 +342,7 @@ RETURNING state, job_id
 """
 FINISH_ATTEMPT = """
 UPDATE attempts SET finished_at = :now, exit_code = :exit_code, error = :error,
-    output = :output, output_bytes = :total
+    output = :output, output_bytes = :total, pid = COALESCE(:pid, pid)
 WHERE run_id = :run_id AND attempt = :attempt
 """
 RECORD_HOOK = "UPDATE runs SET hook_status = ? WHERE id = ?"
