@@ -280,6 +280,10 @@ class Executor:
             self._ended_jobs.append(run.job_id)
             if decision.state is RunState.DEAD:
                 self._on_failure_hook(run, "lost", b"")
+        if claim:
+            # what these ends freed was claimed in the same transaction (they were
+            # recorded first): no claim is owed for them
+            self.claim_needed = False
         for c in claimed:
             self._start(c, now, mono)
         if not claim:

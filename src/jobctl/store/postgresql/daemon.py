@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -413,7 +412,7 @@ class PgDaemonStore:
                 )
                 if ids:
                     self.db.announce("run")
-                out.append(Fired(replace(job, next_run_at=p.next_run_at), p, ids))
+                out.append(Fired(job.moved_to(p.next_run_at), p, ids))
         return out
 
     def record_reboot(self, job_id: int, now: datetime, boot_id: str) -> int | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 
 from ...clock import from_us, to_us
@@ -323,7 +322,7 @@ class SqliteDaemonStore:
                     for w in p.windows
                     if (run_id := inserted.get((job.id, to_us(w.scheduled_for)))) is not None
                 ]
-                out.append(Fired(replace(job, next_run_at=p.next_run_at), p, ids))
+                out.append(Fired(job.moved_to(p.next_run_at), p, ids))
         return out
 
     def record_reboot(self, job_id: int, now: datetime, boot_id: str) -> int | None:
