@@ -334,7 +334,7 @@ class Daemon:
         self.executor.tick(now, mono)
         if running and self.executor.wants_claim(now):
             self.executor.claim(now, mono)
-        elif self.executor.unrecorded:
+        elif self.executor.unrecorded(mono):
             self.executor.record(now, mono)
         self._pass_on(now, mono)
         if self.config.reap_strays:

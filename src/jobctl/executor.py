@@ -134,10 +134,10 @@ class Executor:
         out, self._exited = self._exited, False
         return out
 
-    @property
-    def unrecorded(self) -> bool:
-        """Ends decided (or pids) that no transaction has recorded yet."""
-        return bool(self._ending or self._started)
+    def unrecorded(self, mono: float) -> bool:
+        """Ends decided that no transaction has recorded yet, or pids that waited long
+        enough (a pid rides with the attempt's end when that comes sooner)."""
+        return bool(self._ending) or (bool(self._started) and mono >= self._pids_due_at())
 
     def wake(self, *, cancels: bool = False) -> None:
         """Something changed (a run ended, was created or freed, a renewal came): claim
@@ -195,9 +195,10 @@ class Executor:
         self._exchange(now, mono, claim=True)
 
     def record(self, now: datetime, mono: float) -> None:
-        """Record the ends and pids learned since the last transaction (no claims: used
-        while draining, and for pids of children that run on)."""
-        if self.unrecorded and mono >= self._record_after:
+        """Record the ends learned since the last transaction, and the pids that waited
+        ``PID_FLUSH_SECONDS`` (no claims: used while draining, and for children that run
+        on)."""
+        if self.unrecorded(mono) and mono >= self._record_after:
             self._exchange(now, mono, claim=False)
 
     def _exchange(self, now: datetime, mono: float, *, claim: bool) -> None:
@@ -229,7 +230,7 @@ class Executor:
         ended: list[tuple[Run, Decision]] = []
         finished: list[Finished] = []
         try:
-            pids_due = bool(self._started) and (not claim or mono >= self._pids_due_at())
+            pids_due = bool(self._started) and mono >= self._pids_due_at()
             # an attempt that ended before its pid was written takes the pid into its end
             finishes = [
                 FinishItem(e.run.id, e.attempt, e.result, e.decision, pid[0] if pid else None)

@@ -80,7 +80,6 @@ CREATE INDEX runs_claimable ON runs (state, not_before);
 CREATE INDEX runs_queue ON runs (priority DESC, scheduled_for, id)
     WHERE state IN ('pending', 'failed');
 CREATE INDEX runs_job_state ON runs (job_id, state);
-CREATE INDEX runs_finished ON runs (finished_at);
 
 CREATE TABLE run_locks (
     run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,

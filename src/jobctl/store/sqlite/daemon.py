@@ -527,7 +527,6 @@ class SqliteDaemonStore:
         if not started:
             return
         rows = [(pid, run_id, attempt, daemon_id) for run_id, attempt, pid in started]
-        c.executemany(sql.SET_RUN_PGID, rows)
         c.executemany(sql.SET_ATTEMPT_PID, rows)
 
     def save_output(self, daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:

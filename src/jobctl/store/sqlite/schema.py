@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ...errors import SecurityError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 30_000
 
 

@@ -303,12 +303,6 @@ ON CONFLICT (run_id, attempt) DO UPDATE SET started_at = excluded.started_at,
     daemon_id = excluded.daemon_id, host = excluded.host, finished_at = NULL,
     exit_code = NULL, error = NULL, output = NULL, output_bytes = 0, pid = NULL
 """
-# the run's process group, fenced; this backend's claim reads a lost attempt's group
-# from that attempt's row, and the column is kept for daemons of the previous release
-# that may share the file (their claim reads it)
-SET_RUN_PGID = """
-UPDATE runs SET pgid = ? WHERE id = ? AND attempt = ? AND state = 'leased' AND leased_by = ?
-"""
 # fenced: the pid lands only while the attempt holds its lease
 SET_ATTEMPT_PID = """
 UPDATE attempts SET pid = ?1 WHERE run_id = ?2 AND attempt = ?3
