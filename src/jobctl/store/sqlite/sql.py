@@ -291,11 +291,12 @@ RETURNING *, (SELECT name FROM jobs WHERE jobs.id = runs.job_id) AS job_name,
     (SELECT group_concat(name, char(10)) FROM run_locks
      WHERE run_locks.run_id = runs.id) AS lock_list,
     :now AS attempt_started_at, NULL AS attempt_finished_at, :host AS attempt_host,
-    (SELECT host FROM attempts prev WHERE prev.run_id = runs.id
-     AND prev.attempt = runs.attempt - 1) AS prev_host,
-    (SELECT pid FROM attempts prev WHERE prev.run_id = runs.id
-     AND prev.attempt = runs.attempt - 1
-     AND (prev.error = 'lost' OR prev.finished_at IS NULL)) AS prev_lost_pid
+    -- a first attempt has no previous one: no lookup (CASE is evaluated lazily)
+    CASE WHEN runs.attempt > 1 THEN (SELECT host FROM attempts prev
+        WHERE prev.run_id = runs.id AND prev.attempt = runs.attempt - 1) END AS prev_host,
+    CASE WHEN runs.attempt > 1 THEN (SELECT pid FROM attempts prev
+        WHERE prev.run_id = runs.id AND prev.attempt = runs.attempt - 1
+        AND (prev.error = 'lost' OR prev.finished_at IS NULL)) END AS prev_lost_pid
 """
 INSERT_ATTEMPT = """
 INSERT INTO attempts (run_id, attempt, started_at, daemon_id, host) VALUES (?, ?, ?, ?, ?)
