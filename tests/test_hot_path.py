@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from jobctl import planner
 from jobctl.daemon import Log
-from jobctl.models import AttemptResult, JobSpec, RunState, Trigger, TriggerKind
+from jobctl.models import AttemptResult, JobSpec, Overlap, RunState, Trigger, TriggerKind
 from jobctl.planner import FireHeap
 from jobctl.store import open_store
 from jobctl.store.protocol import FinishItem
@@ -104,6 +104,46 @@ def test_record_and_claim_is_one_turn(tmp_path):
         )
         assert only.claimed == [] and only.finished == []
         assert store.commands.get_attempts(b.id)[0].pid == 4343
+    finally:
+        store.close()
+
+
+def test_a_finish_says_what_it_wrote_when_a_cancel_was_requested(tmp_path):
+    # a failure of a run whose cancel was requested is written cancelled, a success stays
+    # succeeded; a fenced-out finish writes nothing (both of the finish's two forms)
+    store = open_store(tmp_path / "j.db")
+    d = store.daemon
+    try:
+        manual = Trigger(TriggerKind.MANUAL, tz="UTC")
+        spec = JobSpec(name="m", trigger=manual, command="true", overlap=Overlap.ALLOW)
+        store.commands.add_job(spec, None, T0)
+        ok, _ = store.commands.enqueue_run("m", T0)
+        bad, _ = store.commands.enqueue_run("m", T0 + timedelta(seconds=1))
+        kw = dict(low_limit=None, reserved_priority=None, on_expired=_expired)
+        now = T0 + timedelta(seconds=2)
+        turn = d.record_and_claim("d1", "h", now, 30, finishes=[], started=[], limit=2, **kw)
+        runs = {c.run.id: c.run for c in turn.claimed}
+        assert set(runs) == {ok.id, bad.id}
+        store.commands.cancel_runs([ok.id, bad.id], now)
+        items = []
+        for run_id, result in ((ok.id, AttemptResult(0)), (bad.id, AttemptResult(3))):
+            decision = planner.decide(runs[run_id], 1, result, now, random.Random(0))
+            items.append(FinishItem(run_id, 1, result, decision))
+        assert items[0].decision.if_cancelled is None
+        assert items[1].decision.if_cancelled is RunState.CANCELLED
+        stale = [FinishItem(f.run_id, 2, f.result, f.decision) for f in items]
+        turn = d.record_and_claim(
+            "d1", "h", now, 30, finishes=stale + items, started=[], limit=0, **kw
+        )
+        assert [f.state for f in turn.finished] == [
+            None,
+            None,
+            RunState.SUCCEEDED,
+            RunState.CANCELLED,
+        ]
+        assert d.get_run(ok.id).state is RunState.SUCCEEDED
+        assert d.get_run(bad.id).state is RunState.CANCELLED
+        assert [a.exit_code for a in store.commands.get_attempts(bad.id)] == [3]
     finally:
         store.close()
 

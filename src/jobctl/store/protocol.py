@@ -82,7 +82,6 @@ class Finished:
     when the write was fenced out (the attempt no longer held the lease)."""
 
     state: RunState | None
-    job_id: int
 
 
 @dataclass(frozen=True)
@@ -522,7 +521,7 @@ class DaemonStore(Protocol):
         In this order: the ``(run_id, attempt, pid)`` of children ``started`` exactly as
         :meth:`set_attempt_processes` (first, so an attempt that started and ended since
         the last turn keeps its pid); each of ``finishes`` exactly as
-        :meth:`finish_attempt` (fenced; a fenced-out one gives ``Finished(None, 0)``,
+        :meth:`finish_attempt` (fenced; a fenced-out one gives ``Finished(None)``,
         and nothing of it is written); then, only when
         ``limit`` > 0, expired leases settled and up to ``limit`` runs claimed exactly as
         :meth:`claim_runs` (so the workers, locks and overlap the finishes freed are

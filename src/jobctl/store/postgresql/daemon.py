@@ -718,7 +718,7 @@ class PgDaemonStore:
         with self.db.write() as c:
             row = c.execute(FINISH_RUN, run_params).fetchone()
             if row is None:
-                return Finished(None, 0)
+                return Finished(None)
             c.execute(
                 "UPDATE attempts SET finished_at = %(now)s, exit_code = %(exit_code)s, "
                 "error = %(error)s, output = %(output)s, output_bytes = %(total)s, "
@@ -728,7 +728,7 @@ class PgDaemonStore:
             )
             self.db.announce(f"job:{row['job_id']}")
             self.db.announce("run")
-            return Finished(RunState(row["state"]), row["job_id"])
+            return Finished(RunState(row["state"]))
 
     def record_hook(self, run_id: int, status: str) -> None:
         with self.db.write() as c:

@@ -562,12 +562,16 @@ class SqliteDaemonStore:
         attempts: list[dict[str, object]] = []
         for f in items:
             run_params, attempt_params = finish_params(f, now_us, daemon_id)
-            row = c.execute(sql.FINISH_RUN, run_params).fetchone()
-            if row is None:
-                out.append(Finished(None, 0))
-                continue
-            attempts.append(attempt_params)
-            out.append(Finished(RunState(row[0]), row[1]))
+            if run_params["if_cancelled"] is None:
+                # a cancel cannot change what is written: the row count says it all
+                held = c.execute(sql.FINISH_RUN, run_params).rowcount == 1
+                state = f.decision.state if held else None
+            else:
+                row = c.execute(sql.FINISH_RUN_RETURNING_STATE, run_params).fetchone()
+                state = None if row is None else RunState(row[0])
+            if state is not None:
+                attempts.append(attempt_params)
+            out.append(Finished(state))
         if attempts:
             c.executemany(sql.FINISH_ATTEMPT, attempts)
         return out

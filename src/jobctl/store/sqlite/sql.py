@@ -333,8 +333,9 @@ UPDATE runs SET
                        AND :if_cancelled IS NOT NULL) THEN finished_at ELSE :now END,
     leased_by = NULL, lease_until = NULL, pgid = NULL
 WHERE id = :run_id AND attempt = :attempt AND state = 'leased' AND leased_by = :me
-RETURNING state, job_id
 """
+#: a finish whose state a cancel request may change says what it wrote
+FINISH_RUN_RETURNING_STATE = FINISH_RUN + "RETURNING state\n"
 FINISH_ATTEMPT = """
 UPDATE attempts SET finished_at = :now, exit_code = :exit_code, error = :error,
     output = :output, output_bytes = :total, pid = COALESCE(:pid, pid)
