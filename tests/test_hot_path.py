@@ -337,3 +337,33 @@ def test_hot_path_rows_follow_a_schema_change_under_a_running_daemon(tmp_path):
         assert after["extra"] == "x" and after["name"] == before["name"] == "j"
     finally:
         store.close()
+
+
+def test_the_loops_wait_ends_on_time_and_still_wakes_for_a_descriptor():
+    # epoll rounds a timeout up to whole milliseconds and the kernel lets a long one run
+    # 0.1 % over; the loop's wait must still end within a fraction of a millisecond
+    import os
+    import time
+
+    from jobctl.daemon import Poller
+
+    poller = Poller()
+    r, w = os.pipe()
+    try:
+        poller.register(r, lambda now, mono: None)
+        lates = []
+        for _ in range(3):
+            t = time.monotonic()
+            assert poller.select(0.3005) == []
+            lates.append(time.monotonic() - t - 0.3005)
+        assert min(lates) >= 0
+        assert min(lates) < 0.0004, lates  # before: at least 0.8 ms (ceiling + slack)
+        # a descriptor that becomes ready ends the wait at once, not at its timeout
+        os.write(w, b"x")
+        t = time.monotonic()
+        [(fd, _)] = poller.select(5.0)
+        assert fd == r and time.monotonic() - t < 0.5
+    finally:
+        poller.close()
+        os.close(r)
+        os.close(w)

@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from conftest import StoreView
 
 from jobctl.clock import FakeClock
@@ -263,3 +264,33 @@ def test_a_short_attempts_pid_is_written_with_its_end_a_long_ones_on_its_own(tmp
     assert store.get_run(slow.id).state is RunState.PENDING
     assert sent == [slow.id]
     store.close()
+
+
+def test_the_wait_after_upkeep_is_shorter_by_the_time_the_upkeep_took(tmp_path):
+    # the loop reckons its sleep at the start of a turn; the upkeep done just before
+    # sleeping (a WAL checkpoint fsyncs) must come off it, or every window after an idle
+    # stretch starts that much late
+    from jobctl.clock import FakeClock
+    from jobctl.daemon import Daemon, DaemonConfig
+
+    store = StoreView(tmp_path / "w.db")
+    clock = FakeClock(T0)
+    d = Daemon(
+        store.daemon,
+        DaemonConfig(workers=1, lease_seconds=30, reap_strays=False),
+        clock=clock,
+        log=lambda line: None,
+    )
+    waits: list[float] = []
+    d.selector.select = lambda timeout: waits.append(timeout) or []  # type: ignore[method-assign]
+    store.daemon.idle = lambda: clock.advance(0.3)  # type: ignore[method-assign]
+    try:
+        mono = clock.monotonic()
+        d.next_heartbeat = mono + 1.0  # the only thing due: one second from now
+        d.executor.claim_needed = False
+        d._wait(clock.now(), mono)
+        assert waits == [pytest.approx(0.7)]
+    finally:
+        d.waker.close()
+        d.selector.close()
+        store.close()

@@ -49,6 +49,10 @@ IDLE_SECONDS = 0.2
 #: fixed-delay jobs among them for a burst of ends, not one a turn); a fixed-delay job's
 #: next window counts from its run's recorded end, so the wait does not move it
 PASS_ON_SECONDS = 0.05
+#: the end of a wait slept precisely (see :meth:`Poller.select`), and the kernel's slack
+#: on a long ``epoll`` timeout (0.1 % of it)
+PRECISE_SECONDS = 0.002
+EPOLL_SLACK = 0.001
 
 
 def read_boot_id(path: str = BOOT_ID_PATH) -> str:
@@ -147,8 +151,26 @@ class Poller:
         self._regs.pop(fd, None)
 
     def select(self, timeout: float) -> list[tuple[int, list[Ready]]]:
-        """The registrations of the descriptors that are ready (up to ``timeout`` s)."""
-        events = self._epoll.poll(timeout, max(len(self._regs), 1))
+        """The registrations of the descriptors that are ready (up to ``timeout`` s).
+
+        On time to a fraction of a millisecond: ``epoll`` rounds its timeout up to whole
+        milliseconds and the kernel lets a long one run 0.1 % over (1 ms late on a 1 s
+        wait), so the wait ends a little early and the last ``PRECISE_SECONDS`` or so
+        are slept precisely (an event then waits at most that long)."""
+        deadline = time.monotonic() + timeout
+        most = max(len(self._regs), 1)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= PRECISE_SECONDS:
+                break
+            events = self._epoll.poll(left - (left * EPOLL_SLACK + PRECISE_SECONDS / 2), most)
+            if events:
+                return self._ready(events)
+        if left > 0:
+            time.sleep(left)
+        return self._ready(self._epoll.poll(0, most))
+
+    def _ready(self, events: list[tuple[int, int]]) -> list[tuple[int, list[Ready]]]:
         return [(fd, self._regs[fd]) for fd, _ in events if fd in self._regs]
 
     def holds(self, fd: int, reg: list[Ready]) -> bool:
@@ -416,6 +438,9 @@ class Daemon:
         if self.phase is Phase.DRAINING and self.kill_deadline is not None:
             timeout = min(timeout, max(self.kill_deadline - mono, 0.0))
         timeout = min(timeout, MAX_SLEEP_SECONDS)
+        # the timeout was reckoned from the turn's start: what the turn did since, and the
+        # upkeep below (a checkpoint fsyncs), come off it, or the loop would wake that late
+        wake_at = mono + timeout
         self._flush_log()
         if timeout >= IDLE_SECONDS:
             try:
@@ -423,6 +448,7 @@ class Daemon:
             except StoreError as e:
                 self.log(f"store upkeep failed: {e}")
                 self._flush_log()
+        timeout = max(wake_at - self.clock.monotonic(), 0.0)
         # from the clock as we go to sleep: a slow turn is busy, not suspended
         self.expected_wake = self.clock.now() + timedelta(seconds=timeout)
         events = self.selector.select(timeout)
