@@ -156,9 +156,12 @@ class Poller:
         On time to a fraction of a millisecond: ``epoll`` rounds its timeout up to whole
         milliseconds and the kernel lets a long one run 0.1 % over (1 ms late on a 1 s
         wait), so the wait ends a little early and the last ``PRECISE_SECONDS`` or so
-        are slept precisely (an event then waits at most that long)."""
-        deadline = time.monotonic() + timeout
+        are slept precisely (an event then waits at most that long). A short wait (a busy
+        loop's timers) is one plain ``epoll`` wait."""
         most = max(len(self._regs), 1)
+        if timeout <= 2 * PRECISE_SECONDS:
+            return self._ready(self._epoll.poll(timeout, most))
+        deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             if left <= PRECISE_SECONDS:
