@@ -43,6 +43,19 @@ def _add(store, spec, now=T0 - timedelta(seconds=1)):
     return store.commands.add_job(spec, next_fire(spec.trigger, now), now)
 
 
+def _two_manual_runs(store, **spec_kw):
+    """A manual job ``m`` with two runs enqueued at T0 and T0+1 s (ids in that order)."""
+    manual = Trigger(TriggerKind.MANUAL, tz="UTC")
+    store.commands.add_job(JobSpec(name="m", trigger=manual, command="true", **spec_kw), None, T0)
+    first, _ = store.commands.enqueue_run("m", T0)
+    second, _ = store.commands.enqueue_run("m", T0 + timedelta(seconds=1))
+    return first, second
+
+
+#: record_and_claim's arguments that these tests leave as they are
+_CLAIM_KW = dict(low_limit=None, reserved_priority=None, on_expired=_expired)
+
+
 def test_fire_records_a_chunk_and_skips_jobs_that_changed(tmp_path):
     store = open_store(tmp_path / "j.db")
     try:
@@ -72,11 +85,8 @@ def test_record_and_claim_is_one_turn(tmp_path):
     store = open_store(tmp_path / "j.db")
     d = store.daemon
     try:
-        spec = JobSpec(name="m", trigger=Trigger(TriggerKind.MANUAL, tz="UTC"), command="true")
-        store.commands.add_job(spec, None, T0)
-        a, _ = store.commands.enqueue_run("m", T0)
-        b, _ = store.commands.enqueue_run("m", T0 + timedelta(seconds=1))
-        kw = dict(low_limit=None, reserved_priority=None, on_expired=_expired)
+        a, b = _two_manual_runs(store)
+        kw = _CLAIM_KW
         now = T0 + timedelta(seconds=2)
         first = d.record_and_claim("d1", "h", now, 30, finishes=[], started=[], limit=1, **kw)
         assert [c.run.id for c in first.claimed] == [a.id] and first.finished == []
@@ -114,12 +124,8 @@ def test_a_finish_says_what_it_wrote_when_a_cancel_was_requested(tmp_path):
     store = open_store(tmp_path / "j.db")
     d = store.daemon
     try:
-        manual = Trigger(TriggerKind.MANUAL, tz="UTC")
-        spec = JobSpec(name="m", trigger=manual, command="true", overlap=Overlap.ALLOW)
-        store.commands.add_job(spec, None, T0)
-        ok, _ = store.commands.enqueue_run("m", T0)
-        bad, _ = store.commands.enqueue_run("m", T0 + timedelta(seconds=1))
-        kw = dict(low_limit=None, reserved_priority=None, on_expired=_expired)
+        ok, bad = _two_manual_runs(store, overlap=Overlap.ALLOW)
+        kw = _CLAIM_KW
         now = T0 + timedelta(seconds=2)
         turn = d.record_and_claim("d1", "h", now, 30, finishes=[], started=[], limit=2, **kw)
         runs = {c.run.id: c.run for c in turn.claimed}

@@ -32,6 +32,18 @@ def _scheduler(store: StoreView, logs: list[str]) -> Scheduler:
     )
 
 
+def _daemon(store: StoreView, clock: FakeClock):
+    """A Daemon on ``store`` and a fake clock, one worker, no stray reaping, no log."""
+    from jobctl.daemon import Daemon, DaemonConfig
+
+    return Daemon(
+        store.daemon,
+        DaemonConfig(workers=1, lease_seconds=30, reap_strays=False),
+        clock=clock,
+        log=lambda line: None,
+    )
+
+
 def test_scheduler_fires_on_time_and_catches_up_by_policy(tmp_path):
     store = StoreView(tmp_path / "s.db")
     clock = FakeClock(T0)
@@ -179,17 +191,11 @@ def test_ends_buffered_when_the_lease_goes_reach_the_new_leader(tmp_path):
     # the loop passes the jobs whose runs ended to its scheduler every 50 ms; if the lease
     # went meanwhile, the leader is told instead (else a fixed-delay job would never get
     # its next window)
-    from jobctl.clock import FakeClock
-    from jobctl.daemon import PASS_ON_SECONDS, Daemon, DaemonConfig
+    from jobctl.daemon import PASS_ON_SECONDS
 
     store = StoreView(tmp_path / "p.db")
     clock = FakeClock(T0)
-    d = Daemon(
-        store.daemon,
-        DaemonConfig(workers=1, lease_seconds=30, reap_strays=False),
-        clock=clock,
-        log=lambda line: None,
-    )
+    d = _daemon(store, clock)
     told: list[str] = []
     store.daemon.notify = told.append  # type: ignore[method-assign]
     ended: list[list[int] | None] = []
@@ -270,17 +276,9 @@ def test_the_wait_after_upkeep_is_shorter_by_the_time_the_upkeep_took(tmp_path):
     # the loop reckons its sleep at the start of a turn; the upkeep done just before
     # sleeping (a WAL checkpoint fsyncs) must come off it, or every window after an idle
     # stretch starts that much late
-    from jobctl.clock import FakeClock
-    from jobctl.daemon import Daemon, DaemonConfig
-
     store = StoreView(tmp_path / "w.db")
     clock = FakeClock(T0)
-    d = Daemon(
-        store.daemon,
-        DaemonConfig(workers=1, lease_seconds=30, reap_strays=False),
-        clock=clock,
-        log=lambda line: None,
-    )
+    d = _daemon(store, clock)
     waits: list[float] = []
     d.selector.select = lambda timeout: waits.append(timeout) or []  # type: ignore[method-assign]
     store.daemon.idle = lambda: clock.advance(0.3)  # type: ignore[method-assign]
