@@ -32,6 +32,13 @@ def _scheduler(store: StoreView, logs: list[str]) -> Scheduler:
     )
 
 
+def _manual_run(store: StoreView, name: str, command: str, now: datetime, **kw):
+    """A ``--manual`` job ``name`` running ``command``, and one run of it enqueued now."""
+    store.add_job(JobSpec(name, Trigger(TriggerKind.MANUAL, tz="UTC"), command, **kw), now)
+    run, _ = store.enqueue_run(name, now)
+    return run
+
+
 def _daemon(store: StoreView, clock: FakeClock):
     """A Daemon on ``store`` and a fake clock, one worker, no stray reaping, no log."""
     from jobctl.daemon import Daemon, DaemonConfig
@@ -125,11 +132,8 @@ def _executor(store: StoreView, loop: Loop, logs: list[str], workers: int = 2) -
 def test_executor_runs_retries_and_records_outcomes(tmp_path):
     store = StoreView(tmp_path / "e.db")
     clock = FakeClock(datetime.now(UTC))
-    manual = Trigger(TriggerKind.MANUAL, tz="UTC")
-    store.add_job(JobSpec("ok", manual, "echo out-$JOBCTL_ATTEMPT"), clock.now())
-    store.add_job(JobSpec("bad", manual, "exit 3", retries=1, backoff_seconds=5), clock.now())
-    ok, _ = store.enqueue_run("ok", clock.now())
-    bad, _ = store.enqueue_run("bad", clock.now())
+    ok = _manual_run(store, "ok", "echo out-$JOBCTL_ATTEMPT", clock.now())
+    bad = _manual_run(store, "bad", "exit 3", clock.now(), retries=1, backoff_seconds=5)
     logs: list[str] = []
     loop = Loop()
     ex = _executor(store, loop, logs)
@@ -164,9 +168,7 @@ def test_executor_runs_retries_and_records_outcomes(tmp_path):
 def test_executor_stores_a_running_attempts_output_once_a_second(tmp_path):
     store = StoreView(tmp_path / "o.db")
     clock = FakeClock(datetime.now(UTC))
-    manual = Trigger(TriggerKind.MANUAL, tz="UTC")
-    store.add_job(JobSpec("talk", manual, "echo first; exec sleep 30"), clock.now())
-    run, _ = store.enqueue_run("talk", clock.now())
+    run = _manual_run(store, "talk", "echo first; exec sleep 30", clock.now())
     loop = Loop()
     ex = _executor(store, loop, [])
     ex.claim(clock.now(), clock.monotonic())
@@ -228,11 +230,8 @@ def test_a_short_attempts_pid_is_written_with_its_end_a_long_ones_on_its_own(tmp
 
     store = StoreView(tmp_path / "p.db")
     clock = FakeClock(datetime.now(UTC))
-    manual = Trigger(TriggerKind.MANUAL, tz="UTC")
-    store.add_job(JobSpec("quick", manual, "true"), clock.now())
-    store.add_job(JobSpec("slow", manual, "exec sleep 30"), clock.now())
-    quick, _ = store.enqueue_run("quick", clock.now())
-    slow, _ = store.enqueue_run("slow", clock.now())
+    quick = _manual_run(store, "quick", "true", clock.now())
+    slow = _manual_run(store, "slow", "exec sleep 30", clock.now())
     loop = Loop()
     ex = _executor(store, loop, [])
     sent: list[int] = []

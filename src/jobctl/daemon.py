@@ -382,8 +382,7 @@ class Daemon:
         if ended:
             self.store.notify("run")
             if not self.scheduler.leading:
-                for job_id in sorted(set(ended)):
-                    self.store.notify(f"job:{job_id}")
+                self._tell_leader(ended)
             else:
                 self._ended += ended
                 if self._pass_on_at is None:
@@ -394,8 +393,12 @@ class Daemon:
         if self.scheduler.leading:
             self.scheduler.on_runs_ended(ended, now)
         else:  # the lease went meanwhile: the leader moves them on
-            for job_id in sorted(set(ended)):
-                self.store.notify(f"job:{job_id}")
+            self._tell_leader(ended)
+
+    def _tell_leader(self, job_ids: list[int]) -> None:
+        """The leading daemon moves these jobs on (fixed-delay ones get their next window)."""
+        for job_id in sorted(set(job_ids)):
+            self.store.notify(f"job:{job_id}")
 
     def _advance_phase(self, mono: float) -> None:
         if self.signal_received is not None and self.phase is Phase.RUNNING:

@@ -544,19 +544,16 @@ class SqliteDaemonStore:
         result: AttemptResult,
         decision: Decision,
     ) -> Finished:
+        item = FinishItem(run_id, attempt, result, decision)
         with self.db.write() as c:
-            return self._finish(c, daemon_id, now, FinishItem(run_id, attempt, result, decision))
-
-    def _finish(
-        self, c: sqlite3.Connection, daemon_id: str, now: datetime, f: FinishItem
-    ) -> Finished:
-        return self._finish_all(c, daemon_id, now, [f])[0]
+            return self._finish_all(c, daemon_id, now, [item])[0]
 
     def _finish_all(
         self, c: sqlite3.Connection, daemon_id: str, now: datetime, items: Sequence[FinishItem]
     ) -> list[Finished]:
-        # one fenced UPDATE of each run (its RETURNING says whether the fence held), then
-        # the attempt rows of those that did in one executemany
+        # one fenced UPDATE of each run (its row count, or its RETURNING when a cancel
+        # request may change the state, says whether the fence held), then the attempt
+        # rows of those that did in one executemany
         now_us = to_us(now)
         out: list[Finished] = []
         attempts: list[dict[str, object]] = []

@@ -282,7 +282,7 @@ WHERE runs.id = :run_id
 CLAIM_ONE = f"""
 UPDATE runs SET state = 'leased', leased_by = :me, lease_until = :until,
     attempt = attempt + 1, started_at = COALESCE(started_at, :now),
-    lease_host = :host, pgid = NULL
+    lease_host = :host
 WHERE id = (
     SELECT id FROM runs INDEXED BY runs_queue WHERE {CLAIMABLE}
     ORDER BY priority DESC, scheduled_for ASC, id ASC LIMIT 1
@@ -331,7 +331,7 @@ UPDATE runs SET
     not_before = CASE WHEN :state IN ('failed', 'pending') THEN :retry_at ELSE not_before END,
     finished_at = CASE WHEN :state IN ('failed', 'pending') AND NOT (cancel_requested = 1
                        AND :if_cancelled IS NOT NULL) THEN finished_at ELSE :now END,
-    leased_by = NULL, lease_until = NULL, pgid = NULL
+    leased_by = NULL, lease_until = NULL
 WHERE id = :run_id AND attempt = :attempt AND state = 'leased' AND leased_by = :me
 """
 #: a finish whose state a cancel request may change says what it wrote
