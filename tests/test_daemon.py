@@ -453,3 +453,21 @@ def test_orphan_without_recorded_group_is_found_and_killed(jobctl, start_daemon)
         if orphan.poll() is None:
             orphan.kill()
         orphan.wait()
+
+
+def test_windows_are_recorded_ahead_of_their_time_and_start_at_it(jobctl, start_daemon):
+    start_daemon()
+    jobctl("add", "tick", "--every", "1s", "--", "true")
+    sql = (
+        "SELECT r.created_at, r.scheduled_for, a.started_at FROM runs r "
+        "JOIN attempts a ON a.run_id = r.id AND a.attempt = 1 ORDER BY r.scheduled_for"
+    )
+
+    def started() -> list:
+        return list(jobctl.store().conn.execute(sql).fetchall())
+
+    rows = wait_until(lambda: (r := started()) and len(r) >= 4 and r, 15, what="4 starts")
+    # the first window may have come before the daemon heard of the job; the next ones
+    # were each written before their time, and none started before it
+    for created, scheduled, started_at in rows[1:]:
+        assert created < scheduled <= started_at

@@ -16,7 +16,7 @@ from conftest import StoreView
 from jobctl.clock import FakeClock
 from jobctl.executor import Executor, ExecutorConfig, Ready
 from jobctl.models import JobSpec, RunState, Trigger, TriggerKind
-from jobctl.scheduler import Scheduler
+from jobctl.scheduler import FIRE_AHEAD_SECONDS, Scheduler
 
 T0 = datetime(2026, 3, 1, 8, 0, tzinfo=UTC)
 
@@ -60,13 +60,14 @@ def test_scheduler_fires_on_time_and_catches_up_by_policy(tmp_path):
     logs: list[str] = []
     sched = _scheduler(store, logs)
     assert sched.take_lease(clock.now()) is False  # nothing has passed yet
-    assert sched.next_due() == T0 + timedelta(seconds=10)
+    ahead = timedelta(seconds=FIRE_AHEAD_SECONDS)  # a window is recorded that early
+    assert sched.next_due() == T0 + timedelta(seconds=10) - ahead
     for _ in range(3):
         clock.advance(10)
         assert sched.fire_due(clock.now())
     runs = store.list_runs("on-time")
     assert [(r.state, r.reason.value) for r in runs] == [(RunState.PENDING, "schedule")] * 3
-    assert sched.next_due() == T0 + timedelta(seconds=40)
+    assert sched.next_due() == T0 + timedelta(seconds=40) - ahead
     on_time_logs = list(logs)
 
     # a new leader after an hour of no scheduler: the windows were missed
@@ -291,3 +292,98 @@ def test_the_wait_after_upkeep_is_shorter_by_the_time_the_upkeep_took(tmp_path):
         d.waker.close()
         d.selector.close()
         store.close()
+
+
+# ---------------------------------------------------------------------- windows ahead of time
+
+
+def test_a_window_is_recorded_ahead_of_its_time_and_claimed_only_at_it(db):
+    store = StoreView(db)
+    clock = FakeClock(T0)
+    store.add_job(_every("j", 10, jitter_seconds=0), clock.now())
+    sched = _scheduler(store, [])
+    sched.take_lease(clock.now())
+    window = T0 + timedelta(seconds=10)
+    ahead = timedelta(seconds=FIRE_AHEAD_SECONDS)
+    assert sched.next_due() == window - ahead
+    clock.advance(10 - FIRE_AHEAD_SECONDS - 0.01)
+    assert sched.fire_due(clock.now()) is False  # not yet within the lead
+    clock.advance(0.02)
+    assert sched.fire_due(clock.now()) is True
+    (run,) = store.list_runs("j")
+    # decided as at its time: the window's own instant, not when it was written
+    assert (run.state, run.scheduled_for, run.not_before) == (RunState.PENDING, window, window)
+    assert store.get_job("j").next_run_at == window + timedelta(seconds=10)
+    assert sched.next_due() == window + timedelta(seconds=10) - ahead
+    # it waits for its time: no claim before it, one at it
+    assert store.claim("d1", "h", clock.now(), 30) == ([], [])
+    claimed, _ = store.claim("d1", "h", window, 30)
+    assert [c.run.id for c in claimed] == [run.id]
+    store.close()
+
+
+def test_a_window_whose_job_has_a_run_going_or_replaces_is_decided_at_its_time(db):
+    from jobctl.models import Overlap
+
+    store = StoreView(db)
+    clock = FakeClock(T0)
+    store.add_job(_every("busy", 10), clock.now())
+    store.add_job(_every("replaces", 10, overlap=Overlap.REPLACE), clock.now())
+    sched = _scheduler(store, [])
+    sched.take_lease(clock.now())
+    clock.advance(10)
+    assert sched.fire_due(clock.now())
+    claimed, _ = store.claim("d1", "h", clock.now(), 30)
+    assert len(claimed) == 2  # both jobs' first runs now run
+    window = T0 + timedelta(seconds=20)
+    clock.set(window - timedelta(seconds=FIRE_AHEAD_SECONDS / 2))
+    # within the lead, but whether these windows run depends on their time
+    assert sched.fire_due(clock.now()) is False
+    assert len(store.list_runs("busy")) == len(store.list_runs("replaces")) == 1
+    assert sched.next_due() == window
+    clock.set(window)
+    assert sched.fire_due(clock.now())
+    busy = sorted(store.list_runs("busy"), key=lambda r: r.scheduled_for)
+    assert [(r.state, r.skip_reason and r.skip_reason.value) for r in busy] == [
+        (RunState.LEASED, None),
+        (RunState.SKIPPED, "overlap"),
+    ]
+    replaces = sorted(store.list_runs("replaces"), key=lambda r: r.scheduled_for)
+    assert [r.state for r in replaces] == [RunState.LEASED, RunState.PENDING]
+    assert replaces[0].cancel_requested  # made way at the window's time, not before
+    store.close()
+
+
+def test_pause_edit_and_cancel_take_back_a_window_recorded_ahead_of_its_time(db):
+    store = StoreView(db)
+    clock = FakeClock(T0)
+    for name in ("paused", "edited", "cancelled", "kept"):
+        store.add_job(_every(name, 10), clock.now())
+    sched = _scheduler(store, [])
+    sched.take_lease(clock.now())
+    window = T0 + timedelta(seconds=10)
+    clock.set(window - timedelta(seconds=FIRE_AHEAD_SECONDS / 2))
+    assert sched.fire_due(clock.now())
+    assert all(len(store.list_runs(n)) == 1 for n in ("paused", "edited", "cancelled", "kept"))
+    old_id = store.list_runs("edited")[0].id
+
+    # a paused job's windows are neither run nor recorded: the early one goes
+    store.pause_job("paused", clock.now())
+    assert store.list_runs("paused") == []
+    # a cancelled job's window that has not come is taken back, not cancelled
+    store.cancel_job("cancelled", clock.now())
+    assert store.list_runs("cancelled") == []
+    # an edit: the window comes again, with the job as it is now
+    store.edit_job("edited", {"command": "echo new"}, clock.now())
+    assert store.list_runs("edited") == []
+    assert store.get_job("edited").next_run_at == window
+    sched.reload_job(store.get_job("edited").id)  # the edit's wake-up
+    assert sched.fire_due(clock.now())
+    (again,) = store.list_runs("edited")
+    assert again.id != old_id and again.scheduled_for == window
+    assert again.settings.command == "echo new"
+    # a window whose time came is a run like any other: nothing takes it back
+    clock.set(window)
+    store.pause_job("kept", clock.now())
+    assert [r.state for r in store.list_runs("kept")] == [RunState.PENDING]
+    store.close()

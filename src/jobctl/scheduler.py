@@ -1,8 +1,9 @@
 """The scheduler role: while this daemon holds the scheduler lease, turn due windows into runs.
 
 It keeps a heap of jobs keyed by their next window, fires the due ones in chunks (one
-transaction each) through the planner, handles catch-up after a gap, ``@reboot`` once per
-boot, and fixed-delay jobs moving on when their run ended. It never touches children nor
+transaction each) through the planner, a little ahead of their time
+(``FIRE_AHEAD_SECONDS``), handles catch-up after a gap, ``@reboot`` once per boot, and
+fixed-delay jobs moving on when their run ended. It never touches children nor
 claims runs: :meth:`Scheduler.fire_due` says whether runs were created and the loop passes
 that on to the executor.
 """
@@ -15,11 +16,17 @@ from datetime import datetime, timedelta
 
 from . import planner
 from .clock import from_us, iso, to_us
-from .models import Job, Plan, RunReason, RunState
+from .models import Job, Overlap, Plan, RunReason, RunState
 from .store import DaemonStore
 
 #: due jobs whose windows are recorded in one transaction, one chunk a loop turn
 FIRE_BATCH_JOBS = 50
+#: a window is recorded up to this long before its time, decided as at its time: its run
+#: waits (``not_due``) until then, so at the instant of a burst only the starts are left.
+#: Not a window whose decision depends on what happens before its time (its job has a
+#: run going, or ``--overlap replace``): that one is decided at its time.
+FIRE_AHEAD_SECONDS = 0.25
+_AHEAD_US = int(FIRE_AHEAD_SECONDS * 1_000_000)
 
 
 class Scheduler:
@@ -41,6 +48,9 @@ class Scheduler:
         self.boot_id = boot_id
         self.lease_seconds = lease_seconds
         self.heap = planner.FireHeap()
+        #: jobs whose window came up early but is decided only at its time (see
+        #: FIRE_AHEAD_SECONDS), keyed by that time
+        self.at_time = planner.FireHeap()
         self.leading = False
         #: windows at or before this instant (µs) passed while no scheduler ran: missed
         self.missed_until_us = -1
@@ -55,7 +65,7 @@ class Scheduler:
         created."""
         self.leading = True
         self.missed_until_us = to_us(now)
-        self.heap.load(self.store.schedule_heads())
+        self._load()
         created = False
         for job in self.store.reboot_jobs():
             if job.last_boot_id == self.boot_id:
@@ -73,6 +83,12 @@ class Scheduler:
             self.log("lost the scheduler lease")
         self.leading = False
         self.heap = planner.FireHeap()
+        self.at_time = planner.FireHeap()
+
+    def _load(self) -> None:
+        self.heap.load(self.store.schedule_heads())
+        self.at_time = planner.FireHeap()
+        self._reload = False
 
     def note_gap(self, now: datetime) -> None:
         """The loop woke far later than it planned (a suspend): windows up to now are missed."""
@@ -81,35 +97,46 @@ class Scheduler:
     # ------------------------------------------------------------------ firing
 
     def next_due(self) -> datetime | None:
-        """When the heap's head is due (None when not leading or nothing is scheduled)."""
+        """When the next firing is due: the heap's head ``FIRE_AHEAD_SECONDS`` before its
+        window, or a window decided at its time (None when not leading or nothing is
+        scheduled)."""
         if not self.leading:
             return None
         if self._reload:
-            self.heap.load(self.store.schedule_heads())
-            self._reload = False
-        head = self.heap.peek()
-        return None if head is None else from_us(head)
+            self._load()
+        head, later = self.heap.peek(), self.at_time.peek()
+        times = [t for t in (later, None if head is None else head - _AHEAD_US) if t is not None]
+        return from_us(min(times)) if times else None
 
     def fire_due(self, now: datetime) -> bool:
-        """Record one chunk of due windows in one transaction. Returns whether runs were
-        created. A burst of 1,000 windows is 20 commits, not 1,000, and the executor claims
-        the first chunk's runs while the next chunk waits (the head is still due, so the
-        loop comes straight back)."""
+        """Record one chunk of the windows due by ``FIRE_AHEAD_SECONDS`` from now in one
+        transaction. Returns whether runs were created. A burst of 1,000 windows is 20
+        commits, not 1,000, made before its instant; one larger than fits in that lead goes
+        on at the instant, the executor claiming the first chunks' runs while the next
+        chunk waits (the head is still due, so the loop comes straight back)."""
         if not self.leading:
             return False
         if self._reload:
-            self.heap.load(self.store.schedule_heads())
-            self._reload = False
-        due = self.heap.pop_due(to_us(now), FIRE_BATCH_JOBS)
+            self._load()
+        now_us = to_us(now)
+        due = self.at_time.pop_due(now_us, FIRE_BATCH_JOBS)
+        due += self.heap.pop_due(now_us + _AHEAD_US, FIRE_BATCH_JOBS - len(due))
         if not due:
             return False
         missed_until = self.missed_until_us
+        later: dict[int, int] = {}
 
         def plan(job: Job, has_leased: bool) -> Plan | None:
-            missed = job.next_run_at is not None and to_us(job.next_run_at) <= missed_until
-            return planner.plan_due(
-                job, now, missed=missed, rng=self.rng, has_leased_run=has_leased
-            )
+            window = job.next_run_at
+            at = now
+            if window is not None and window > now:
+                # early: decided as at its time, unless what happens until then decides
+                if has_leased or job.spec.overlap is Overlap.REPLACE:
+                    later[job.id] = to_us(window)
+                    return None
+                at = window
+            missed = window is not None and to_us(window) <= missed_until
+            return planner.plan_due(job, at, missed=missed, rng=self.rng, has_leased_run=has_leased)
 
         fired = self.store.fire([(job_id, due_us) for due_us, job_id in due], now, plan)
         seen = {f.job.id for f in fired}
@@ -132,7 +159,9 @@ class Scheduler:
                 f"{n_run} to run, {n_skip} skipped"
             )
         for _, job_id in due:
-            if job_id not in seen:  # changed under us (or nothing to do): take the stored state
+            if job_id in later:
+                self.at_time.push(job_id, later[job_id])
+            elif job_id not in seen:  # changed under us (or nothing to do): the stored state
                 self.reload_job(job_id)
         return created
 
@@ -143,6 +172,7 @@ class Scheduler:
         self._reload = True
 
     def reload_job(self, job_id: int) -> None:
+        self.at_time.remove(job_id)
         job = self.store.get_job_by_id(job_id)
         if job is None or job.state.value != "active" or job.next_run_at is None:
             self.heap.remove(job_id)

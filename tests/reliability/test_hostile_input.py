@@ -22,11 +22,16 @@ SKIP = {"daemon", "serve", "service"}
 COMMANDS = sorted(set(click_cli.commands) - SKIP)
 
 
+WAITING = {"--wait", "--follow"}
+
+
 def _options(name: str) -> list[str]:
     cmd = click_cli.commands[name]
     out = []
     for p in cmd.params:
-        out += [o for o in getattr(p, "opts", []) if o.startswith("-") and o != "--wait"]
+        # not the options that wait for a run to end (no daemon runs here): --follow
+        # implies --wait
+        out += [o for o in getattr(p, "opts", []) if o.startswith("-") and o not in WAITING]
     return out
 
 

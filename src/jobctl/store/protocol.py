@@ -238,11 +238,15 @@ class CommandStore(Protocol):
     ) -> Job:
         """Change fields of a job's spec (JobSpec field names). With ``restart_schedule``
         the schedule starts again at ``next_run_at`` (a one-shot that was done becomes
-        active). Runs already created keep their settings. Raises NotFound, Conflict."""
+        active). Runs already created keep their settings, but for a window recorded ahead
+        of its time that has not come yet: that one is taken back, and the job gets its
+        window again (decided with the job as it is now). Raises NotFound, Conflict."""
         ...
 
     def pause_job(self, name: str, now: datetime) -> Job:
-        """Stop firing. Raises Conflict for a cancelled or done job."""
+        """Stop firing; a window recorded ahead of its time that has not come yet is taken
+        back (a paused job's windows are neither run nor recorded). Raises Conflict for a
+        cancelled or done job."""
         ...
 
     def resume_job(self, name: str, next_run_at: datetime | None, now: datetime) -> Job:
@@ -256,7 +260,8 @@ class CommandStore(Protocol):
         ...
 
     def cancel_job(self, name: str, now: datetime) -> tuple[Job, list[int]]:
-        """Cancel a job's open runs and stop the job for good."""
+        """Cancel a job's open runs and stop the job for good (a window recorded ahead of
+        its time that has not come yet is taken back, not cancelled)."""
         ...
 
     # runs --------------------------------------------------------------------------

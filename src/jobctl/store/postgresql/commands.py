@@ -162,6 +162,18 @@ def cancel_runs_tx(c: Any, ids: Sequence[int], now: datetime) -> None:
         )
 
 
+def _withdraw_early(c: Any, job_id: int, now: datetime) -> list[int]:
+    """Delete the job's windows recorded ahead of their time (the scheduler's
+    FIRE_AHEAD_SECONDS) that have not come yet: a pause, an edit or a cancel decides them
+    again. Their times (µs)."""
+    rows = c.execute(
+        "DELETE FROM runs WHERE job_id = %s AND state = 'pending' AND attempt = 0 "
+        "AND reason = 'schedule' AND scheduled_for > %s RETURNING scheduled_for",
+        (job_id, to_us(now)),
+    ).fetchall()
+    return [r["scheduled_for"] for r in rows]
+
+
 def live_daemons(db: PgDb, now: datetime) -> list[DaemonInfo]:
     now_us = to_us(now)
     rows = db.read(
@@ -311,10 +323,15 @@ class PgCommands:
                     raise Conflict(f"a job named {new_spec.name!r} already exists")
             cols = spec_columns(new_spec)
             cols["updated_at"] = to_us(now)
+            early = _withdraw_early(c, job.id, now)
             if restart_schedule and job.state in (JobState.ACTIVE, JobState.DONE):
                 cols["state"] = JobState.ACTIVE.value
                 cols["schedule_from"] = to_us(now)
                 cols["next_run_at"] = opt_us(next_run_at)
+            elif early:
+                # the window comes again, decided with the job as it is now
+                cols["state"] = JobState.ACTIVE.value
+                cols["next_run_at"] = min(early)
             sets = ", ".join(f"{k} = %s" for k in cols)
             c.execute(f"UPDATE jobs SET {sets} WHERE id = %s", [*cols.values(), job.id])
             self.db.announce(f"job:{job.id}")
@@ -325,6 +342,7 @@ class PgCommands:
             row = job_row(c, name, lock=True)
             if row["state"] in (JobState.CANCELLED.value, JobState.DONE.value):
                 raise Conflict(f"job {name!r} is {row['state']} and cannot be paused")
+            _withdraw_early(c, row["id"], now)
             c.execute(
                 "UPDATE jobs SET state = 'paused', next_run_at = NULL, updated_at = %s "
                 "WHERE id = %s",
@@ -367,6 +385,7 @@ class PgCommands:
     def cancel_job(self, name: str, now: datetime) -> tuple[Job, list[int]]:
         with self.db.write() as c:
             row = job_row(c, name, lock=True)
+            _withdraw_early(c, row["id"], now)
             ids = [
                 r["id"]
                 for r in c.execute(

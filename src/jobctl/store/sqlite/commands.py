@@ -125,6 +125,12 @@ def cancel_runs_tx(c: sqlite3.Connection, ids: Sequence[int], now: datetime) -> 
         c.execute(sql.REQUEST_CANCEL, (run_id,))
 
 
+def _withdraw_early(c: sqlite3.Connection, job_id: int, now: datetime) -> list[int]:
+    """Delete the job's windows recorded ahead of their time that have not come yet (a
+    pause, an edit or a cancel decides them again); their times (µs)."""
+    return [r[0] for r in c.execute(sql.WITHDRAW_EARLY_RUNS, (job_id, to_us(now))).fetchall()]
+
+
 class SqliteCommands:
     """See :class:`~jobctl.store.protocol.CommandStore` for the rules of every method."""
 
@@ -238,11 +244,16 @@ class SqliteCommands:
                 raise Conflict(f"a job named {new_spec.name!r} already exists")
             cols = spec_columns(new_spec)
             cols["updated_at"] = to_us(now)
+            early = _withdraw_early(c, job.id, now)
             if restart_schedule and job.state in (JobState.ACTIVE, JobState.DONE):
                 # a new trigger starts from now; a one-shot that was done becomes active
                 cols["state"] = JobState.ACTIVE.value
                 cols["schedule_from"] = to_us(now)
                 cols["next_run_at"] = opt_us(next_run_at)
+            elif early:
+                # the window comes again, decided with the job as it is now
+                cols["state"] = JobState.ACTIVE.value
+                cols["next_run_at"] = min(early)
             sets = ", ".join(f"{k} = ?" for k in cols)
             c.execute(sql.UPDATE_JOB.format(sets=sets), [*cols.values(), job.id])
             return job_from_row(job_row(c, new_spec.name))
@@ -252,6 +263,7 @@ class SqliteCommands:
             row = job_row(c, name)
             if row["state"] in (JobState.CANCELLED.value, JobState.DONE.value):
                 raise Conflict(f"job {name!r} is {row['state']} and cannot be paused")
+            _withdraw_early(c, row["id"], now)
             c.execute(sql.PAUSE_JOB, (to_us(now), row["id"]))
             return job_from_row(job_row(c, name))
 
@@ -276,6 +288,7 @@ class SqliteCommands:
     def cancel_job(self, name: str, now: datetime) -> tuple[Job, list[int]]:
         with self.db.write() as c:
             row = job_row(c, name)
+            _withdraw_early(c, row["id"], now)
             ids = [r[0] for r in c.execute(sql.OPEN_RUN_IDS_OF_JOB, (row["id"],))]
             cancel_runs_tx(c, ids, now)
             c.execute(sql.CANCEL_JOB, (to_us(now), row["id"]))

@@ -43,6 +43,13 @@ LEASED_OF_JOB = "SELECT COUNT(*) FROM runs WHERE job_id = ? AND state = 'leased'
 OPEN_RUN_IDS_OF_JOB = (
     "SELECT id FROM runs WHERE job_id = ? AND state IN ('pending', 'failed', 'leased')"
 )
+# windows the scheduler recorded ahead of their time (scheduler.FIRE_AHEAD_SECONDS) that
+# have not come yet: a pause, an edit or a cancel of their job takes them back
+WITHDRAW_EARLY_RUNS = """
+DELETE FROM runs WHERE job_id = ? AND state = 'pending' AND attempt = 0
+    AND reason = 'schedule' AND scheduled_for > ?
+RETURNING scheduled_for
+"""
 DEAD_IDS_OF_JOB = "SELECT id FROM runs WHERE job_id = ? AND state = 'dead'"
 DEAD_IDS = "SELECT id FROM runs WHERE state = 'dead'"
 COUNTS_BY_STATE = "SELECT state, COUNT(*) FROM runs GROUP BY state"
