@@ -209,6 +209,13 @@ FILES = [
 ]
 
 CATCHUP_AND_DST = """
+The scheduler records a window up to 0.25 seconds before its time, decided as at its
+time: its run is pending (waiting: not_due) until the instant and is claimed then, and
+the job's next_run_at has already moved on. A window whose job has a run going, or whose
+job has `--overlap replace`, is decided at its time instead. `pause`, `edit` and
+`cancel` of a job take back a window recorded early whose time has not come (after an
+edit it comes again, with the job as edited).
+
 A window is missed when its time passed while no scheduler held the lease: the daemon was
 down or the machine was asleep (a loop that wakes more than 60 seconds after it planned
 to counts the gap as missed). A window that is only late because the machine was busy is
