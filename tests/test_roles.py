@@ -315,8 +315,9 @@ def test_a_window_is_recorded_ahead_of_its_time_and_claimed_only_at_it(db):
     assert (run.state, run.scheduled_for, run.not_before) == (RunState.PENDING, window, window)
     assert store.get_job("j").next_run_at == window + timedelta(seconds=10)
     assert sched.next_due() == window + timedelta(seconds=10) - ahead
-    # it waits for its time: no claim before it, one at it
+    # it waits for its time: no claim before it, one at it (the executor wakes right then)
     assert store.claim("d1", "h", clock.now(), 30) == ([], [])
+    assert store.daemon.next_claim_at("d1", clock.now()) == window
     claimed, _ = store.claim("d1", "h", window, 30)
     assert [c.run.id for c in claimed] == [run.id]
     store.close()

@@ -622,8 +622,9 @@ class PgDaemonStore:
             "AND lease_until > %s",
             (daemon_id, now_us),
         )
-        vals = [v for v in (a, b) if v is not None]
-        return from_us(min(vals) + 1000) if vals else None
+        # a run is due at its not_before; an expiring lease is free a moment after it
+        vals = [v for v in (a, None if b is None else b + 1000) if v is not None]
+        return from_us(min(vals)) if vals else None
 
     def held_status(
         self, daemon_id: str, held: Sequence[tuple[int, int]]
