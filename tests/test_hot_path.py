@@ -3,16 +3,18 @@ watermark of the safety-net re-read, the compact fire heap, the buffered log."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import random
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobctl import planner
 from jobctl.daemon import Log
-from jobctl.models import AttemptResult, JobSpec, Overlap, RunState, Trigger, TriggerKind
+from jobctl.models import AttemptResult, JobSpec, Overlap, Run, RunState, Trigger, TriggerKind
 from jobctl.planner import FireHeap
 from jobctl.store import open_store
 from jobctl.store.protocol import FinishItem
@@ -373,3 +375,19 @@ def test_the_loops_wait_ends_on_time_and_still_wakes_for_a_descriptor():
         poller.close()
         os.close(r)
         os.close(w)
+
+
+def test_a_run_read_by_the_store_has_every_field_and_stays_frozen(db):
+    store = open_store(db)
+    try:
+        first, _ = _two_manual_runs(store)
+        d = store.daemon
+        turn = d.record_and_claim("d1", "h", T0, 30, finishes=[], started=[], limit=1, **_CLAIM_KW)
+        for run in (turn.claimed[0].run, d.get_run(first.id), *store.commands.list_runs("m")):
+            # built at once (Run.of), it is what the constructor would have made
+            assert set(vars(run)) == {f.name for f in dataclasses.fields(Run)}
+            assert run == Run(**vars(run))
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                run.state = RunState.DEAD  # type: ignore[misc]
+    finally:
+        store.close()

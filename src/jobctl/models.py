@@ -329,6 +329,16 @@ class Run:
     #: the host of the last attempt
     host: str | None = None
 
+    @classmethod
+    def of(cls, fields: dict[str, Any]) -> Run:
+        """A Run from every one of its fields at once, as a store reads it: the generated
+        ``__init__`` of a frozen dataclass sets each of the 29 through
+        ``object.__setattr__``, several times the cost of this on a claim's hot path
+        (``fields`` must name every field; the stores' tests check it)."""
+        run = object.__new__(cls)
+        run.__dict__.update(fields)
+        return run
+
     @property
     def duration_seconds(self) -> float | None:
         """Seconds its last attempt took; None before it ended."""
