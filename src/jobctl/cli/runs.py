@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import NotFound, UsageError
-from ..models import FINISHED_RUN_STATES, Attempt, JobState, Run, RunState
 from .base import (
     INT64,
     Ctx,
@@ -25,6 +24,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
+    from ..models import Attempt, Run
     from ..output import OutputStream
     from ..store import CommandStore
 
@@ -152,6 +152,7 @@ def run_(
     stops only the waiting (exit 130); the run goes on.
     """
     from .. import output
+    from ..models import JobState, RunState
     from ..specs import check_lock_name, check_text, parse_env_pairs
 
     if key is not None:
@@ -221,6 +222,8 @@ class Follower:
         self.shown_bytes = 0  # of self.attempt's output_bytes, what was shown
 
     def step(self) -> Step:
+        from ..models import FINISHED_RUN_STATES
+
         run = self.store.get_run(self.run_id)
         final = run.state in FINISHED_RUN_STATES
         last = run.attempt
@@ -259,6 +262,7 @@ class Follower:
 def _follow_logs(store: CommandStore, run_id: int, attempt: int | None) -> None:
     """``logs --follow``: until the run is final; Ctrl-C ends it quietly (exit 130)."""
     from .. import output
+    from ..models import FINISHED_RUN_STATES
 
     run = store.get_run(run_id)  # NotFound before anything is printed
     if attempt is not None and (
@@ -277,6 +281,7 @@ def _wait_for(store: CommandStore, run: Run, obj: Ctx, *, follow: bool) -> Run:
     """Wait until the run is final; a status line on a terminal, the output with
     ``follow``; then one closing line on stderr. Ctrl-C: the run goes on, exit 130."""
     from .. import output
+    from ..models import FINISHED_RUN_STATES
 
     follower = (
         Follower(store, run.id, None, output.OutputStream(tty=sys.stdout.isatty()))
@@ -317,6 +322,7 @@ def _wait_for(store: CommandStore, run: Run, obj: Ctx, *, follow: bool) -> Run:
 
 def _status_text(store: CommandStore, run: Run, obj: Ctx, elapsed: float) -> str:
     from .. import output, planner
+    from ..models import RunState
 
     parts = [f"run {run.id} {run.state.value}"]
     if run.attempt:
