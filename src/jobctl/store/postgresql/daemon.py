@@ -51,7 +51,14 @@ from ..protocol import (
     Renewal,
     TurnResult,
 )
-from ..sqlite.rows import finish_params, job_from_row, opt_us, output_params, run_from_row
+from ..sqlite.rows import (
+    finish_params,
+    job_from_row,
+    next_claim_time,
+    opt_us,
+    output_params,
+    run_from_row,
+)
 from .commands import RUN_BY_ID, insert_run, run_by_id
 from .db import PgDb, retrying
 from .waker import Waker
@@ -622,9 +629,7 @@ class PgDaemonStore:
             "AND lease_until > %s",
             (daemon_id, now_us),
         )
-        # a run is due at its not_before; an expiring lease is free a moment after it
-        vals = [v for v in (a, None if b is None else b + 1000) if v is not None]
-        return from_us(min(vals)) if vals else None
+        return next_claim_time(a, b)
 
     def held_status(
         self, daemon_id: str, held: Sequence[tuple[int, int]]

@@ -41,6 +41,7 @@ from .rows import (
     job_from_row,
     named,
     named_one,
+    next_claim_time,
     opt_us,
     output_params,
     run_from_row,
@@ -501,9 +502,7 @@ class SqliteDaemonStore:
         now_us = to_us(now)
         a = self.db.read(sql.NEXT_NOT_BEFORE, (now_us,))[0][0]
         b = self.db.read(sql.NEXT_LEASE_EXPIRY, (daemon_id, now_us))[0][0]
-        # a run is due at its not_before; an expiring lease is free a moment after it
-        vals = [v for v in (a, None if b is None else b + 1000) if v is not None]
-        return from_us(min(vals)) if vals else None
+        return next_claim_time(a, b)
 
     def held_status(
         self, daemon_id: str, held: Sequence[tuple[int, int]]

@@ -268,6 +268,15 @@ def finish_params(
     return run, attempt
 
 
+def next_claim_time(not_before: int | None, foreign_lease_until: int | None) -> datetime | None:
+    """When a claim may next find something, from the earliest ``not_before`` ahead and
+    the earliest lease of another daemon that runs out (µs, either None): a run is due at
+    its ``not_before``; a lease is free a moment (1 ms) after its expiry. Both backends."""
+    free_at = None if foreign_lease_until is None else foreign_lease_until + 1000
+    times = [t for t in (not_before, free_at) if t is not None]
+    return from_us(min(times)) if times else None
+
+
 def output_params(
     daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]
 ) -> list[dict[str, Any]]:
