@@ -1,8 +1,10 @@
-"""The machine's limits: raw process spawning, SQLite commits, timer lateness."""
+"""The machine's limits: raw process spawning, SQLite commits, timer lateness, and the
+floor of a durable dispatch loop."""
 
 from __future__ import annotations
 
 import os
+import select
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +29,79 @@ def spawn_seconds(children: int, width: int) -> float:
         os.wait()
         running -= 1
     return time.perf_counter() - t0
+
+
+def durable_loop_seconds(children: int, width: int) -> float:
+    """Seconds for the least a durable dispatcher does, in Python on this machine.
+
+    ``children`` x ``sh -c true``, ``width`` alive at a time. Each child's row is claimed
+    (set to leased) before its spawn and finished (its exit code and end written) after
+    it exits. Each turn writes what it learned in one ``BEGIN IMMEDIATE`` transaction on
+    a file opened by the store's ``Db``, with the daemon's checkpoint setting, and spawns
+    after the commit: ``os.posix_spawn`` in a new session, watched by a pidfd in epoll.
+
+    There are no models, decisions, attempt rows, output pipes or logs. So this is the
+    floor a jobctl burst is compared with: what is above it is jobctl's own work.
+    """
+    from jobctl.store.sqlite import Db
+
+    env = dict(os.environ)
+    args = ["sh", "-c", "true"]
+    with tempfile.TemporaryDirectory(prefix="jobctl-bench-") as tmp:
+        db = Db.open(Path(tmp) / "floor.db")
+        db.defer_checkpoints()
+        c = db.conn
+        c.execute(
+            "CREATE TABLE floor_runs (id INTEGER PRIMARY KEY, state TEXT NOT NULL, "
+            "exit_code INTEGER, started_at INTEGER, finished_at INTEGER)"
+        )
+        c.execute("BEGIN")
+        c.executemany(
+            "INSERT INTO floor_runs (id, state) VALUES (?, 'pending')",
+            [(i,) for i in range(children)],
+        )
+        c.execute("COMMIT")
+        ep = select.epoll()
+        running: dict[int, tuple[int, int]] = {}  # pidfd -> (row id, pid)
+        ended: list[tuple[int, int]] = []  # (row id, exit code) not yet written
+        next_id = 0
+        t0 = time.perf_counter()
+        while True:
+            claim = list(range(next_id, min(children, next_id + width - len(running))))
+            next_id += len(claim)
+            now = time.time_ns() // 1000
+            c.execute("BEGIN IMMEDIATE")
+            c.executemany(
+                "UPDATE floor_runs SET state = 'succeeded', exit_code = ?, finished_at = ? "
+                "WHERE id = ? AND state = 'leased'",
+                [(code, now, row) for row, code in ended],
+            )
+            c.executemany(
+                "UPDATE floor_runs SET state = 'leased', started_at = ? "
+                "WHERE id = ? AND state = 'pending'",
+                [(now, row) for row in claim],
+            )
+            c.execute("COMMIT")
+            ended = []
+            for row in claim:
+                pid = os.posix_spawn(SH, args, env, setsid=True)
+                fd = os.pidfd_open(pid)
+                ep.register(fd, select.EPOLLIN)
+                running[fd] = (row, pid)
+            if not running:
+                break
+            for fd, _ in ep.poll():
+                row, pid = running.pop(fd)
+                os.close(fd)  # epoll forgets a closed descriptor
+                _, status = os.waitpid(pid, 0)
+                ended.append((row, os.waitstatus_to_exitcode(status)))
+        elapsed = time.perf_counter() - t0
+        ep.close()
+        (done,) = c.execute("SELECT COUNT(*) FROM floor_runs WHERE state = 'succeeded'").fetchone()
+        db.close()
+    if done != children:
+        raise RuntimeError(f"durable loop: {done} of {children} rows finished")
+    return elapsed
 
 
 def sqlite_commits_per_second(seconds: float = 1.0) -> float:
