@@ -32,6 +32,7 @@ from jobctl.worker import (
     OutputTail,
     build_env,
     mark_inherited_fds_cloexec,
+    spawn,
     spawn_hook,
 )
 
@@ -175,6 +176,32 @@ def test_child_inherits_no_descriptor_once_marked():
     finally:
         conn.close()
         os.close(leaked)
+
+
+def test_when_spawn_returns_the_child_holds_no_close_on_exec_descriptor_of_ours():
+    # posix_spawn returns once the child's exec has replaced its memory, before the exec
+    # closes the child's copies of close-on-exec descriptors (without the wait for that,
+    # most of these spawns return with the copy still open). A descriptor the daemon
+    # closed meanwhile would live on with its epoll registration: a reused number could
+    # then report an old pidfd's exit for a new child.
+    still_held = 0
+    pids = []
+    for _ in range(200):
+        r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            pids.append(spawn(["/bin/sh", "-c", "sleep 5"], BASE_ENV, "/", None, None))
+        finally:
+            os.close(w)
+        try:
+            assert os.read(r, 1) == b""  # end of file: no copy of w is left anywhere
+        except BlockingIOError:
+            still_held += 1
+        finally:
+            os.close(r)
+    for pid in pids:
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert still_held == 0
 
 
 def test_child_starts_with_default_signals_and_an_empty_mask():
