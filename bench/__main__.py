@@ -126,6 +126,7 @@ def run(a: argparse.Namespace, tmp: Path) -> dict:
                     "burst", tmp / "aps-burst.db", jobs=a.burst_jobs, lead=4
                 )
             reps.append(rep)
+        res["side_by_side"] = reps  # each rep's own figures, in the --json file
         res["spawn_s"] = median([r["spawn_s"] for r in reps])
         res["durable_s"] = median([r["durable_s"] for r in reps])
         res["durable_vs_raw"] = median([r["durable_s"] / r["spawn_s"] for r in reps])

@@ -156,6 +156,59 @@ def test_a_finish_says_what_it_wrote_when_a_cancel_was_requested(tmp_path):
         store.close()
 
 
+@pytest.mark.parametrize("cancel_requested", [False, True])
+def test_a_success_is_written_as_the_general_finish_writes_it(tmp_path, cancel_requested):
+    # a plain success has a statement of its own (fewer parameters): it must leave the
+    # row exactly as the general finish statement does, with or without a cancel request
+    from jobctl.store.sqlite import sql
+    from jobctl.store.sqlite.rows import finish_params
+
+    store = open_store(tmp_path / "j.db")
+    d = store.daemon
+    try:
+        a, b = _two_manual_runs(store, overlap=Overlap.ALLOW)
+        now = T0 + timedelta(seconds=2)
+        turn = d.record_and_claim("d1", "h", now, 30, finishes=[], started=[], limit=2, **_CLAIM_KW)
+        runs = {c.run.id: c.run for c in turn.claimed}
+        if cancel_requested:
+            store.commands.cancel_runs([a.id, b.id], now)
+        result = AttemptResult(0, output=b"done\n", output_bytes=5)
+        items = {}
+        for run_id in (a.id, b.id):
+            decision = planner.decide(runs[run_id], 1, result, now, random.Random(0))
+            assert decision.state is RunState.SUCCEEDED and decision.if_cancelled is None
+            items[run_id] = FinishItem(run_id, 1, result, decision)
+        conn = store.db.conn
+        traced: list[str] = []
+        conn.set_trace_callback(traced.append)
+        turn = d.record_and_claim(
+            "d1", "h", now, 30, finishes=[items[a.id]], started=[], limit=0, **_CLAIM_KW
+        )
+        conn.set_trace_callback(None)
+        assert [f.state for f in turn.finished] == [RunState.SUCCEEDED]
+        # its own form was used (the trace shows statements with their values bound)
+        head = " ".join(sql.FINISH_SUCCEEDED.split()).split(" exit_code")[0]
+        assert any(" ".join(t.split()).startswith(head) for t in traced), traced
+        with store.db.write() as c:
+            params, _ = finish_params(items[b.id], int(now.timestamp() * 1_000_000), "d1")
+            assert c.execute(sql.FINISH_RUN, params).rowcount == 1
+
+        def row(run_id):
+            cur = conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,))
+            names = [x[0] for x in cur.description]
+            values = dict(zip(names, cur.fetchone(), strict=True))
+            # what is each run's own (its window; not_before is checked below)
+            mine = ("id", "scheduled_for", "created_at", "not_before")
+            return {k: v for k, v in values.items() if k not in mine}
+
+        assert row(a.id) == row(b.id)
+        assert row(a.id)["state"] == "succeeded" and row(a.id)["leased_by"] is None
+        for run_id in (a.id, b.id):  # both leave the window's not_before as it was
+            assert d.get_run(run_id).not_before == runs[run_id].not_before
+    finally:
+        store.close()
+
+
 def test_changed_jobs_watermark_reads_nothing_when_nothing_was_committed(tmp_path):
     path = tmp_path / "j.db"
     daemon_handle = open_store(path)

@@ -560,8 +560,10 @@ class SqliteDaemonStore:
             run_params, attempt_params = finish_params(f, now_us, daemon_id)
             if run_params["if_cancelled"] is None:
                 # a cancel cannot change what is written: the row count says it all
-                held = c.execute(sql.FINISH_RUN, run_params).rowcount == 1
-                state = f.decision.state if held else None
+                d = f.decision
+                plain = d.state is RunState.SUCCEEDED and d.counts_attempt and d.error is None
+                cur = c.execute(sql.FINISH_SUCCEEDED if plain else sql.FINISH_RUN, run_params)
+                state = d.state if cur.rowcount == 1 else None
             else:
                 row = c.execute(sql.FINISH_RUN_RETURNING_STATE, run_params).fetchone()
                 state = None if row is None else RunState(row[0])

@@ -343,6 +343,13 @@ WHERE id = :run_id AND attempt = :attempt AND state = 'leased' AND leased_by = :
 """
 #: a finish whose state a cancel request may change says what it wrote
 FINISH_RUN_RETURNING_STATE = FINISH_RUN + "RETURNING state\n"
+#: the common end, a success that counts and that no cancel request changes: what
+#: FINISH_RUN writes then, with the same fence, and a third of its parameters to bind
+FINISH_SUCCEEDED = """
+UPDATE runs SET state = 'succeeded', last_error = NULL, exit_code = :exit_code,
+    finished_at = :now, leased_by = NULL, lease_until = NULL
+WHERE id = :run_id AND attempt = :attempt AND state = 'leased' AND leased_by = :me
+"""
 FINISH_ATTEMPT = """
 UPDATE attempts SET finished_at = :now, exit_code = :exit_code, error = :error,
     output = :output, output_bytes = :total, pid = COALESCE(:pid, pid)
