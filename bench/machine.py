@@ -39,13 +39,15 @@ def durable_loop_seconds(children: int, width: int) -> float:
     it exits. Each turn writes what it learned in one ``BEGIN IMMEDIATE`` transaction on
     a file opened by the store's ``Db``, with the daemon's checkpoint setting, and spawns
     after the commit: ``os.posix_spawn`` in a new session, waited for until its exec has
-    closed its copies of our descriptors (as ``jobctl.worker.spawn`` does: else a closed
-    pidfd's number, reused, reports the old child's exit), watched by a pidfd in epoll.
+    closed its copies of our descriptors (``jobctl.worker.posix_spawn_settled``: else a
+    closed pidfd's number, reused, reports the old child's exit), watched by a pidfd in
+    epoll.
 
     There are no models, decisions, attempt rows, output pipes or logs. So this is the
     floor a jobctl burst is compared with: what is above it is jobctl's own work.
     """
     from jobctl.store.sqlite import Db
+    from jobctl.worker import posix_spawn_settled
 
     env = dict(os.environ)
     args = ["sh", "-c", "true"]
@@ -86,11 +88,7 @@ def durable_loop_seconds(children: int, width: int) -> float:
             c.execute("COMMIT")
             ended = []
             for row in claim:
-                sync_r, sync_w = os.pipe2(os.O_CLOEXEC)
-                pid = os.posix_spawn(SH, args, env, setsid=True)
-                os.close(sync_w)
-                os.read(sync_r, 1)  # the child's exec has closed its copies (see worker.py)
-                os.close(sync_r)
+                pid = posix_spawn_settled(SH, args, env, setsid=True)
                 fd = os.pidfd_open(pid)
                 ep.register(fd, select.EPOLLIN)
                 running[fd] = (row, pid)

@@ -217,9 +217,8 @@ def spawn(
                 os.chdir(cwd)
             except OSError as e:
                 raise _not_found(cwd, e.errno or errno.ENOENT) from None
-            sync_r, sync_w = (_high_fd(fd) for fd in os.pipe2(os.O_CLOEXEC))
             try:
-                return os.posix_spawn(
+                return posix_spawn_settled(
                     path,
                     list(argv),
                     env,
@@ -230,9 +229,6 @@ def spawn(
                 )
             except OSError as e:  # the exec failed: the directory was fine
                 raise _not_found(path, e.errno or errno.ENOEXEC) from None
-            finally:
-                os.close(sync_w)
-                _wait_for_close_on_exec(sync_r)
         finally:
             os.fchdir(back)
             os.close(back)
@@ -241,9 +237,9 @@ def spawn(
             os.close(in_fd)
 
 
-def _wait_for_close_on_exec(sync_r: int) -> None:
-    """Block until the child's copy of the write end of ``sync_r``'s pipe is gone, then
-    close ``sync_r``.
+def posix_spawn_settled(path: str, argv: list[str], env: Mapping[str, str], **kw: Any) -> int:
+    """``os.posix_spawn``, returning only once the child's exec has closed its copies of
+    our close-on-exec descriptors.
 
     ``posix_spawn`` returns as soon as the child's exec has replaced its memory, which is
     before the exec closes the child's copies of the close-on-exec descriptors (measured:
@@ -251,12 +247,17 @@ def _wait_for_close_on_exec(sync_r: int) -> None:
     the daemon closes lives on in the child, and so does its epoll registration: if the
     number is reused for a new child's pidfd meanwhile, the old pidfd's readiness is
     reported under it, and the new child would be taken for exited (killed and reaped).
-    The write end is close-on-exec like every other descriptor, so its end of file says
-    they are all closed (or that the child is gone).
+    A pipe's write end is close-on-exec like every other descriptor, so its end of file
+    says they are all closed (or that the child is gone).
     """
+    sync_r, sync_w = (_high_fd(fd) for fd in os.pipe2(os.O_CLOEXEC))
     try:
-        while os.read(sync_r, 1):
-            pass  # nothing is ever written
+        try:
+            return os.posix_spawn(path, argv, env, **kw)
+        finally:
+            os.close(sync_w)
+            while os.read(sync_r, 1):
+                pass  # nothing is ever written
     finally:
         os.close(sync_r)
 
