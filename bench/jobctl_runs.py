@@ -14,7 +14,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -43,55 +43,56 @@ def _us(dt: datetime) -> int:
 
 
 class DaemonProc:
-    """A ``jobctl daemon`` child whose stderr lines are read (and timed) by a thread."""
+    """A ``jobctl daemon`` child whose stderr goes to an unnamed file, read (and its lines
+    timed) only while :meth:`wait_for` waits.
+
+    A file, not a pipe: a reader of a pipe would wake at each of the daemon's writes (one
+    a loop turn, some 300 in a burst) and take CPU from the machine it measures, and each
+    write would pay for waking it. The file is read every ``POLL_SECONDS``, so a line's
+    time is known to within that.
+    """
+
+    POLL_SECONDS = 0.005
 
     def __init__(self, db: Path, workers: int = 4) -> None:
         self.t_start = time.time()
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop)
         self.proc = subprocess.Popen(
             [jobctl_exe(), "--db", str(db), "daemon", "--workers", str(workers)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=self._log,
         )
         self.lines: list[tuple[float, str]] = []
-        self._cond = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        self._read_to = 0
+        self._rest = b""
 
     def _read(self) -> None:
-        # whole chunks, one wake-up of the waiters each: the daemon writes its lines once
-        # a loop turn, and a reader that woke per line would load the machine it measures
-        assert self.proc.stderr is not None
-        fd = self.proc.stderr.fileno()
-        rest = b""
-        while chunk := os.read(fd, 65536):
+        """The whole lines written since the last read, timed now."""
+        fd = self._log.fileno()
+        while chunk := os.pread(fd, 1 << 20, self._read_to):
+            self._read_to += len(chunk)
             t = time.time()
-            *lines, rest = (rest + chunk).split(b"\n")
-            with self._cond:
-                self.lines += [(t, line.decode(errors="replace")) for line in lines]
-                self._cond.notify_all()
-        with self._cond:
-            if rest:
-                self.lines.append((time.time(), rest.decode(errors="replace")))
-            self._cond.notify_all()
+            *lines, self._rest = (self._rest + chunk).split(b"\n")
+            self.lines += [(t, line.decode(errors="replace")) for line in lines]
 
     def wait_for(self, pattern: str, timeout: float) -> tuple[float, re.Match[str]]:
         """(wall time the first line matching ``pattern`` was read, the match)."""
         rx = re.compile(pattern)
         deadline = time.monotonic() + timeout
         seen = 0
-        with self._cond:
-            while True:
-                for t, line in self.lines[seen:]:
-                    m = rx.search(line)
-                    if m:
-                        return t, m
-                seen = len(self.lines)
-                left = deadline - time.monotonic()
-                if left <= 0 or (self.proc.poll() is not None and seen == len(self.lines)):
-                    tail = "\n".join(line for _, line in self.lines[-5:])
-                    raise RuntimeError(f"daemon: no line matching {pattern!r}; last lines:\n{tail}")
-                self._cond.wait(min(left, 0.5))
+        while True:
+            exited = self.proc.poll() is not None
+            self._read()
+            for t, line in self.lines[seen:]:
+                m = rx.search(line)
+                if m:
+                    return t, m
+            seen = len(self.lines)
+            if time.monotonic() > deadline or exited:
+                tail = "\n".join(line for _, line in self.lines[-5:])
+                raise RuntimeError(f"daemon: no line matching {pattern!r}; last lines:\n{tail}")
+            time.sleep(self.POLL_SECONDS)
 
     @property
     def pid(self) -> int:
@@ -105,7 +106,8 @@ class DaemonProc:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self._reader.join(5)
+        self._read()
+        self._log.close()
 
 
 def _interval_specs(prefix: str, n: int, every_seconds: float, anchor: datetime):

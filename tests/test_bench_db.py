@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import os
+import stat
+import time
 from datetime import UTC, datetime
 
+import pytest
 from conftest import StoreView
 
-from bench.jobctl_runs import build_scale_db
+from bench.jobctl_runs import DaemonProc, build_scale_db
 from bench.machine import durable_loop_seconds
 
 
@@ -27,3 +31,19 @@ def test_bulk_built_jobs_read_back_through_the_store(tmp_path):
 def test_the_durable_dispatch_floor_claims_and_finishes_every_row():
     # it raises unless every row went pending -> leased -> succeeded with its exit code
     assert durable_loop_seconds(7, 3) > 0
+
+
+def test_the_bench_daemon_log_is_read_from_its_file_with_the_time_each_line_was_seen(tmp_path):
+    # the burst's harness reads the daemon's stderr only while it waits for a line: its
+    # readiness line is found, timed after the start, and the tail is kept after stop()
+    d = DaemonProc(tmp_path / "j.db", 1)
+    try:
+        # a file, not a pipe: no reader wakes at each of the daemon's writes
+        assert stat.S_ISREG(os.stat(f"/proc/{d.pid}/fd/2").st_mode)
+        t, m = d.wait_for(r"scheduling (\d+) jobs", 30)
+        assert m.group(1) == "0" and d.t_start <= t <= time.time()
+        with pytest.raises(RuntimeError, match="no line matching"):
+            d.wait_for("never written", 0.05)
+    finally:
+        d.stop()
+    assert any("stopped" in line for _, line in d.lines)
