@@ -107,6 +107,9 @@ class DaemonProc:
                 self.proc.kill()
                 self.proc.wait()
         self._read()
+        if self._rest:  # a last line the daemon left unterminated
+            self.lines.append((time.time(), self._rest.decode(errors="replace")))
+            self._rest = b""
         self._log.close()
 
 

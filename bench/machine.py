@@ -12,18 +12,19 @@ from pathlib import Path
 from .stats import percentile
 
 SH = "/bin/sh"
+#: the child of every spawn measured here
+TRUE_ARGV = ["sh", "-c", "true"]
 
 
 def spawn_seconds(children: int, width: int) -> float:
     """Seconds to run ``children`` × ``sh -c true``, ``width`` at a time (posix_spawn + wait)."""
     env = dict(os.environ)
-    args = ["sh", "-c", "true"]
     running = 0
     started = 0
     t0 = time.perf_counter()
     while started < children or running:
         while running < width and started < children:
-            os.posix_spawn(SH, args, env)
+            os.posix_spawn(SH, TRUE_ARGV, env)
             running += 1
             started += 1
         os.wait()
@@ -50,7 +51,6 @@ def durable_loop_seconds(children: int, width: int) -> float:
     from jobctl.worker import posix_spawn_settled
 
     env = dict(os.environ)
-    args = ["sh", "-c", "true"]
     with tempfile.TemporaryDirectory(prefix="jobctl-bench-") as tmp:
         db = Db.open(Path(tmp) / "floor.db")
         db.defer_checkpoints()
@@ -88,7 +88,7 @@ def durable_loop_seconds(children: int, width: int) -> float:
             c.execute("COMMIT")
             ended = []
             for row in claim:
-                pid = posix_spawn_settled(SH, args, env, setsid=True)
+                pid = posix_spawn_settled(SH, TRUE_ARGV, env, setsid=True)
                 fd = os.pidfd_open(pid)
                 ep.register(fd, select.EPOLLIN)
                 running[fd] = (row, pid)
