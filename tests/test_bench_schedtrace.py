@@ -7,47 +7,50 @@ import pytest
 from bench.schedtrace import analyse, daemon_pid, parse
 
 
+def _event(cpu: int, t: float, name: str, fields: str) -> str:
+    """One line as ``perf script -F cpu,time,event,trace`` prints it."""
+    return f"[{cpu:03d}] {t:.6f}:       sched:{name}: {fields}"
+
+
 def _switch(cpu: int, t: float, prev: int, state: str, nxt: int) -> str:
-    return (
-        f"[{cpu:03d}] {t:.6f}:       sched:sched_switch: prev_comm=p{prev} prev_pid={prev} "
-        f"prev_prio=120 prev_state={state} ==> next_comm=p{nxt} next_pid={nxt} next_prio=120"
-    )
+    fields = f"prev_comm=p{prev} prev_pid={prev} prev_prio=120 prev_state={state} ==> "
+    return _event(cpu, t, "sched_switch", fields + f"next_comm=p{nxt} next_pid={nxt}")
 
 
 def _fork(cpu: int, t: float, child: int) -> str:
-    return (
-        f"[{cpu:03d}] {t:.6f}: sched:sched_process_fork: comm=jobctl pid=100 "
-        f"child_comm=jobctl child_pid={child}"
-    )
+    fields = f"comm=jobctl pid=100 child_comm=jobctl child_pid={child}"
+    return _event(cpu, t, "sched_process_fork", fields)
 
 
 def _new(cpu: int, t: float, child: int, target: int) -> str:
-    return (
-        f"[{cpu:03d}] {t:.6f}:   sched:sched_wakeup_new: comm=jobctl pid={child} prio=120 "
-        f"target_cpu={target:03d}"
-    )
+    fields = f"comm=jobctl pid={child} prio=120 target_cpu={target:03d}"
+    return _event(cpu, t, "sched_wakeup_new", fields)
 
 
 def _waking(cpu: int, t: float, target: int) -> str:
-    return (
-        f"[{cpu:03d}] {t:.6f}:       sched:sched_waking: comm=jobctl pid=100 prio=120 "
-        f"target_cpu={target:03d}"
-    )
+    return _event(cpu, t, "sched_waking", f"comm=jobctl pid=100 prio=120 target_cpu={target:03d}")
 
 
 def _us(d: dict[str, float]) -> dict[str, int]:
     return {k: round(v * 1e6) for k, v in d.items()}
 
 
+#: the daemon (pid 100) on core 0, core 1 idle; its first child placed on its core, and the
+#: daemon blocked in the spawn from 1.000010
+_FIRST_SPAWN = [
+    _switch(1, 0.999, 50, "S", 0),
+    _switch(0, 0.9995, 0, "R", 100),
+    _fork(0, 1.000000, 201),
+    _new(0, 1.000001, 201, 0),
+    _switch(0, 1.000010, 100, "D", 201),
+]
+
+
 def test_two_spawns_one_child_on_each_core() -> None:
-    # the daemon (pid 100) on core 0; core 1 idle until the second child starts there
     trace = [
-        _switch(1, 0.999, 50, "S", 0),
-        _switch(0, 0.9995, 0, "R", 100),
-        _fork(0, 1.000000, 201),
-        _new(0, 1.000001, 201, 0),
-        _switch(0, 1.000010, 100, "D", 201),  # blocked in the spawn
+        *_FIRST_SPAWN,
         _waking(0, 1.000100, 0),  # the child's exec lets it go
+        # core 1 stays idle until the second child starts there
         _switch(0, 1.000110, 201, "R+", 100),
         _fork(0, 1.000200, 202),
         _new(0, 1.000201, 202, 1),  # placed on the other core
@@ -81,11 +84,7 @@ def test_two_spawns_one_child_on_each_core() -> None:
 
 def test_a_switch_missing_from_the_trace_is_made_up_from_the_runtime_reported() -> None:
     trace = [
-        _switch(1, 0.999, 50, "S", 0),
-        _switch(0, 0.9995, 0, "R", 100),
-        _fork(0, 1.000000, 201),
-        _new(0, 1.000001, 201, 0),
-        _switch(0, 1.000010, 100, "D", 201),
+        *_FIRST_SPAWN,
         _waking(0, 1.000100, 1),
         # the switch to the daemon on core 1 (at 1.000110) is missing
         "[001] 1.000200: sched:sched_stat_runtime: comm=jobctl pid=100 runtime=90000 [ns]",
