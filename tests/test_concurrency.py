@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 WORKERS = 6
 JOBS_PER_WORKER = 20
 
@@ -168,3 +170,25 @@ def test_connections_racing_to_create_one_file_all_get_in(tmp_path: Path) -> Non
         for t in threads:
             t.join()
     assert errors == []
+
+
+def test_a_folder_made_by_another_process_after_the_check_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # six executables on a new file in a new folder: one of them made the folder between
+    # another's look for it and its mkdir, which failed with "File exists" (seen in CI)
+    from jobctl.store.sqlite.db import Db
+
+    folder = tmp_path / "new"
+    path = folder / "shared.db"
+    exists = Path.exists
+
+    def not_yet(self: Path) -> bool:
+        if self == folder and not exists(folder):  # the other process makes it now
+            folder.mkdir(mode=0o700)
+            return False
+        return exists(self)
+
+    monkeypatch.setattr(Path, "exists", not_yet)
+    Db.open(path).close()
+    assert exists(path)

@@ -53,7 +53,8 @@ class Db:
         try:
             if not path.parent.exists():
                 try:
-                    path.parent.mkdir(parents=True, mode=0o700)
+                    # another process may make it between the look and the mkdir
+                    path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
                 except OSError as e:
                     raise StoreError(f"cannot create {path.parent}: {e.strerror}") from None
             try:
