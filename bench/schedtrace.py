@@ -72,21 +72,29 @@ def _nonzero(c: Counter[str]) -> dict[str, float]:
     return {k: v for k, v in c.most_common() if v > 1e-9}
 
 
-def _side(spawn: dict[str, float | int | str]) -> str:
-    return "same core" if spawn["child_cpu"] == spawn["cpu"] else "other core"
+@dataclass
+class _Spawn:
+    """One spawn of the daemon, from its fork until the daemon runs again."""
+
+    at: float
+    cpu: int  # the daemon's core at the fork
+    child: str
+    child_cpu: int = -1  # where the child was placed
+    released: float | None = None  # when the child's exec let the daemon go
+
+    @property
+    def side(self) -> str:
+        return "same core" if self.child_cpu == self.cpu else "other core"
 
 
 def analyse(events: list[Event], daemon: str) -> dict[str, object]:
     """Seconds of each kind over the burst: from the daemon's first spawn to the exit of
     its last child (see the module docstring for what is counted)."""
-    kids = {
-        e.fields["child_pid"]
-        for e in events
-        if e.name == "sched_process_fork" and e.fields["pid"] == daemon
-    }
-    if not kids:
+    forks = [e for e in events if e.name == "sched_process_fork" and e.fields["pid"] == daemon]
+    if not forks:
         raise ValueError(f"process {daemon} started no child in the trace")
-    t0 = min(e.time for e in events if e.name == "sched_process_fork" and e.fields["pid"] == daemon)
+    kids = {e.fields["child_pid"] for e in forks}
+    t0 = min(e.time for e in forks)
     t1 = max(
         e.time
         for e in events
@@ -104,7 +112,7 @@ def analyse(events: list[Event], daemon: str) -> dict[str, object]:
     unmatched: Counter[str] = Counter()
     missing = 0
     since = t0  # when the daemon's state last changed
-    spawn: dict[str, float | int | str] | None = None  # the daemon's spawn under way
+    spawn: _Spawn | None = None  # the daemon's spawn under way
 
     def who(pid: str) -> str:
         if pid == "0":
@@ -142,8 +150,8 @@ def analyse(events: list[Event], daemon: str) -> dict[str, object]:
                 cores["daemon"] += back
             state, since = "running", e.time
             on_cpu[e.cpu] = daemon
-            if spawn is not None and "released" in spawn:  # its wait is not known
-                unmatched[_side(spawn)] += 1
+            if spawn is not None and spawn.released is not None:  # its wait is not known
+                unmatched[spawn.side] += 1
                 spawn = None
         before = state
         if e.name == "sched_switch":
@@ -158,20 +166,19 @@ def analyse(events: list[Event], daemon: str) -> dict[str, object]:
                     state = "spawn" if spawn is not None else "blocked"
             if f["next_pid"] == daemon:
                 state = "running"
-                if spawn is not None and "released" in spawn:
-                    side = _side(spawn)
-                    released = float(spawn["released"])
-                    spawns[side].append((released - float(spawn["at"]), e.time - released))
+                if spawn is not None and spawn.released is not None:
+                    released = spawn.released
+                    spawns[spawn.side].append((released - spawn.at, e.time - released))
                     spawn = None
         elif e.name == "sched_process_fork" and f["pid"] == daemon:
             if spawn is not None:  # the switch back to the daemon is not in the trace
-                unmatched[_side(spawn)] += 1
-            spawn = {"at": e.time, "cpu": e.cpu, "child": f["child_pid"], "child_cpu": -1}
-        elif e.name == "sched_wakeup_new" and spawn is not None and f["pid"] == spawn["child"]:
-            spawn["child_cpu"] = int(f["target_cpu"])
+                unmatched[spawn.side] += 1
+            spawn = _Spawn(e.time, e.cpu, f["child_pid"])
+        elif e.name == "sched_wakeup_new" and spawn is not None and f["pid"] == spawn.child:
+            spawn.child_cpu = int(f["target_cpu"])
         elif e.name == "sched_waking" and f.get("pid") == daemon:
-            if spawn is not None and "released" not in spawn:
-                spawn["released"] = e.time
+            if spawn is not None and spawn.released is None:
+                spawn.released = e.time
             if state != "running":
                 state = "queued"
         if state != before:
