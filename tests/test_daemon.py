@@ -327,7 +327,9 @@ def test_forty_runs_leave_no_zombie_and_no_descriptor(jobctl, start_daemon):
     ids = [jobctl.json("run", "w")["id"] for _ in range(40)]
     wait_until(lambda: all(_run(jobctl, i).state is RunState.SUCCEEDED for i in ids), 20)
     wait_until(lambda: _children(d.pid) == [], 3, what="no children left")
-    assert _fds(d.pid) <= fds_before
+    # a leaked descriptor stays; one the daemon holds for an instant (a directory it lists,
+    # a connection it makes) is gone again soon: CI once counted 11 against 10 here
+    wait_until(lambda: _fds(d.pid) <= fds_before, 3, what="no descriptor left open")
 
 
 def test_run_wait_exit_code(jobctl, start_daemon):
