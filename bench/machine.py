@@ -39,16 +39,15 @@ def durable_loop_seconds(children: int, width: int) -> float:
     (set to leased) before its spawn and finished (its exit code and end written) after
     it exits. Each turn writes what it learned in one ``BEGIN IMMEDIATE`` transaction on
     a file opened by the store's ``Db``, with the daemon's checkpoint setting, and spawns
-    after the commit: ``os.posix_spawn`` in a new session, waited for until its exec has
-    closed its copies of our descriptors (``jobctl.worker.posix_spawn_settled``: else a
-    closed pidfd's number, reused, reports the old child's exit), watched by a pidfd in
-    epoll.
+    after the commit: ``os.posix_spawn`` in a new session, watched by a pidfd in epoll,
+    which is taken out of epoll before it is closed (as the daemon does: a child spawned
+    an instant before can still hold a copy of it, whose registration would report the
+    old child's exit for a new pidfd given the same number).
 
     There are no models, decisions, attempt rows, output pipes or logs. So this is the
     floor a jobctl burst is compared with: what is above it is jobctl's own work.
     """
     from jobctl.store.sqlite import Db
-    from jobctl.worker import posix_spawn_settled
 
     env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="jobctl-bench-") as tmp:
@@ -88,7 +87,7 @@ def durable_loop_seconds(children: int, width: int) -> float:
             c.execute("COMMIT")
             ended = []
             for row in claim:
-                pid = posix_spawn_settled(SH, TRUE_ARGV, env, setsid=True)
+                pid = os.posix_spawn(SH, TRUE_ARGV, env, setsid=True)
                 fd = os.pidfd_open(pid)
                 ep.register(fd, select.EPOLLIN)
                 running[fd] = (row, pid)
@@ -96,7 +95,8 @@ def durable_loop_seconds(children: int, width: int) -> float:
                 break
             for fd, _ in ep.poll():
                 row, pid = running.pop(fd)
-                os.close(fd)  # epoll forgets a closed descriptor
+                ep.unregister(fd)
+                os.close(fd)
                 _, status = os.waitpid(pid, 0)
                 ended.append((row, os.waitstatus_to_exitcode(status)))
         elapsed = time.perf_counter() - t0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import select
 import selectors
 import signal
 import sqlite3
@@ -15,6 +16,7 @@ from datetime import UTC, datetime
 import pytest
 from conftest import pid_alive, wait_until
 
+from jobctl.daemon import Poller
 from jobctl.models import (
     OUTPUT_LIMIT_BYTES,
     AttemptResult,
@@ -178,30 +180,37 @@ def test_child_inherits_no_descriptor_once_marked():
         os.close(leaked)
 
 
-def test_when_spawn_returns_the_child_holds_no_close_on_exec_descriptor_of_ours():
+def test_a_pidfd_closed_while_a_new_child_holds_a_copy_is_not_reported_for_its_successor():
     # posix_spawn returns once the child's exec has replaced its memory, before the exec
-    # closes the child's copies of close-on-exec descriptors (without the wait for that,
-    # most of these spawns return with the copy still open). A descriptor the daemon
-    # closed meanwhile would live on with its epoll registration: a reused number could
-    # then report an old pidfd's exit for a new child.
-    still_held = 0
-    pids = []
-    for _ in range(200):
-        r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        try:
-            pids.append(spawn(["/bin/sh", "-c", "sleep 5"], BASE_ENV, "/", None, None))
-        finally:
-            os.close(w)
-        try:
-            assert os.read(r, 1) == b""  # end of file: no copy of w is left anywhere
-        except BlockingIOError:
-            still_held += 1
-        finally:
-            os.close(r)
-    for pid in pids:
-        os.killpg(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    assert still_held == 0
+    # closes the child's copies of our close-on-exec descriptors (on most spawns of a
+    # loaded machine). A pidfd closed meanwhile lives on in that child; were it closed
+    # while still in epoll, its registration would live on too, and the next pidfd, given
+    # the same number, would be reported with the old child's exit: a running child taken
+    # for ended. The daemon's poller takes a descriptor out of epoll before its close.
+    poller = Poller()
+    stale = reused = 0
+    try:
+        for _ in range(200):
+            done = spawn(["/bin/sh", "-c", "exit 0"], BASE_ENV, "/", None, None)
+            done_fd = os.pidfd_open(done)
+            select.select([done_fd], [], [])  # it has exited: its pidfd is readable
+            poller.register(done_fd, lambda now, mono: None)
+            running = spawn(["/bin/sh", "-c", "exec sleep 30"], BASE_ENV, "/", None, None)
+            poller.forget(done_fd)
+            os.close(done_fd)
+            os.waitpid(done, 0)
+            fd = os.pidfd_open(running)
+            reused += fd == done_fd
+            poller.register(fd, lambda now, mono: None)
+            stale += bool(poller.select(0))
+            poller.forget(fd)
+            os.close(fd)
+            os.killpg(running, signal.SIGKILL)
+            os.waitpid(running, 0)
+    finally:
+        poller.close()
+    assert reused > 100  # the case under test: the number is given again
+    assert stale == 0
 
 
 def test_child_starts_with_default_signals_and_an_empty_mask():

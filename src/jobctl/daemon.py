@@ -145,10 +145,12 @@ class Poller:
         self._regs[fd] = [callback]
 
     def forget(self, fd: int) -> None:
-        """Stop calling back for ``fd``, which the caller closes (now, or before): epoll
-        drops a descriptor once it is closed, so no system call is made here. (The
-        daemon's descriptors are never duplicated, which is what that needs.)"""
-        self._regs.pop(fd, None)
+        """Stop watching ``fd``, which the caller is about to close. It is taken out of
+        epoll first: a child we just spawned can still hold a copy of it (until its exec
+        closes it), and that copy would keep the registration, so a new descriptor given
+        the same number would be reported with the old one's readiness."""
+        if self._regs.pop(fd, None) is not None:
+            self._epoll.unregister(fd)
 
     def select(self, timeout: float) -> list[tuple[int, list[Ready]]]:
         """The registrations of the descriptors that are ready (up to ``timeout`` s).
@@ -247,7 +249,7 @@ class Daemon:
         self.selector.register(fd, callback)
 
     def unwatch(self, fd: int) -> None:
-        """Stop watching ``fd``; the caller closes it (see :meth:`Poller.forget`)."""
+        """Stop watching ``fd``, which the caller then closes (see :meth:`Poller.forget`)."""
         self.selector.forget(fd)
 
     def _on_wake(self, now: datetime, mono: float) -> None:

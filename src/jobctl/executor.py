@@ -315,7 +315,7 @@ class Executor:
             if n:
                 self.log(f"run {run.id}: killed {n} leftover processes of a lost attempt")
         try:
-            child = Child.start(run.settings, env, mono)
+            child = Child.start(run.settings, env, mono, on_close=self.unwatch)
         except OSError as e:
             error = f"spawn: {e.strerror or e}" if not str(e).startswith("spawn:") else str(e)
             if e.filename and e.filename not in error:
@@ -334,17 +334,11 @@ class Executor:
     # ------------------------------------------------------------------ children
 
     def _on_output(self, held: Held, now: datetime, mono: float) -> None:
-        fd = held.child.output_fd
-        if not held.child.on_output() and fd is not None:
-            self.unwatch(fd)
+        held.child.on_output()  # at its end the child unwatches and closes the pipe
         self._maybe_finish(held, now, mono)
 
     def _on_exit(self, held: Held, now: datetime, mono: float) -> None:
         child = held.child
-        if child.pidfd is not None:
-            self.unwatch(child.pidfd)
-        if child.output_fd is not None:
-            self.unwatch(child.output_fd)
         child.on_exit()
         self._exited = True
         self._maybe_finish(held, now, mono)

@@ -33,7 +33,7 @@ import os
 import select
 import signal
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .clock import iso
@@ -195,6 +195,13 @@ def spawn(
     (given every other one is close-on-exec). ``argv[0]`` is resolved like Popen does.
     Returns the pid. Raises OSError whose ``strerror`` names the directory or the program
     when either is missing or unusable.
+
+    ``posix_spawn`` returns once the child's exec has replaced its memory, which can be
+    before that exec has closed the child's copies of our close-on-exec descriptors. So
+    for an instant a descriptor we close may live on in the child: a caller that watches
+    descriptors in ``epoll`` takes each one out before closing it (see ``Child``), or the
+    copy keeps the registration alive and a new descriptor given the same number is
+    reported with the old one's readiness.
     """
     path = _resolve_shell(argv[0], env)
     actions: list[tuple[Any, ...]] = []
@@ -218,7 +225,7 @@ def spawn(
             except OSError as e:
                 raise _not_found(cwd, e.errno or errno.ENOENT) from None
             try:
-                return posix_spawn_settled(
+                return os.posix_spawn(
                     path,
                     list(argv),
                     env,
@@ -235,31 +242,6 @@ def spawn(
     finally:
         if in_fd is not None:
             os.close(in_fd)
-
-
-def posix_spawn_settled(path: str, argv: list[str], env: Mapping[str, str], **kw: Any) -> int:
-    """``os.posix_spawn``, returning only once the child's exec has closed its copies of
-    our close-on-exec descriptors.
-
-    ``posix_spawn`` returns as soon as the child's exec has replaced its memory, which is
-    before the exec closes the child's copies of the close-on-exec descriptors (measured:
-    in 40 % of spawns on an idle machine, 90 % on a loaded one). Until then a descriptor
-    the daemon closes lives on in the child, and so does its epoll registration: if the
-    number is reused for a new child's pidfd meanwhile, the old pidfd's readiness is
-    reported under it, and the new child would be taken for exited (killed and reaped).
-    A pipe's write end is close-on-exec like every other descriptor, so its end of file
-    says they are all closed (or that the child is gone).
-    """
-    sync_r, sync_w = (_high_fd(fd) for fd in os.pipe2(os.O_CLOEXEC))
-    try:
-        try:
-            return os.posix_spawn(path, argv, env, **kw)
-        finally:
-            os.close(sync_w)
-            while os.read(sync_r, 1):
-                pass  # nothing is ever written
-    finally:
-        os.close(sync_r)
 
 
 def _default_cwd(cwd: str | None, env: Mapping[str, str]) -> str:
@@ -310,10 +292,20 @@ class Child:
 
     ``output_fd`` is readable when output arrives; ``pidfd`` when the process exited.
     The process is finished when :attr:`returncode` is set and the output is closed.
+    ``on_close`` is called with each of the two descriptors just before the child closes
+    it: the caller that watches them in ``epoll`` unregisters it there (see :func:`spawn`).
     """
 
-    def __init__(self, pid: int, pidfd: int, output_fd: int, deadline: float | None) -> None:
+    def __init__(
+        self,
+        pid: int,
+        pidfd: int,
+        output_fd: int,
+        deadline: float | None,
+        on_close: Callable[[int], None] | None = None,
+    ) -> None:
         self.pid = pid
+        self.on_close = on_close
         self.pidfd: int | None = pidfd
         self.output_fd: int | None = output_fd
         os.set_blocking(output_fd, False)
@@ -329,6 +321,7 @@ class Child:
         settings: RunSettings,
         env: Mapping[str, str],
         now_monotonic: float,
+        on_close: Callable[[int], None] | None = None,
     ) -> Child:
         """Spawn ``shell -c command`` in a new session (see :func:`spawn`).
 
@@ -357,7 +350,7 @@ class Child:
             os.close(r)
             raise
         deadline = now_monotonic + settings.timeout_seconds if settings.timeout_seconds else None
-        return cls(pid, pidfd, r, deadline)
+        return cls(pid, pidfd, r, deadline, on_close)
 
     # -- events
 
@@ -393,7 +386,7 @@ class Child:
         kill_group(self.pid, signal.SIGKILL)
         self.returncode = _exit_status(self.pid)
         if self.pidfd is not None:
-            os.close(self.pidfd)
+            self._close(self.pidfd)
             self.pidfd = None
         # what is already in the pipe is kept; a process outside the group that still
         # holds the pipe open does not keep the attempt alive
@@ -403,8 +396,13 @@ class Child:
     def _close_output(self) -> None:
         if self.output_fd is not None:
             with contextlib.suppress(OSError):
-                os.close(self.output_fd)
+                self._close(self.output_fd)
             self.output_fd = None
+
+    def _close(self, fd: int) -> None:
+        if self.on_close is not None:
+            self.on_close(fd)
+        os.close(fd)
 
     @property
     def finished(self) -> bool:
