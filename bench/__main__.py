@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import jobctl_runs, machine, peer, postgresql
-from .stats import median
+from .stats import median, own_cpu_split
 
 WORKLOADS = ("machine", "burst", "precision", "scale", "cli", "peer")
 # not in the default set: needs PostgreSQL's binaries and the postgresql and bench extras
@@ -90,6 +90,13 @@ def _med(runs: list[dict], key: str) -> float:
     return median([r[key] for r in runs if key in r and not math.isnan(r[key])])
 
 
+def _cpu_bound_s(burst: dict[str, float], a: argparse.Namespace) -> float:
+    """Seconds a burst takes at least on this machine: the CPU it and its children used,
+    spread over every core."""
+    per_run_ms = burst["cpu_ms"] + burst["children_cpu_ms"]
+    return float(per_run_ms * a.burst_jobs / 1000 / (os.cpu_count() or 1))
+
+
 def _progress(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -115,9 +122,17 @@ def run(a: argparse.Namespace, tmp: Path) -> dict:
         )
         reps: list[dict[str, Any]] = []
         for _ in range(a.reps):
+            spawn_s, spawner_cpu, children_cpu = machine.spawn_seconds(a.burst_jobs, a.workers)
+            own0, _ = own_cpu_split()
+            durable_s = machine.durable_loop_seconds(a.burst_jobs, a.workers)
+            own1, _ = own_cpu_split()
             rep: dict[str, Any] = {
-                "spawn_s": machine.spawn_seconds(a.burst_jobs, a.workers),
-                "durable_s": machine.durable_loop_seconds(a.burst_jobs, a.workers),
+                "spawn_s": spawn_s,
+                "spawn_cpu_ms": 1000 * spawner_cpu / a.burst_jobs,
+                "spawn_children_cpu_ms": 1000 * children_cpu / a.burst_jobs,
+                "durable_s": durable_s,
+                # with its set-up (the file, the rows): a little above the loop's own
+                "durable_cpu_ms": 1000 * (own1 - own0) / a.burst_jobs,
             }
             if with_burst:
                 rep["burst"] = jobctl_runs.burst(tmp, a.burst_jobs, a.workers)
@@ -128,12 +143,17 @@ def run(a: argparse.Namespace, tmp: Path) -> dict:
             reps.append(rep)
         res["side_by_side"] = reps  # each rep's own figures, in the --json file
         res["spawn_s"] = median([r["spawn_s"] for r in reps])
+        res["spawn_cpu_ms"] = median([r["spawn_cpu_ms"] for r in reps])
+        res["spawn_children_cpu_ms"] = median([r["spawn_children_cpu_ms"] for r in reps])
         res["durable_s"] = median([r["durable_s"] for r in reps])
+        res["durable_cpu_ms"] = median([r["durable_cpu_ms"] for r in reps])
         res["durable_vs_raw"] = median([r["durable_s"] / r["spawn_s"] for r in reps])
         if with_burst:
             res["burst"] = {k: _med([r["burst"] for r in reps], k) for k in reps[0]["burst"]}
             res["burst_vs_raw"] = median([r["burst"]["seconds"] / r["spawn_s"] for r in reps])
             res["burst_vs_floor"] = median([r["burst"]["seconds"] / r["durable_s"] for r in reps])
+            # the least the burst can take if both it and its children kept every core busy
+            res["burst_cpu_bound_s"] = median([_cpu_bound_s(r["burst"], a) for r in reps])
         if with_peer:
             res["peer_burst"] = {
                 k: _med([r["peer_burst"] for r in reps], k) for k in reps[0]["peer_burst"]
@@ -141,6 +161,10 @@ def run(a: argparse.Namespace, tmp: Path) -> dict:
             res["peer_vs_burst"] = median(
                 [r["peer_burst"]["seconds"] / r["burst"]["seconds"] for r in reps]
             )
+            res["peer_cpu_vs_burst"] = median(
+                [r["peer_burst"]["cpu_ms"] / r["burst"]["cpu_ms"] for r in reps]
+            )
+            res["peer_cpu_bound_s"] = median([_cpu_bound_s(r["peer_burst"], a) for r in reps])
     if "precision" in a.only:
         _progress(f"precision: 10 jobs every 1 s for {a.precision_seconds:g} s, x{a.reps}")
         runs = [jobctl_runs.precision(tmp, 10, a.precision_seconds) for _ in range(a.reps)]
@@ -214,12 +238,20 @@ def rows(res: dict, a: argparse.Namespace) -> list[tuple[str, str, str, str, str
             f"machine: spawn {a.burst_jobs}× sh -c true, {a.workers} at a time",
             ref=_fmt(res["spawn_s"], "s"),
         )
+        row(
+            "machine: CPU a run of that spawn, the spawning loop's / the child's",
+            ref=f"{_fmt(res['spawn_cpu_ms'], 'ms')} / {_fmt(res['spawn_children_cpu_ms'], 'ms')}",
+        )
         if "durable_s" in res:
             row(
                 f"machine: durable dispatch floor, the same {a.burst_jobs} children, each "
                 "claimed and finished in SQLite",
                 ref=_fmt(res["durable_s"], "s"),
                 ratio=_ratio(res["durable_vs_raw"]) + " raw spawn",
+            )
+            row(
+                "machine: CPU a run of that floor's loop (with its set-up)",
+                ref=_fmt(res["durable_cpu_ms"], "ms"),
             )
         row(
             "machine: 1-row BEGIN IMMEDIATE commits (WAL, project pragmas)",
@@ -256,6 +288,19 @@ def rows(res: dict, a: argparse.Namespace) -> list[tuple[str, str, str, str, str
                 _fmt(res["durable_s"], "s") + " (floor)",
                 _ratio(res["burst_vs_floor"]),
             )
+        row(
+            "burst: CPU a run, the scheduler's own / its child's",
+            f"{_fmt(b['cpu_ms'], 'ms')} / {_fmt(b['children_cpu_ms'], 'ms')}",
+            f"{_fmt(pb['cpu_ms'], 'ms')} / {_fmt(pb['children_cpu_ms'], 'ms')} (APScheduler)"
+            if pb
+            else "-",
+            _ratio(res["peer_cpu_vs_burst"]) if pb else "-",
+        )
+        row(
+            f"burst: least it can take, all CPU used spread over {os.cpu_count()} cores",
+            _fmt(res["burst_cpu_bound_s"], "s"),
+            _fmt(res["peer_cpu_bound_s"], "s") + " (APScheduler)" if pb else "-",
+        )
         row(
             "burst: start lateness p50 / p99",
             f"{_fmt(b['p50_ms'], 'ms')} / {_fmt(b['p99_ms'], 'ms')}",

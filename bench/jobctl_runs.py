@@ -19,7 +19,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from .stats import median, percentile, proc_cpu_seconds, proc_memory_mib
+from .stats import median, percentile, proc_cpu_seconds, proc_cpu_split, proc_memory_mib
 
 UTC = UTC
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
@@ -157,7 +157,8 @@ def _lateness_ms(db: Path, until_us: int | None = None) -> list[float]:
 
 def burst(tmp: Path, jobs: int = 1000, workers: int = 4, lead_seconds: float = 3.0) -> dict:
     """``jobs`` runs of ``true`` due at one instant: seconds from the instant until the last
-    run finished, and start lateness p50/p99 (ms)."""
+    run finished, start lateness p50/p99 (ms), and the CPU of the daemon and of its children
+    over the burst, in ms a run."""
     db = tmp / "burst.db"
     instant = (datetime.now(UTC) + timedelta(seconds=lead_seconds)).replace(microsecond=0)
     _add_jobs(db, _interval_specs("burst", jobs, 3600.0, instant))
@@ -166,6 +167,7 @@ def burst(tmp: Path, jobs: int = 1000, workers: int = 4, lead_seconds: float = 3
         ready, _ = d.wait_for(r"scheduling \d+ jobs", 30)
         if ready >= instant.timestamp():
             raise RuntimeError("daemon was not ready before the burst instant; raise lead")
+        own0, kids0 = proc_cpu_split(d.pid)
         conn = sqlite3.connect(db)
         deadline = time.monotonic() + 300
         while True:
@@ -177,6 +179,7 @@ def burst(tmp: Path, jobs: int = 1000, workers: int = 4, lead_seconds: float = 3
             if time.monotonic() > deadline:
                 raise RuntimeError(f"burst: only {done}/{jobs} runs finished")
             time.sleep(0.05)
+        own1, kids1 = proc_cpu_split(d.pid)
         last = conn.execute("SELECT MAX(finished_at) FROM runs").fetchone()[0]
         ok = conn.execute("SELECT COUNT(*) FROM runs WHERE state = 'succeeded'").fetchone()[0]
         conn.close()
@@ -189,6 +192,8 @@ def burst(tmp: Path, jobs: int = 1000, workers: int = 4, lead_seconds: float = 3
         "p50_ms": percentile(late, 50),
         "p99_ms": percentile(late, 99),
         "succeeded": ok,
+        "cpu_ms": 1000 * (own1 - own0) / jobs,
+        "children_cpu_ms": 1000 * (kids1 - kids0) / jobs,
     }
 
 

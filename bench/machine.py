@@ -9,18 +9,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from .stats import percentile
+from .stats import own_cpu_split, percentile
 
 SH = "/bin/sh"
 #: the child of every spawn measured here
 TRUE_ARGV = ["sh", "-c", "true"]
 
 
-def spawn_seconds(children: int, width: int) -> float:
-    """Seconds to run ``children`` × ``sh -c true``, ``width`` at a time (posix_spawn + wait)."""
+def spawn_seconds(children: int, width: int) -> tuple[float, float, float]:
+    """Seconds to run ``children`` × ``sh -c true``, ``width`` at a time (posix_spawn + wait),
+    and the CPU seconds of the spawning loop and of the children."""
     env = dict(os.environ)
     running = 0
     started = 0
+    own0, kids0 = own_cpu_split()
     t0 = time.perf_counter()
     while started < children or running:
         while running < width and started < children:
@@ -29,7 +31,9 @@ def spawn_seconds(children: int, width: int) -> float:
             started += 1
         os.wait()
         running -= 1
-    return time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0
+    own1, kids1 = own_cpu_split()
+    return elapsed, own1 - own0, kids1 - kids0
 
 
 def durable_loop_seconds(children: int, width: int) -> float:

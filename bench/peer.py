@@ -19,7 +19,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from .stats import median, percentile, proc_cpu_seconds, proc_memory_mib
+from .stats import median, own_cpu_split, percentile, proc_cpu_seconds, proc_memory_mib
 
 UTC = UTC
 WORKERS = 4
@@ -124,7 +124,9 @@ def burst(db: Path, jobs: int, lead_seconds: float) -> dict:
     sched.start()
     if time.time() >= instant.timestamp():
         raise RuntimeError("apscheduler was not started before the burst instant")
+    own0, kids0 = own_cpu_split()
     rec.wait_count(jobs, 600)
+    own1, kids1 = own_cpu_split()
     sched.shutdown(wait=True)
     late = [(s - sch) * 1000 for sch, s, _ in rec.rows]
     return {
@@ -133,6 +135,8 @@ def burst(db: Path, jobs: int, lead_seconds: float) -> dict:
         "p99_ms": percentile(late, 99),
         "succeeded": len(rec.rows),
         "missed": rec.missed,
+        "cpu_ms": 1000 * (own1 - own0) / jobs,
+        "children_cpu_ms": 1000 * (kids1 - kids0) / jobs,
     }
 
 

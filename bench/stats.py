@@ -29,10 +29,23 @@ def percentile(values: Sequence[float], p: float) -> float:
 
 def proc_cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a live process (its own threads, not its children)."""
+    return proc_cpu_split(pid)[0]
+
+
+def proc_cpu_split(pid: int) -> tuple[float, float]:
+    """(its own, its reaped children's) user + system CPU seconds of a live process."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    # fields[0] is field 3 (state); utime and stime are fields 14 and 15
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    # fields[0] is field 3 (state); utime, stime, cutime and cstime are fields 14 to 17
+    own = int(fields[11]) + int(fields[12])
+    children = int(fields[13]) + int(fields[14])
+    return own / CLK_TCK, children / CLK_TCK
+
+
+def own_cpu_split() -> tuple[float, float]:
+    """(this process's own, its reaped children's) user + system CPU seconds."""
+    t = os.times()
+    return t.user + t.system, t.children_user + t.children_system
 
 
 def proc_memory_mib(pid: int) -> tuple[float, float]:
