@@ -289,8 +289,9 @@ def rows(res: dict, a: argparse.Namespace) -> list[tuple[str, str, str, str, str
                 _ratio(res["burst_vs_floor"]),
             )
         row(
-            "burst: CPU a run, the scheduler's own / its child's",
-            f"{_fmt(b['cpu_ms'], 'ms')} / {_fmt(b['children_cpu_ms'], 'ms')}",
+            "burst: CPU a run from the instant, own / child's (+ jobctl's before it)",
+            f"{_fmt(b['cpu_ms'], 'ms')} / {_fmt(b['children_cpu_ms'], 'ms')} "
+            f"(+ {_fmt(b['cpu_ahead_ms'], 'ms')})",
             f"{_fmt(pb['cpu_ms'], 'ms')} / {_fmt(pb['children_cpu_ms'], 'ms')} (APScheduler)"
             if pb
             else "-",

@@ -124,6 +124,7 @@ def burst(db: Path, jobs: int, lead_seconds: float) -> dict:
     sched.start()
     if time.time() >= instant.timestamp():
         raise RuntimeError("apscheduler was not started before the burst instant")
+    time.sleep(max(0.0, instant.timestamp() - time.time()))
     own0, kids0 = own_cpu_split()
     rec.wait_count(jobs, 600)
     own1, kids1 = own_cpu_split()
