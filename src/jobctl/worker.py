@@ -395,14 +395,16 @@ class Child:
 
     def _close_output(self) -> None:
         if self.output_fd is not None:
-            with contextlib.suppress(OSError):
-                self._close(self.output_fd)
+            self._close(self.output_fd)
             self.output_fd = None
 
     def _close(self, fd: int) -> None:
+        """Tell the watcher (which unregisters it, and may raise: nothing is hidden), then
+        close ``fd``; the close's own error is moot (the descriptor is gone either way)."""
         if self.on_close is not None:
             self.on_close(fd)
-        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
     @property
     def finished(self) -> bool:
