@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import jobctl_runs, machine, peer, postgresql
-from .stats import median, own_cpu_split
+from .stats import median, proc_cpu_split
 
 WORKLOADS = ("machine", "burst", "precision", "scale", "cli", "peer")
 # not in the default set: needs PostgreSQL's binaries and the postgresql and bench extras
@@ -123,9 +123,9 @@ def run(a: argparse.Namespace, tmp: Path) -> dict:
         reps: list[dict[str, Any]] = []
         for _ in range(a.reps):
             spawn_s, spawner_cpu, children_cpu = machine.spawn_seconds(a.burst_jobs, a.workers)
-            own0, _ = own_cpu_split()
+            own0, _ = proc_cpu_split(os.getpid())
             durable_s = machine.durable_loop_seconds(a.burst_jobs, a.workers)
-            own1, _ = own_cpu_split()
+            own1, _ = proc_cpu_split(os.getpid())
             rep: dict[str, Any] = {
                 "spawn_s": spawn_s,
                 "spawn_cpu_ms": 1000 * spawner_cpu / a.burst_jobs,

@@ -9,7 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .stats import own_cpu_split, percentile
+from .stats import percentile, proc_cpu_split
 
 SH = "/bin/sh"
 #: the child of every spawn measured here
@@ -22,7 +22,7 @@ def spawn_seconds(children: int, width: int) -> tuple[float, float, float]:
     env = dict(os.environ)
     running = 0
     started = 0
-    own0, kids0 = own_cpu_split()
+    own0, kids0 = proc_cpu_split(os.getpid())
     t0 = time.perf_counter()
     while started < children or running:
         while running < width and started < children:
@@ -32,7 +32,7 @@ def spawn_seconds(children: int, width: int) -> tuple[float, float, float]:
         os.wait()
         running -= 1
     elapsed = time.perf_counter() - t0
-    own1, kids1 = own_cpu_split()
+    own1, kids1 = proc_cpu_split(os.getpid())
     return elapsed, own1 - own0, kids1 - kids0
 
 

@@ -19,7 +19,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from .stats import median, own_cpu_split, percentile, proc_cpu_seconds, proc_memory_mib
+from .stats import median, percentile, proc_cpu_seconds, proc_cpu_split, proc_memory_mib
 
 UTC = UTC
 WORKERS = 4
@@ -125,9 +125,9 @@ def burst(db: Path, jobs: int, lead_seconds: float) -> dict:
     if time.time() >= instant.timestamp():
         raise RuntimeError("apscheduler was not started before the burst instant")
     time.sleep(max(0.0, instant.timestamp() - time.time()))
-    own0, kids0 = own_cpu_split()
+    own0, kids0 = proc_cpu_split(os.getpid())
     rec.wait_count(jobs, 600)
-    own1, kids1 = own_cpu_split()
+    own1, kids1 = proc_cpu_split(os.getpid())
     sched.shutdown(wait=True)
     late = [(s - sch) * 1000 for sch, s, _ in rec.rows]
     return {

@@ -42,12 +42,6 @@ def proc_cpu_split(pid: int) -> tuple[float, float]:
     return own / CLK_TCK, children / CLK_TCK
 
 
-def own_cpu_split() -> tuple[float, float]:
-    """(this process's own, its reaped children's) user + system CPU seconds."""
-    t = os.times()
-    return t.user + t.system, t.children_user + t.children_system
-
-
 def proc_memory_mib(pid: int) -> tuple[float, float]:
     """(VmRSS, VmHWM) of a live process in MiB: resident now, and its peak."""
     rss = hwm = 0.0
