@@ -90,11 +90,15 @@ def _med(runs: list[dict], key: str) -> float:
     return median([r[key] for r in runs if key in r and not math.isnan(r[key])])
 
 
+def _bound_s(cpu_ms: float, children_cpu_ms: float, a: argparse.Namespace) -> float:
+    """Seconds a burst takes at least on this machine: the CPU a run of it and of its
+    child (ms), for every run, spread over every core."""
+    return float((cpu_ms + children_cpu_ms) * a.burst_jobs / 1000 / (os.cpu_count() or 1))
+
+
 def _cpu_bound_s(burst: dict[str, float], a: argparse.Namespace) -> float:
-    """Seconds a burst takes at least on this machine: the CPU it and its children used,
-    spread over every core."""
-    per_run_ms = burst["cpu_ms"] + burst["children_cpu_ms"]
-    return float(per_run_ms * a.burst_jobs / 1000 / (os.cpu_count() or 1))
+    """:func:`_bound_s` of a scheduler's burst."""
+    return _bound_s(burst["cpu_ms"], burst["children_cpu_ms"], a)
 
 
 def _progress(msg: str) -> None:
@@ -123,9 +127,9 @@ def run(a: argparse.Namespace, tmp: Path) -> dict:
         reps: list[dict[str, Any]] = []
         for _ in range(a.reps):
             spawn_s, spawner_cpu, children_cpu = machine.spawn_seconds(a.burst_jobs, a.workers)
-            own0, _ = proc_cpu_split(os.getpid())
+            own0, kids0 = proc_cpu_split(os.getpid())
             durable_s = machine.durable_loop_seconds(a.burst_jobs, a.workers)
-            own1, _ = proc_cpu_split(os.getpid())
+            own1, kids1 = proc_cpu_split(os.getpid())
             rep: dict[str, Any] = {
                 "spawn_s": spawn_s,
                 "spawn_cpu_ms": 1000 * spawner_cpu / a.burst_jobs,
@@ -133,6 +137,7 @@ def run(a: argparse.Namespace, tmp: Path) -> dict:
                 "durable_s": durable_s,
                 # with its set-up (the file, the rows): a little above the loop's own
                 "durable_cpu_ms": 1000 * (own1 - own0) / a.burst_jobs,
+                "durable_children_cpu_ms": 1000 * (kids1 - kids0) / a.burst_jobs,
             }
             if with_burst:
                 rep["burst"] = jobctl_runs.burst(tmp, a.burst_jobs, a.workers)
@@ -147,13 +152,30 @@ def run(a: argparse.Namespace, tmp: Path) -> dict:
         res["spawn_children_cpu_ms"] = median([r["spawn_children_cpu_ms"] for r in reps])
         res["durable_s"] = median([r["durable_s"] for r in reps])
         res["durable_cpu_ms"] = median([r["durable_cpu_ms"] for r in reps])
+        res["durable_children_cpu_ms"] = median([r["durable_children_cpu_ms"] for r in reps])
         res["durable_vs_raw"] = median([r["durable_s"] / r["spawn_s"] for r in reps])
+        # each one's time over the least it can take: the rest is cores left idle
+        res["spawn_over_bound"] = median(
+            [
+                r["spawn_s"] / _bound_s(r["spawn_cpu_ms"], r["spawn_children_cpu_ms"], a)
+                for r in reps
+            ]
+        )
+        res["durable_over_bound"] = median(
+            [
+                r["durable_s"] / _bound_s(r["durable_cpu_ms"], r["durable_children_cpu_ms"], a)
+                for r in reps
+            ]
+        )
         if with_burst:
             res["burst"] = {k: _med([r["burst"] for r in reps], k) for k in reps[0]["burst"]}
             res["burst_vs_raw"] = median([r["burst"]["seconds"] / r["spawn_s"] for r in reps])
             res["burst_vs_floor"] = median([r["burst"]["seconds"] / r["durable_s"] for r in reps])
             # the least the burst can take if both it and its children kept every core busy
             res["burst_cpu_bound_s"] = median([_cpu_bound_s(r["burst"], a) for r in reps])
+            res["burst_over_bound"] = median(
+                [r["burst"]["seconds"] / _cpu_bound_s(r["burst"], a) for r in reps]
+            )
         if with_peer:
             res["peer_burst"] = {
                 k: _med([r["peer_burst"] for r in reps], k) for k in reps[0]["peer_burst"]
@@ -165,6 +187,13 @@ def run(a: argparse.Namespace, tmp: Path) -> dict:
                 [r["peer_burst"]["cpu_ms"] / r["burst"]["cpu_ms"] for r in reps]
             )
             res["peer_cpu_bound_s"] = median([_cpu_bound_s(r["peer_burst"], a) for r in reps])
+            res["peer_over_bound"] = median(
+                [r["peer_burst"]["seconds"] / _cpu_bound_s(r["peer_burst"], a) for r in reps]
+            )
+            # what even the floor, which keeps no attempts, output or log, is ahead of it
+            res["peer_vs_floor"] = median(
+                [r["peer_burst"]["seconds"] / r["durable_s"] for r in reps]
+            )
     if "precision" in a.only:
         _progress(f"precision: 10 jobs every 1 s for {a.precision_seconds:g} s, x{a.reps}")
         runs = [jobctl_runs.precision(tmp, 10, a.precision_seconds) for _ in range(a.reps)]
@@ -250,8 +279,9 @@ def rows(res: dict, a: argparse.Namespace) -> list[tuple[str, str, str, str, str
                 ratio=_ratio(res["durable_vs_raw"]) + " raw spawn",
             )
             row(
-                "machine: CPU a run of that floor's loop (with its set-up)",
-                ref=_fmt(res["durable_cpu_ms"], "ms"),
+                "machine: CPU a run of that floor, its loop's (with its set-up) / the child's",
+                ref=f"{_fmt(res['durable_cpu_ms'], 'ms')} / "
+                f"{_fmt(res['durable_children_cpu_ms'], 'ms')}",
             )
         row(
             "machine: 1-row BEGIN IMMEDIATE commits (WAL, project pragmas)",
@@ -302,6 +332,26 @@ def rows(res: dict, a: argparse.Namespace) -> list[tuple[str, str, str, str, str
             _fmt(res["burst_cpu_bound_s"], "s"),
             _fmt(res["peer_cpu_bound_s"], "s") + " (APScheduler)" if pb else "-",
         )
+        if "durable_s" in res:
+            others = [
+                f"floor {_ratio(res['durable_over_bound'])}",
+                f"raw {_ratio(res['spawn_over_bound'])}",
+            ]
+            if pb:
+                others.append(f"APScheduler {_ratio(res['peer_over_bound'])}")
+            row(
+                "burst: time over the least it can take (the rest is cores left idle)",
+                _ratio(res["burst_over_bound"]),
+                ", ".join(others),
+            )
+        if pb and "durable_s" in res:
+            row(
+                "burst: APScheduler vs the durable floor (the most a durable dispatcher in "
+                "Python is ahead of it on this machine)",
+                "-",
+                f"{_fmt(pb['seconds'], 's')} (APScheduler) / {_fmt(res['durable_s'], 's')} (floor)",
+                _ratio(res["peer_vs_floor"]),
+            )
         row(
             "burst: start lateness p50 / p99",
             f"{_fmt(b['p50_ms'], 'ms')} / {_fmt(b['p99_ms'], 'ms')}",
