@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli import Jobctl
+from clihelpers import Jobctl
 
 from jobctl import output
 from jobctl.cli import completion_script
