@@ -19,6 +19,10 @@ DEFAULT_RETRIES = 2
 DEFAULT_BACKOFF_SECONDS = 10.0
 MAX_BACKOFF_SECONDS = 3600.0
 MAX_SKIPPED_ROWS = 100
+#: finished runs a job keeps by default (``--keep-runs``, SPEC §13)
+DEFAULT_KEEP_RUNS = 1000
+#: the most windows one ``backfill`` or ``coverage`` call may cover (SPEC §13)
+MAX_HISTORY_WINDOWS = 10_000
 
 
 class TriggerKind(str, Enum):
@@ -70,6 +74,7 @@ class RunReason(str, Enum):
     SCHEDULE = "schedule"
     CATCHUP = "catchup"
     MANUAL = "manual"
+    BACKFILL = "backfill"
 
 
 class SkipReason(str, Enum):
@@ -148,6 +153,28 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class BackfillPlan:
+    """What ``backfill`` does to a range of windows (decided by
+    :func:`jobctl.planner.plan_backfill`): the windows that get a new ``pending`` run, the
+    runs (ids) made ``pending`` again, and how many windows are left alone."""
+
+    create: list[datetime]
+    requeue: list[int]
+    left: int
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """One window of ``coverage``: its run's state, id and skip reason, or all None where
+    no row is kept for it."""
+
+    scheduled_for: datetime
+    state: RunState | None = None
+    run_id: int | None = None
+    skip_reason: SkipReason | None = None
+
+
+@dataclass(frozen=True)
 class Decision:
     """What an attempt's end does to its run (decided by :func:`jobctl.planner.decide`).
 
@@ -206,6 +233,10 @@ class JobSpec:
     jitter_seconds: float = 0.0
     on_failure: str | None = None
     locks: tuple[str, ...] = ()
+    #: finished runs kept beyond which the scheduler-lease holder deletes (SPEC §13)
+    keep_runs: int = DEFAULT_KEEP_RUNS
+    #: finished runs whose window is older than this are deleted; None: no age limit
+    keep_for_seconds: float | None = None
 
 
 @dataclass(frozen=True)

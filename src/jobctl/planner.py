@@ -11,7 +11,7 @@ import heapq
 import random
 from array import array
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -21,7 +21,9 @@ from .models import (
     MAX_BACKOFF_SECONDS,
     MAX_SKIPPED_ROWS,
     AttemptResult,
+    BackfillPlan,
     Catchup,
+    Coverage,
     Decision,
     Job,
     Overlap,
@@ -227,6 +229,54 @@ def decide_expired(attempt: int, max_attempts: int, cancel_requested: bool) -> D
     if attempt >= max_attempts:
         return Decision(RunState.DEAD, "lost")
     return Decision(RunState.FAILED, "lost")
+
+
+#: the states of a window's run that ``backfill`` makes pending again (SPEC §13)
+BACKFILL_REQUEUES = frozenset({RunState.SKIPPED, RunState.DEAD})
+
+
+def plan_backfill(
+    windows: Sequence[datetime], runs: Mapping[datetime, tuple[int, RunState]]
+) -> BackfillPlan:
+    """What ``backfill`` does to ``windows`` (oldest first), given ``runs``: the id and
+    state of the run kept for each window that has one.
+
+    A window with no run gets one; a window whose run is ``skipped`` or ``dead`` has it
+    made pending again; every other window is left alone, so a second call over the same
+    range creates and requeues nothing (unless a requeued run ended dead again).
+    """
+    create: list[datetime] = []
+    requeue: list[int] = []
+    left = 0
+    for window in windows:
+        run = runs.get(window)
+        if run is None:
+            create.append(window)
+        elif run[1] in BACKFILL_REQUEUES:
+            requeue.append(run[0])
+        else:
+            left += 1
+    return BackfillPlan(create, requeue, left)
+
+
+def plan_coverage(windows: Sequence[datetime], runs: Mapping[datetime, Run]) -> list[Coverage]:
+    """Each of ``windows`` (oldest first) with the run kept for it, or none (SPEC §13)."""
+    out: list[Coverage] = []
+    for window in windows:
+        run = runs.get(window)
+        if run is None:
+            out.append(Coverage(window))
+        else:
+            out.append(Coverage(window, run.state, run.id, run.skip_reason))
+    return out
+
+
+def history_cutoff(keep_for_seconds: float | None, now: datetime) -> datetime | None:
+    """Finished runs whose window is before this are past ``--keep-for`` (None: no age
+    limit)."""
+    if keep_for_seconds is None:
+        return None
+    return now - timedelta(seconds=keep_for_seconds)
 
 
 def waiting_reason(facts: WaitFacts | None) -> Waiting | None:

@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 from .clock import from_us, iso, to_us
 from .cronexpr import CronSchedule, parse_cron
 from .durations import format_duration
+from .errors import UsageError
 from .models import Job, JobState, Trigger, TriggerKind
 from .zones import first_offset_change, parse_zone, utc_offset
 
@@ -283,3 +284,93 @@ def describe(trigger: Trigger) -> str:
     if kind == TriggerKind.REBOOT:
         return "@reboot"
     return "manual"
+
+
+# ---------------------------------------------------------------------- windows of a range
+
+COUNT_CAP = 1_000_000
+"""How far a range's windows are counted before a refusal says "more than" instead."""
+
+_US = timedelta(microseconds=1)
+
+
+def has_windows(trigger: Trigger) -> bool:
+    """Whether the trigger's windows can be listed for a range (``backfill``, ``coverage``):
+    a cron expression or a fixed rate. Windows that depend on runs (after completion), a
+    one-shot, ``@reboot`` and manual jobs have none to list."""
+    return trigger.kind is TriggerKind.CRON or is_fixed_rate(trigger)
+
+
+def _check_listable(trigger: Trigger, what: str) -> None:
+    if not has_windows(trigger):
+        raise UsageError(
+            f"{what} needs a cron or fixed-rate job; this one runs {describe(trigger)}"
+        )
+
+
+def windows_between(
+    trigger: Trigger, start: datetime, end: datetime, limit: int, what: str = "backfill"
+) -> list[datetime]:
+    """Every window of a cron or fixed-rate trigger in ``[start, end)``, oldest first, as
+    aware UTC. A fixed rate starts at its anchor (windows before it do not exist); a cron
+    expression has windows before the job was added.
+
+    Raises UsageError (naming ``what``) for another kind of trigger, for ``start`` after
+    ``end``, and for more than ``limit`` windows, with their count (counted up to
+    :data:`COUNT_CAP`, beyond which it says "more than").
+    """
+    _require_aware("start", start)
+    _require_aware("end", end)
+    _check_listable(trigger, what)
+    if start > end:
+        raise UsageError(f"{what}: --from {iso(start)} is after --to {iso(end)}")
+    if start == end:
+        return []
+    after, until = start - _US, end - _US
+    out: list[datetime] = []
+    fires = iter_fires(trigger, after, until)
+    for fire in fires:
+        out.append(fire)
+        if len(out) > limit:
+            if is_fixed_rate(trigger):
+                total = str(count_fires(trigger, after, until))
+            else:
+                total = _count_on(len(out), fires)
+            raise UsageError(
+                f"{what}: {total} windows from {iso(start)} to {iso(end)}; "
+                f"at most {limit} a call (give a shorter range)"
+            )
+    return out
+
+
+def _count_on(counted: int, fires: Iterator[datetime]) -> str:
+    for _ in fires:
+        counted += 1
+        if counted > COUNT_CAP:
+            return f"more than {COUNT_CAP}"
+    return str(counted)
+
+
+def windows_before(trigger: Trigger, end: datetime, count: int) -> list[datetime]:
+    """The last ``count`` windows of a cron or fixed-rate trigger before ``end`` (strictly),
+    oldest first, as aware UTC; fewer when the trigger has fewer (a fixed rate's anchor,
+    or nothing within :data:`SEARCH_YEARS` of a cron expression). Raises UsageError for
+    another kind of trigger."""
+    _require_aware("end", end)
+    _check_listable(trigger, "coverage")
+    if count <= 0:
+        return []
+    until = end - _US
+    if is_fixed_rate(trigger):
+        every_us = _interval_us(trigger)
+        anchor_us = _anchor_us(trigger)
+        last = (to_us(until) - anchor_us) // every_us
+        first = max(0, last - count + 1)
+        return [from_us(anchor_us + k * every_us) for k in range(first, last + 1)]
+    span = timedelta(minutes=count)  # a cron window is at least a minute after the last
+    horizon = timedelta(days=366 * SEARCH_YEARS)
+    while True:
+        found = list(iter_fires(trigger, until - span, until))
+        if len(found) >= count or span >= horizon:
+            return found[-count:]
+        span = min(span * 4, horizon)
