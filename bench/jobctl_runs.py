@@ -1,8 +1,9 @@
 """jobctl's workloads: a real ``jobctl daemon`` process on a scratch database.
 
-Jobs are created through the Store API (burst, precision) or inserted in bulk with
-plain SQL matching ``src/jobctl/sql/schema.sql`` (scale); the figures are read back
-from the ``runs`` and ``attempts`` tables, so they are the times jobctl itself records.
+Jobs are created through the store's own API (``open_store(db).commands.add_jobs``, with
+``JobSpec``/``Trigger`` from ``jobctl.models``), as ``jobctl add`` and ``import-crontab``
+create them; the figures are read back from the ``runs`` and ``attempts`` tables, so they
+are the times jobctl itself records.
 """
 
 from __future__ import annotations
@@ -126,14 +127,22 @@ def _interval_specs(prefix: str, n: int, every_seconds: float, anchor: datetime)
     return [JobSpec(name=f"{prefix}{i}", trigger=trig, command="true") for i in range(n)]
 
 
-def _add_jobs(db: Path, specs) -> None:
+#: jobs a transaction when a database is filled (a million jobs' rows are not held at once)
+ADD_BATCH_JOBS = 10_000
+
+
+def _add_jobs(db: Path, specs, now: datetime | None = None) -> None:
+    """Add ``specs`` through the store, as ``jobctl add`` would at ``now`` (default: the
+    present), each at its next fire time after ``now``; ``ADD_BATCH_JOBS`` a transaction."""
     from jobctl.store import open_store
     from jobctl.triggers import next_fire
 
     store = open_store(db)
-    now = datetime.now(UTC)
+    now = now or datetime.now(UTC)
     try:
-        store.commands.add_jobs([(s, next_fire(s.trigger, now)) for s in specs], now)
+        for i in range(0, len(specs), ADD_BATCH_JOBS):
+            batch = specs[i : i + ADD_BATCH_JOBS]
+            store.commands.add_jobs([(s, next_fire(s.trigger, now)) for s in batch], now)
     finally:
         store.close()
 
@@ -228,52 +237,32 @@ def precision(
 
 
 def build_scale_db(db: Path, jobs: int, *, fresh: bool = False) -> float:
-    """A database with ``jobs`` far-future interval jobs (bulk SQL) and a manual job
-    ``probe``. ``fresh``: created and edited just now, as right after an import (else a
-    day ago). Returns the seconds the insert took."""
+    """A database with ``jobs`` far-future interval jobs (``idle0``…, every day from 2100
+    on, a second apart) and a manual job ``probe``, all added through the store.
+    ``fresh``: added just now, as right after an import (else a day ago: the steady state,
+    since the daemon re-reads jobs edited within the last 2 leases on every renewal, a
+    safety net for lost wake-ups). Returns the seconds the adds took."""
     from jobctl.models import JobSpec, Trigger, TriggerKind
-    from jobctl.store import open_store
 
-    handle = open_store(db)
     now = datetime.now(UTC)
+    added_at = now if fresh else now - timedelta(days=1)
     probe = JobSpec(name="probe", trigger=Trigger(TriggerKind.MANUAL, tz="UTC"), command="true")
-    handle.commands.add_job(probe, None, now)
-    handle.close()
-    # created and last edited a day ago: the steady state (the daemon re-reads jobs edited
-    # within the last 2 leases on every renewal, a safety net for lost wake-ups)
-    now_us = _us(now if fresh else now - timedelta(days=1))
-    base = _us(FAR_FUTURE)
-    t0 = time.perf_counter()
-    conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("PRAGMA synchronous = OFF")
-    conn.execute("BEGIN")
-    day = 86_400
-    rows = (
-        (
-            f"idle{i}",
-            "interval",
-            "1d",
-            "UTC",
-            float(day),
-            base + i * 1_000_000,
-            "true",
-            "active",
-            now_us,
-            base + i * 1_000_000,
-            now_us,
-            now_us,
+    specs = [probe] + [
+        JobSpec(
+            name=f"idle{i}",
+            trigger=Trigger(
+                TriggerKind.INTERVAL,
+                tz="UTC",
+                expr="1d",
+                every_seconds=86_400.0,
+                anchor=FAR_FUTURE + timedelta(seconds=i),
+            ),
+            command="true",
         )
         for i in range(jobs)
-    )
-    conn.executemany(
-        "INSERT INTO jobs (name, trigger_kind, trigger_expr, trigger_tz, every_seconds, "
-        "anchor_at, command, state, schedule_from, next_run_at, created_at, updated_at) "
-        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-        rows,
-    )
-    conn.execute("COMMIT")
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
+    ]
+    t0 = time.perf_counter()
+    _add_jobs(db, specs, added_at)
     return time.perf_counter() - t0
 
 

@@ -1,5 +1,5 @@
-"""The benchmarks' helpers: the bulk-built database is one the store reads as its own
-(schema drift), and the durable dispatch floor does the work it is said to do."""
+"""The benchmarks' helpers: the scale database, filled through the store's API, reads back
+as the jobs it was given, and the durable dispatch floor does the work it is said to do."""
 
 from __future__ import annotations
 

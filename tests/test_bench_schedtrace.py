@@ -1,10 +1,10 @@
-"""The burst's scheduler trace (bench/schedtrace.py): what it counts, on hand-made traces."""
+"""The burst's scheduler trace (bench/diagnostics/schedtrace.py): what it counts, on hand-made traces."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.schedtrace import analyse, daemon_pid, parse
+from bench.diagnostics.schedtrace import analyse, daemon_pid, parse
 
 
 def _event(cpu: int, t: float, name: str, fields: str) -> str:

@@ -1,4 +1,5 @@
-"""``python -m bench.spawn``: what one child costs, Popen against the worker's posix_spawn.
+"""``python -m bench.diagnostics.spawn``: what one child costs, Popen against the worker's
+posix_spawn.
 
 Runs ``sh -c true`` N times with W in flight, three ways, each driven by one selector
 the way the daemon drives its children (output pipe and pidfd registered, output
@@ -28,7 +29,7 @@ from typing import Any
 from jobctl.models import RunSettings
 from jobctl.worker import Child, mark_inherited_fds_cloexec
 
-from .stats import median
+from ..stats import median
 
 SH = "/bin/sh"
 ARGS = [SH, "-c", "true"]
@@ -139,7 +140,7 @@ def _driven(start: Callable[[], Any], children: int, width: int) -> tuple[float,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.spawn", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m bench.diagnostics.spawn", description=__doc__)
     p.add_argument("--children", type=int, default=1000)
     p.add_argument("--width", type=int, default=4, help="children in flight")
     p.add_argument("--repeat", type=int, default=3, help="runs of each way (median shown)")

@@ -1,5 +1,5 @@
-"""``python -m bench.schedtrace``: where one burst's wall time goes, from the kernel's
-scheduler events.
+"""``python -m bench.diagnostics.schedtrace``: where one burst's wall time goes, from the
+kernel's scheduler events.
 
 The burst of ``python -m bench`` (1,000 runs of ``true`` due at one instant, 4 workers)
 runs once under ``perf sched record``; the events say, for the whole burst:
@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .stats import median
+from ..stats import median
 
 _LINE = re.compile(r"\s*\[(\d+)\]\s+([\d.]+):\s+(\S+):\s+(.*)")
 _FIELD = re.compile(r"(\w+)=(\S+)")
@@ -235,7 +235,7 @@ def report(res: dict[str, object]) -> str:
 
 def record_burst(jobs: int, workers: int) -> list[Event]:
     """One burst of ``python -m bench`` under ``perf sched record``."""
-    from . import jobctl_runs
+    from .. import jobctl_runs
 
     perf = shutil.which("perf")
     if perf is None:
@@ -267,7 +267,7 @@ def record_burst(jobs: int, workers: int) -> list[Event]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.schedtrace", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m bench.diagnostics.schedtrace", description=__doc__)
     p.add_argument("--jobs", type=int, default=1000)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
