@@ -429,6 +429,8 @@ def test_db_copy_without_history_and_onto_a_database_with_jobs(tmp_path, pg_url)
 def test_db_info_on_postgresql_hides_the_password(pg_url):
     from conftest import Jobctl
 
+    from jobctl.store.postgresql.schema import SCHEMA_VERSION
+
     url = pg_url.replace("postgres@", "postgres:s3cret@")
     j = Jobctl(url)
     try:
@@ -439,7 +441,7 @@ def test_db_info_on_postgresql_hides_the_password(pg_url):
         j.close()
     assert info["backend"] == "postgresql"
     assert info["location"] == pg_url
-    assert (info["schema_version"], info["jobs"], info["runs"]) == (1, 1, 0)
+    assert (info["schema_version"], info["jobs"], info["runs"]) == (SCHEMA_VERSION, 1, 0)
     assert info["size_bytes"] > 0
     assert "s3cret" not in human
 

@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 1).
+-- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 2).
 -- The numbered migrations beside this file (NNNN_*.sql), applied in order to an empty
 -- database, must give exactly this schema; tests/test_postgresql.py checks it.
 -- Everything lives in the schema "jobctl". Times are BIGINT microseconds since the Unix
@@ -48,7 +48,10 @@ CREATE TABLE jobctl.jobs (
     missed_total BIGINT NOT NULL DEFAULT 0,
     last_boot_id TEXT,
     created_at BIGINT NOT NULL,
-    updated_at BIGINT NOT NULL
+    updated_at BIGINT NOT NULL,
+    -- retention (SPEC §13): finished runs kept, and for how long (NULL: no age limit)
+    keep_runs BIGINT NOT NULL DEFAULT 1000 CHECK (keep_runs >= 0),
+    keep_for_seconds DOUBLE PRECISION
 );
 
 CREATE INDEX jobs_next_run ON jobctl.jobs (next_run_at) WHERE state = 'active';
@@ -60,8 +63,9 @@ CREATE TABLE jobctl.runs (
     scheduled_for BIGINT NOT NULL,
     state TEXT NOT NULL
         CHECK (state IN ('pending', 'leased', 'succeeded', 'failed', 'dead', 'cancelled', 'skipped')),
-    skip_reason TEXT CHECK (skip_reason IN ('missed', 'overlap')),
-    reason TEXT NOT NULL CHECK (reason IN ('schedule', 'catchup', 'manual')),
+    skip_reason TEXT CHECK (skip_reason IN ('missed', 'overlap', 'deadline')),
+    reason TEXT NOT NULL
+        CHECK (reason IN ('schedule', 'catchup', 'manual', 'backfill', 'after')),
     catchup_from BIGINT,
     attempt INTEGER NOT NULL DEFAULT 0,
     max_attempts INTEGER NOT NULL DEFAULT 3,
@@ -93,7 +97,10 @@ CREATE UNIQUE INDEX runs_job_key ON jobctl.runs (job_id, run_key) WHERE run_key 
 CREATE INDEX runs_claimable ON jobctl.runs (state, not_before);
 CREATE INDEX runs_queue ON jobctl.runs (priority DESC, scheduled_for, id)
     WHERE state IN ('pending', 'failed');
-CREATE INDEX runs_job_state ON jobctl.runs (job_id, state);
+CREATE INDEX runs_job_state ON jobctl.runs (job_id, state, scheduled_for);
+-- the listings of SPEC §13 (runs, runs --state, --since), newest window first
+CREATE INDEX runs_window ON jobctl.runs (scheduled_for, id);
+CREATE INDEX runs_state_window ON jobctl.runs (state, scheduled_for, id);
 CREATE INDEX runs_finished ON jobctl.runs (finished_at);
 -- overlap forbid/replace, enforced by the database: one leased exclusive run per job
 CREATE UNIQUE INDEX runs_one_leased_exclusive ON jobctl.runs (job_id)
@@ -160,3 +167,102 @@ CREATE TABLE jobctl.scheduler_lease (
     -- counts the changes of holder: a leader knows it was replaced when the term moved on
     term BIGINT NOT NULL DEFAULT 0
 );
+
+-- Counters kept apart from the rows (SPEC §13): retention and prune delete runs and
+-- attempts, never these, so jobctl_runs_finished_total and jobctl_run_duration_seconds
+-- never go down. The triggers below append one row of deltas per change (no row is
+-- ever updated, so concurrent daemons never wait on each other for a counter); readers
+-- sum them, and the scheduler-lease holder folds them together now and then.
+-- run_tallies: per job and finished state, the runs that entered it (ended) and the
+-- rows in it now (kept: what the jobctl_runs gauge and status count).
+CREATE TABLE jobctl.run_tallies (
+    job_id BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    ended BIGINT NOT NULL,
+    kept BIGINT NOT NULL
+);
+
+CREATE INDEX run_tallies_job ON jobctl.run_tallies (job_id, state);
+
+-- duration_tallies: per job, the finished attempts by histogram bucket (the first of
+-- web/metrics.py's DURATION_BUCKETS_SECONDS at or above the duration; 12 is +Inf), and
+-- the sum of their durations in microseconds.
+CREATE TABLE jobctl.duration_tallies (
+    job_id BIGINT NOT NULL,
+    bucket INTEGER NOT NULL,
+    n BIGINT NOT NULL,
+    us BIGINT NOT NULL
+);
+
+CREATE INDEX duration_tallies_job ON jobctl.duration_tallies (job_id, bucket);
+
+CREATE FUNCTION jobctl.tally_runs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' AND NOT EXISTS (SELECT 1 FROM jobctl.jobs WHERE id = OLD.job_id) THEN
+        RETURN NULL;  -- the job itself is deleted: jobs_tally_delete forgets its tallies
+    END IF;
+    IF TG_OP <> 'INSERT' AND OLD.state IN ('succeeded', 'dead', 'cancelled', 'skipped') THEN
+        INSERT INTO jobctl.run_tallies VALUES (OLD.job_id, OLD.state, 0, -1);
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.state IN ('succeeded', 'dead', 'cancelled', 'skipped') THEN
+        INSERT INTO jobctl.run_tallies VALUES (NEW.job_id, NEW.state, 1, 1);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER runs_tally_insert AFTER INSERT ON jobctl.runs
+    FOR EACH ROW WHEN (NEW.state IN ('succeeded', 'dead', 'cancelled', 'skipped'))
+    EXECUTE FUNCTION jobctl.tally_runs();
+
+CREATE TRIGGER runs_tally_update AFTER UPDATE OF state ON jobctl.runs
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state
+        AND (OLD.state IN ('succeeded', 'dead', 'cancelled', 'skipped') OR NEW.state IN ('succeeded', 'dead', 'cancelled', 'skipped')))
+    EXECUTE FUNCTION jobctl.tally_runs();
+
+CREATE TRIGGER runs_tally_delete AFTER DELETE ON jobctl.runs
+    FOR EACH ROW WHEN (OLD.state IN ('succeeded', 'dead', 'cancelled', 'skipped'))
+    EXECUTE FUNCTION jobctl.tally_runs();
+
+CREATE FUNCTION jobctl.tally_attempts() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO jobctl.duration_tallies
+    SELECT runs.job_id,
+        CASE
+            WHEN NEW.finished_at - NEW.started_at <= 100000 THEN 0
+            WHEN NEW.finished_at - NEW.started_at <= 500000 THEN 1
+            WHEN NEW.finished_at - NEW.started_at <= 1000000 THEN 2
+            WHEN NEW.finished_at - NEW.started_at <= 5000000 THEN 3
+            WHEN NEW.finished_at - NEW.started_at <= 10000000 THEN 4
+            WHEN NEW.finished_at - NEW.started_at <= 30000000 THEN 5
+            WHEN NEW.finished_at - NEW.started_at <= 60000000 THEN 6
+            WHEN NEW.finished_at - NEW.started_at <= 300000000 THEN 7
+            WHEN NEW.finished_at - NEW.started_at <= 900000000 THEN 8
+            WHEN NEW.finished_at - NEW.started_at <= 1800000000 THEN 9
+            WHEN NEW.finished_at - NEW.started_at <= 3600000000 THEN 10
+            WHEN NEW.finished_at - NEW.started_at <= 14400000000 THEN 11
+            ELSE 12 END,
+        1, NEW.finished_at - NEW.started_at
+    FROM jobctl.runs WHERE runs.id = NEW.run_id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER attempts_tally_insert AFTER INSERT ON jobctl.attempts
+    FOR EACH ROW WHEN (NEW.finished_at IS NOT NULL)
+    EXECUTE FUNCTION jobctl.tally_attempts();
+
+CREATE TRIGGER attempts_tally_finish AFTER UPDATE OF finished_at ON jobctl.attempts
+    FOR EACH ROW WHEN (OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL)
+    EXECUTE FUNCTION jobctl.tally_attempts();
+
+CREATE FUNCTION jobctl.forget_tallies() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM jobctl.run_tallies WHERE job_id = OLD.id;
+    DELETE FROM jobctl.duration_tallies WHERE job_id = OLD.id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_tally_delete AFTER DELETE ON jobctl.jobs
+    FOR EACH ROW EXECUTE FUNCTION jobctl.forget_tallies();

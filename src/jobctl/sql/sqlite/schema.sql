@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database (user_version 2).
+-- The whole current schema of a jobctl database (user_version 4).
 -- Migrations in this folder (NNNN_*.sql) applied in order to an empty file must give
 -- exactly this schema; tests/test_store.py checks it.
 -- Times are INTEGER microseconds since the Unix epoch, UTC. Durations are REAL seconds.
@@ -38,7 +38,10 @@ CREATE TABLE jobs (
     missed_total INTEGER NOT NULL DEFAULT 0,
     last_boot_id TEXT,
     created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
+    updated_at INTEGER NOT NULL,
+    -- retention (SPEC §13): finished runs kept, and for how long (NULL: no age limit)
+    keep_runs INTEGER NOT NULL DEFAULT 1000 CHECK (keep_runs >= 0),
+    keep_for_seconds REAL
 );
 
 CREATE INDEX jobs_next_run ON jobs (next_run_at) WHERE state = 'active';
@@ -50,8 +53,9 @@ CREATE TABLE runs (
     scheduled_for INTEGER NOT NULL,
     state TEXT NOT NULL
         CHECK (state IN ('pending', 'leased', 'succeeded', 'failed', 'dead', 'cancelled', 'skipped')),
-    skip_reason TEXT CHECK (skip_reason IN ('missed', 'overlap')),
-    reason TEXT NOT NULL CHECK (reason IN ('schedule', 'catchup', 'manual')),
+    skip_reason TEXT CHECK (skip_reason IN ('missed', 'overlap', 'deadline')),
+    reason TEXT NOT NULL
+        CHECK (reason IN ('schedule', 'catchup', 'manual', 'backfill', 'after')),
     catchup_from INTEGER,
     attempt INTEGER NOT NULL DEFAULT 0,
     max_attempts INTEGER NOT NULL DEFAULT 3,
@@ -79,7 +83,10 @@ CREATE UNIQUE INDEX runs_job_key ON runs (job_id, run_key) WHERE run_key IS NOT 
 CREATE INDEX runs_claimable ON runs (state, not_before);
 CREATE INDEX runs_queue ON runs (priority DESC, scheduled_for, id)
     WHERE state IN ('pending', 'failed');
-CREATE INDEX runs_job_state ON runs (job_id, state);
+CREATE INDEX runs_job_state ON runs (job_id, state, scheduled_for);
+-- the listings of SPEC §13 (runs, runs --state, --since), newest window first
+CREATE INDEX runs_window ON runs (scheduled_for, id);
+CREATE INDEX runs_state_window ON runs (state, scheduled_for, id);
 
 CREATE TABLE run_locks (
     run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
@@ -120,3 +127,105 @@ CREATE TABLE scheduler_lease (
     holder TEXT,
     expires_at INTEGER NOT NULL DEFAULT 0
 );
+
+-- Counters kept apart from the rows (SPEC §13): retention and prune delete runs and
+-- attempts, never these, so jobctl_runs_finished_total and jobctl_run_duration_seconds
+-- never go down. Kept by the triggers below, whatever statement changes a run.
+-- run_tallies: per job and finished state, the runs that ever entered it (ended) and
+-- the rows in it now (kept: what the jobctl_runs gauge and status count).
+CREATE TABLE run_tallies (
+    job_id INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    ended INTEGER NOT NULL,
+    kept INTEGER NOT NULL,
+    PRIMARY KEY (job_id, state)
+) WITHOUT ROWID;
+
+-- duration_tallies: per job, the finished attempts by histogram bucket (the first of
+-- web/metrics.py's DURATION_BUCKETS_SECONDS at or above the duration; 12 is +Inf), and
+-- the sum of their durations in microseconds.
+CREATE TABLE duration_tallies (
+    job_id INTEGER NOT NULL,
+    bucket INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    us INTEGER NOT NULL,
+    PRIMARY KEY (job_id, bucket)
+) WITHOUT ROWID;
+
+CREATE TRIGGER runs_tally_insert AFTER INSERT ON runs
+WHEN NEW.state IN ('succeeded', 'dead', 'cancelled', 'skipped')
+BEGIN
+    INSERT INTO run_tallies (job_id, state, ended, kept) VALUES (NEW.job_id, NEW.state, 1, 1)
+    ON CONFLICT (job_id, state) DO UPDATE SET ended = ended + 1, kept = kept + 1;
+END;
+
+CREATE TRIGGER runs_tally_enter AFTER UPDATE OF state ON runs
+WHEN NEW.state IN ('succeeded', 'dead', 'cancelled', 'skipped') AND NEW.state IS NOT OLD.state
+BEGIN
+    INSERT INTO run_tallies (job_id, state, ended, kept) VALUES (NEW.job_id, NEW.state, 1, 1)
+    ON CONFLICT (job_id, state) DO UPDATE SET ended = ended + 1, kept = kept + 1;
+END;
+
+CREATE TRIGGER runs_tally_leave AFTER UPDATE OF state ON runs
+WHEN OLD.state IN ('succeeded', 'dead', 'cancelled', 'skipped') AND NEW.state IS NOT OLD.state
+BEGIN
+    UPDATE run_tallies SET kept = kept - 1 WHERE job_id = OLD.job_id AND state = OLD.state;
+END;
+
+CREATE TRIGGER runs_tally_delete AFTER DELETE ON runs
+WHEN OLD.state IN ('succeeded', 'dead', 'cancelled', 'skipped')
+BEGIN
+    UPDATE run_tallies SET kept = kept - 1 WHERE job_id = OLD.job_id AND state = OLD.state;
+END;
+
+CREATE TRIGGER attempts_tally_finish AFTER UPDATE OF finished_at ON attempts
+WHEN OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL
+BEGIN
+    INSERT INTO duration_tallies (job_id, bucket, n, us)
+    SELECT runs.job_id, CASE
+        WHEN NEW.finished_at - NEW.started_at <= 100000 THEN 0
+        WHEN NEW.finished_at - NEW.started_at <= 500000 THEN 1
+        WHEN NEW.finished_at - NEW.started_at <= 1000000 THEN 2
+        WHEN NEW.finished_at - NEW.started_at <= 5000000 THEN 3
+        WHEN NEW.finished_at - NEW.started_at <= 10000000 THEN 4
+        WHEN NEW.finished_at - NEW.started_at <= 30000000 THEN 5
+        WHEN NEW.finished_at - NEW.started_at <= 60000000 THEN 6
+        WHEN NEW.finished_at - NEW.started_at <= 300000000 THEN 7
+        WHEN NEW.finished_at - NEW.started_at <= 900000000 THEN 8
+        WHEN NEW.finished_at - NEW.started_at <= 1800000000 THEN 9
+        WHEN NEW.finished_at - NEW.started_at <= 3600000000 THEN 10
+        WHEN NEW.finished_at - NEW.started_at <= 14400000000 THEN 11
+        ELSE 12 END, 1,
+        NEW.finished_at - NEW.started_at
+    FROM runs WHERE runs.id = NEW.run_id
+    ON CONFLICT (job_id, bucket) DO UPDATE SET n = n + 1, us = us + excluded.us;
+END;
+
+CREATE TRIGGER attempts_tally_insert AFTER INSERT ON attempts
+WHEN NEW.finished_at IS NOT NULL
+BEGIN
+    INSERT INTO duration_tallies (job_id, bucket, n, us)
+    SELECT runs.job_id, CASE
+        WHEN NEW.finished_at - NEW.started_at <= 100000 THEN 0
+        WHEN NEW.finished_at - NEW.started_at <= 500000 THEN 1
+        WHEN NEW.finished_at - NEW.started_at <= 1000000 THEN 2
+        WHEN NEW.finished_at - NEW.started_at <= 5000000 THEN 3
+        WHEN NEW.finished_at - NEW.started_at <= 10000000 THEN 4
+        WHEN NEW.finished_at - NEW.started_at <= 30000000 THEN 5
+        WHEN NEW.finished_at - NEW.started_at <= 60000000 THEN 6
+        WHEN NEW.finished_at - NEW.started_at <= 300000000 THEN 7
+        WHEN NEW.finished_at - NEW.started_at <= 900000000 THEN 8
+        WHEN NEW.finished_at - NEW.started_at <= 1800000000 THEN 9
+        WHEN NEW.finished_at - NEW.started_at <= 3600000000 THEN 10
+        WHEN NEW.finished_at - NEW.started_at <= 14400000000 THEN 11
+        ELSE 12 END, 1,
+        NEW.finished_at - NEW.started_at
+    FROM runs WHERE runs.id = NEW.run_id
+    ON CONFLICT (job_id, bucket) DO UPDATE SET n = n + 1, us = us + excluded.us;
+END;
+
+CREATE TRIGGER jobs_tally_delete AFTER DELETE ON jobs
+BEGIN
+    DELETE FROM run_tallies WHERE job_id = OLD.id;
+    DELETE FROM duration_tallies WHERE job_id = OLD.id;
+END;
