@@ -19,7 +19,6 @@ from ..clock import iso
 from ..errors import NotFound
 from ..triggers import next_fire
 from . import metrics
-from .app import Web, read_body
 from .auth import CSRF_HEADER
 from .bodies import (
     INT64_MAX,
@@ -31,6 +30,7 @@ from .bodies import (
     query_state,
     run_request_from_body,
 )
+from .context import Web, read_body
 
 if TYPE_CHECKING:
     from ..models import Job

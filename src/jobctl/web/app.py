@@ -9,10 +9,9 @@ threads), render the JSON builders of :mod:`jobctl.output`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -21,19 +20,13 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..clock import FakeClock, SystemClock
-from ..errors import Conflict, JobctlError, NotFound, UsageError
-from .auth import SESSION_COOKIE, Sessions, bearer, same_secret
-from .bodies import BadRequest
+from ..clock import SystemClock
+from . import api as api_routes
+from . import pages
+from .context import AnyClock, Web, error_status, error_text
 
 if TYPE_CHECKING:
-    from ..store import CommandStore, Store
-
-T = TypeVar("T")
-AnyClock = SystemClock | FakeClock
-
-#: a request body larger than this is refused (413) before any of it reaches the store
-MAX_BODY_BYTES = 1024 * 1024
+    from ..store import Store
 
 SECURITY_HEADERS = [
     (
@@ -45,14 +38,6 @@ SECURITY_HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"referrer-policy", b"no-referrer"),
 ]
-
-
-class BodyTooLarge(Exception):
-    pass
-
-
-class Forbidden(Exception):
-    """A cookie-authenticated request that changes state without its CSRF token (403)."""
 
 
 def _is_public(method: str, path: str) -> bool:
@@ -69,102 +54,6 @@ def _is_public(method: str, path: str) -> bool:
 
 def wants_json(path: str) -> bool:
     return path.startswith("/v1/") or path in ("/v1", "/metrics", "/healthz")
-
-
-class Web:
-    """What every handler shares: how to open the store, the token, the sessions."""
-
-    def __init__(self, open_store: Callable[[], Store], token: str, clock: AnyClock) -> None:
-        self.open_store = open_store
-        self.token = token
-        self.clock = clock
-        self.sessions = Sessions()
-
-    # ---------------------------------------------------------------- auth
-
-    def authenticate(self, scope: Scope) -> str | None:
-        """``"bearer"``, ``"cookie"`` (a live dashboard session) or None.
-
-        A bearer token that is given but wrong is refused even with a good cookie."""
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        given = bearer(headers.get("authorization"))
-        if given is not None:
-            return "bearer" if same_secret(given, self.token) else None
-        sid = Request(scope).cookies.get(SESSION_COOKIE)
-        return "cookie" if self.sessions.csrf_for(sid) is not None else None
-
-    def check_csrf(self, request: Request, given: str | None) -> None:
-        """State changes over the session cookie must carry the session's CSRF token (the
-        form field, or the X-CSRF-Token header); a bearer token needs none."""
-        if request.state.auth != "cookie":
-            return
-        expected = self.sessions.csrf_for(request.cookies.get(SESSION_COOKIE))
-        if expected is None or not same_secret(given, expected):
-            raise Forbidden("missing or wrong CSRF token")
-
-    # ---------------------------------------------------------------- the store
-
-    async def db(self, fn: Callable[[CommandStore], T]) -> T:
-        """``fn(store)`` in a worker thread, over a connection opened for this call."""
-
-        def work() -> T:
-            handle = self.open_store()
-            try:
-                return fn(handle.commands)
-            finally:
-                handle.close()
-
-        return await run_in_threadpool(work)
-
-    def poke(self, store: CommandStore, *messages: str) -> None:
-        """Wake running daemons after a change, as the CLI does (a hint only)."""
-        for m in messages:
-            store.notify(m)
-
-
-async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
-    """The request body, refused (BodyTooLarge) past ``limit`` bytes: at once on its
-    Content-Length, else as soon as the streamed chunks pass it."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            if int(declared) > limit:
-                raise BodyTooLarge
-        except ValueError:
-            raise BadRequest("invalid Content-Length") from None
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def error_status(exc: BaseException) -> int | None:
-    """The HTTP status of an error a handler may raise (SPEC §11), None if unexpected."""
-    if isinstance(exc, BadRequest):
-        return 400
-    if isinstance(exc, Forbidden):
-        return 403
-    if isinstance(exc, NotFound):
-        return 404
-    if isinstance(exc, Conflict):
-        return 409
-    if isinstance(exc, BodyTooLarge):
-        return 413
-    if isinstance(exc, UsageError):
-        return 422
-    if isinstance(exc, JobctlError):
-        return 500
-    return None
-
-
-def error_text(exc: BaseException) -> str:
-    if isinstance(exc, BodyTooLarge):
-        return f"request body over {MAX_BODY_BYTES} bytes"
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def json_error(status: int, message: str) -> JSONResponse:
@@ -229,9 +118,6 @@ def create_app(
     open_store: Callable[[], Store], token: str, *, clock: AnyClock | None = None
 ) -> Starlette:
     """The application over the database ``open_store`` opens (one connection a call)."""
-    from . import api as api_routes
-    from . import pages
-
     web = Web(open_store, token, clock or SystemClock())
 
     async def http_error(request: Request, exc: Exception) -> Response:

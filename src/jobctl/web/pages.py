@@ -25,9 +25,9 @@ from ..durations import format_duration
 from ..errors import JobctlError, NotFound
 from ..models import FINISHED_RUN_STATES, RunState
 from .api import SHOW_RUNS_LIMIT, pause_or_resume, run_detail, run_id_of
-from .app import Forbidden, Web, error_status, error_text, read_body
 from .auth import CSRF_FIELD, SESSION_COOKIE, SESSION_SECONDS, same_secret
 from .bodies import BadRequest, query_int
+from .context import Forbidden, Web, error_status, error_text, read_body
 
 if TYPE_CHECKING:
     from ..store import CommandStore as Store
