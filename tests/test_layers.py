@@ -23,6 +23,7 @@ LAYERS = {
     "crontab": 4,
     "checks": 2,
     "specs": 5,
+    "jobfile": 5.5,
     "reaper": 5,
     "notifications": 5,
     "delivery": 6,

@@ -18,6 +18,7 @@ import click
 from ..errors import JobctlError
 from . import jobs, runs, system  # noqa: F401  (registering the commands, in help order)
 from .base import Ctx, _one_line, cli
+from .code import export as _export  # noqa: F401  (jobs as code: after the others in help)
 from .db import db as _db  # noqa: F401  (db info, db copy: after the others in help)
 from .system import completion_script
 

@@ -1,0 +1,673 @@
+"""Jobs as code (SPEC §15): a job as a table of a TOML (or JSON) file, and back.
+
+One table, :data:`FIELDS`, says everything a job file holds: each entry is one key of a
+``[jobs.NAME]`` table (the long flag of ``add`` with ``_`` for ``-``), how its value is
+read off a job, its default, and how a file's value is checked and handed to the very
+validation ``add`` and ``edit`` use (:func:`jobctl.specs.policy_changes`). ``export``,
+``apply``, ``edit -e`` and the revisions' lists of changes are all driven by it, so a new
+job setting is one entry here.
+
+Pure functions: no click, no database. Time comes in as ``now``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import date, datetime, time
+from typing import Any
+
+from . import durations, specs, zones
+from .errors import JobctlError, UsageError
+from .models import Job, JobSpec, JobState, Overlap, Trigger, TriggerKind
+
+
+@dataclass(frozen=True)
+class Definition:
+    """What a job file says about one job: its spec, and whether it is paused."""
+
+    spec: JobSpec
+    paused: bool = False
+
+    @classmethod
+    def of(cls, job: Job) -> Definition:
+        return cls(job.spec, job.state is JobState.PAUSED)
+
+
+#: a default that no value equals: the key is always written (``tz`` of cron and at
+#: jobs, ``start`` of fixed-rate jobs: a file applied on another machine keeps them)
+ALWAYS = object()
+
+#: how a file's value is checked, and what it becomes for ``policy_changes``
+KINDS = ("str", "int", "bool", "duration", "time", "env", "strings")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One key of a job's table.
+
+    ``get`` reads the value off a definition as the file writes it (None: unset, never
+    written). ``default`` is the value ``add`` gives when the key is absent (or a function
+    of the definition, or :data:`ALWAYS`); a value equal to it is not exported. ``kind``
+    checks the file's value (see :data:`KINDS`). ``option`` is the key of
+    :func:`jobctl.specs.policy_changes` the value goes through (default: ``key``); None
+    for the trigger's keys, which are read together, and for ``command`` and ``paused``.
+    """
+
+    key: str
+    kind: str
+    get: Callable[[Definition], Any]
+    default: Any = None
+    option: str | None = ""
+    #: trigger keys that choose the trigger's kind (exactly one per job)
+    chooses_trigger: bool = False
+
+    def default_for(self, d: Definition) -> Any:
+        return self.default(d) if callable(self.default) else self.default
+
+    def option_key(self) -> str | None:
+        return self.key if self.option == "" else self.option
+
+
+def _trigger_value(
+    kind: TriggerKind, value: Callable[[Trigger], Any]
+) -> Callable[[Definition], Any]:
+    def get(d: Definition) -> Any:
+        t = d.spec.trigger
+        return value(t) if t.kind is kind else None
+
+    return get
+
+
+def _duration(seconds: float | None) -> str | None:
+    return None if seconds is None else durations.format_duration(seconds)
+
+
+def _local_iso(instant: datetime | None, tz: str) -> str | None:
+    """An instant as ISO 8601 in the job's zone, with its offset (exact to the µs)."""
+    if instant is None:
+        return None
+    return instant.astimezone(zones.parse_zone(tz)).isoformat()
+
+
+def _tz_default(d: Definition) -> Any:
+    if d.spec.trigger.kind in (TriggerKind.CRON, TriggerKind.ONCE):
+        return ALWAYS
+    return zones.local_zone_name()
+
+
+def _overlap_default(d: Definition) -> str:
+    manual = d.spec.trigger.kind is TriggerKind.MANUAL
+    return str((Overlap.ALLOW if manual else Overlap.FORBID).value)
+
+
+_D = JobSpec.__dataclass_fields__
+
+
+def _spec_default(name: str) -> Any:
+    f = _D[name]
+    return f.default_factory() if callable(f.default_factory) else f.default
+
+
+FIELDS: tuple[Field, ...] = (
+    # the trigger: exactly one of cron, every, at, manual, reboot; then its settings
+    Field("cron", "str", _trigger_value(TriggerKind.CRON, lambda t: t.expr), None, None, True),
+    Field(
+        "every",
+        "duration",
+        _trigger_value(TriggerKind.INTERVAL, lambda t: t.expr),
+        None,
+        None,
+        True,
+    ),
+    Field(
+        "at", "time", lambda d: _local_iso(d.spec.trigger.at, d.spec.trigger.tz), None, None, True
+    ),
+    Field("manual", "bool", _trigger_value(TriggerKind.MANUAL, lambda t: True), None, None, True),
+    Field("reboot", "bool", _trigger_value(TriggerKind.REBOOT, lambda t: True), None, None, True),
+    Field(
+        "after_completion",
+        "bool",
+        _trigger_value(TriggerKind.INTERVAL, lambda t: t.after_completion),
+        False,
+        None,
+    ),
+    Field(
+        "start",
+        "time",
+        lambda d: _local_iso(d.spec.trigger.anchor, d.spec.trigger.tz),
+        ALWAYS,
+        None,
+    ),
+    Field("tz", "str", lambda d: d.spec.trigger.tz, _tz_default, None),
+    # what runs
+    Field("command", "str", lambda d: d.spec.command, None, None),
+    Field("description", "str", lambda d: d.spec.description),
+    # policies, in the order of `add --help`
+    Field("catchup", "str", lambda d: d.spec.catchup.value, _spec_default("catchup").value),
+    Field("catchup_limit", "int", lambda d: d.spec.catchup_limit, _spec_default("catchup_limit")),
+    Field("overlap", "str", lambda d: d.spec.overlap.value, _overlap_default),
+    Field("timeout", "duration", lambda d: _duration(d.spec.timeout_seconds)),
+    Field("retries", "int", lambda d: d.spec.retries, _spec_default("retries")),
+    Field(
+        "backoff",
+        "duration",
+        lambda d: _duration(d.spec.backoff_seconds),
+        _duration(_spec_default("backoff_seconds")),
+    ),
+    Field("priority", "int", lambda d: d.spec.priority, _spec_default("priority")),
+    Field(
+        "jitter",
+        "duration",
+        lambda d: _duration(d.spec.jitter_seconds),
+        _duration(_spec_default("jitter_seconds")),
+    ),
+    Field("env", "env", lambda d: dict(d.spec.env), {}),
+    Field("cwd", "str", lambda d: d.spec.cwd),
+    Field("shell", "str", lambda d: d.spec.shell, _spec_default("shell")),
+    Field("on_failure", "str", lambda d: d.spec.on_failure),
+    Field("stdin", "str", lambda d: d.spec.stdin),
+    Field("locks", "strings", lambda d: list(d.spec.locks), [], "lock"),
+    # the job's state
+    Field("paused", "bool", lambda d: d.paused, False, None),
+)
+
+BY_KEY: dict[str, Field] = {f.key: f for f in FIELDS}
+TRIGGER_KEYS = tuple(f.key for f in FIELDS if f.chooses_trigger)
+
+
+# ---------------------------------------------------------------------- a job -> its table
+
+
+def full_table(d: Definition) -> dict[str, Any]:
+    """Every key of :data:`FIELDS` with its value (None when unset): what changes compare."""
+    return {f.key: f.get(d) for f in FIELDS}
+
+
+def export_table(d: Definition) -> dict[str, Any]:
+    """The job's table as ``export`` writes it: only values that differ from the defaults
+    (``tz`` of cron and at jobs and ``start`` of fixed-rate jobs always), in the order of
+    :data:`FIELDS`."""
+    out: dict[str, Any] = {}
+    for f in FIELDS:
+        value = f.get(d)
+        if value is None:
+            continue
+        default = f.default_for(d)
+        if default is not ALWAYS and value == default:
+            continue
+        out[f.key] = value
+    return out
+
+
+def export_document(defs: Sequence[Definition]) -> dict[str, Any]:
+    """``{"jobs": {NAME: table}}`` for the definitions, in the order given."""
+    return {"jobs": {d.spec.name: export_table(d) for d in defs}}
+
+
+def dumps(document: Mapping[str, Any], fmt: str = "toml") -> str:
+    """The document as TOML (written with tomli-w) or as indented JSON."""
+    if fmt == "json":
+        return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    import tomli_w
+
+    return tomli_w.dumps(document, multiline_strings=True)
+
+
+def changes(old: Definition | None, new: Definition | None) -> dict[str, list[Any]]:
+    """``{KEY: [old, new]}`` for every key whose value differs, in the order of
+    :data:`FIELDS`. A job that did not exist (or no longer does) is compared through its
+    exported table, so a new job lists the keys a file would hold for it."""
+    if old is None or new is None:
+        side = export_table(new if new is not None else old)  # type: ignore[arg-type]
+        return {k: ([None, v] if old is None else [v, None]) for k, v in side.items()}
+    a, b = full_table(old), full_table(new)
+    return {k: [a[k], b[k]] for k in a if a[k] != b[k]}
+
+
+def show_value(value: Any) -> str:
+    """A value in a line for people: JSON-like, ``none`` for unset."""
+    if value is None:
+        return "none"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def describe_changes(fields_changed: Mapping[str, list[Any]]) -> str:
+    """``FIELD OLD -> NEW; ...``"""
+    return "; ".join(
+        f"{k} {show_value(old)} -> {show_value(new)}" for k, (old, new) in fields_changed.items()
+    )
+
+
+# ---------------------------------------------------------------------- a file -> definitions
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One error of a job file: the line it is on (None when it has none) and a message."""
+
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.message}" if self.line else self.message
+
+
+class FileErrors(UsageError):
+    """A job file with errors: every one is listed, nothing is applied (exit 2)."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = list(problems)
+        n = len(self.problems)
+        super().__init__(f"{n} error{'s' if n != 1 else ''} in the job file; nothing was applied")
+
+
+@dataclass
+class ParsedFile:
+    """The jobs of a file by name (file order), and every problem found."""
+
+    jobs: dict[str, Definition] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def parse_text(text: str, now: datetime, existing: Mapping[str, Job] | None = None) -> ParsedFile:
+    """Read a job file (TOML, or JSON when it starts with ``{``) into definitions, each
+    validated as ``add`` validates its flags. Every problem is collected (never raised),
+    with the line of the key it is about where there is one.
+
+    ``existing`` (the stored jobs by name) keeps what a file need not repeat: a fixed-rate
+    job without ``start`` keeps its phase, and a one-shot time in the past is accepted
+    when it is the job's own (a done one-shot exported and applied again).
+    """
+    out = ParsedFile()
+    stripped = text.lstrip("\ufeff").lstrip()
+    if stripped.startswith("{"):
+        try:
+            document = json.loads(stripped)
+        except json.JSONDecodeError as e:
+            out.problems.append(Problem(e.lineno, f"invalid JSON: {e.msg} (column {e.colno})"))
+            return out
+        lines = _Lines("")
+    else:
+        try:
+            document = tomllib.loads(text.lstrip("\ufeff"))
+        except tomllib.TOMLDecodeError as e:
+            out.problems.append(_toml_problem(str(e), text))
+            return out
+        lines = _Lines(text)
+    if not isinstance(document, dict):
+        out.problems.append(Problem(None, "a job file is an object with a jobs table"))
+        return out
+    for key in document:
+        if key != "jobs":
+            out.problems.append(
+                Problem(
+                    lines.key((), key),
+                    f"unknown key {key!r}: a job file holds only [jobs.NAME] tables",
+                )
+            )
+    jobs = document.get("jobs", {})
+    if not isinstance(jobs, dict):
+        out.problems.append(Problem(lines.key((), "jobs"), "jobs must be a table of jobs"))
+        return out
+    for name, table in jobs.items():
+        where = lines.table(("jobs", name))
+        if not isinstance(table, dict):
+            out.problems.append(Problem(where, f"job {name}: must be a table"))
+            continue
+        job_problems: list[Problem] = []
+        try:
+            specs.check_name(name)
+        except UsageError as e:
+            job_problems.append(Problem(where, str(e)))
+        d = _definition(name, table, now, (existing or {}).get(name), lines, job_problems)
+        out.problems.extend(job_problems)
+        if d is not None and not job_problems:
+            out.jobs[name] = d
+    out.problems.sort(key=lambda p: (p.line is None, p.line or 0))
+    return out
+
+
+_TOML_AT = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
+def _toml_problem(message: str, text: str) -> Problem:
+    if message.endswith("(at end of document)"):
+        end = message.removesuffix("(at end of document)").strip()
+        return Problem(max(1, len(text.splitlines())), f"invalid TOML: {end} (at the end)")
+    m = _TOML_AT.search(message)
+    if m is None:
+        return Problem(None, f"invalid TOML: {message}")
+    text = message[: m.start()].strip()
+    return Problem(int(m.group(1)), f"invalid TOML: {text} (column {m.group(2)})")
+
+
+def _checked(f: Field, value: Any) -> Any:
+    """The file's value of ``f``, type-checked, in the form the CLI's flag takes."""
+    kind = f.kind
+    if kind == "str":
+        if not isinstance(value, str):
+            raise UsageError("must be a string")
+        return value
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UsageError("must be an integer")
+        return value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise UsageError("must be true or false")
+        return value
+    if kind == "duration":
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise UsageError('must be a DURATION such as "90m" (or whole seconds)')
+        return str(value)
+    if kind == "time":
+        if isinstance(value, datetime | date) and not isinstance(value, time):
+            return value.isoformat()
+        if not isinstance(value, str):
+            raise UsageError("must be an ISO 8601 time")
+        return value
+    if kind == "env":
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise UsageError('must be a table of NAME = "value"')
+        return [f"{k}={v}" for k, v in value.items()]
+    if kind == "strings":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise UsageError("must be an array of strings")
+        return value
+    raise AssertionError(f"unknown kind {kind}")
+
+
+def _definition(
+    name: str,
+    table: Mapping[str, Any],
+    now: datetime,
+    existing: Job | None,
+    lines: _Lines,
+    problems: list[Problem],
+) -> Definition | None:
+    path = ("jobs", name)
+
+    def problem(key: str | None, message: str) -> None:
+        line = lines.key(path, key) if key else lines.table(path)
+        problems.append(Problem(line, f"job {name}: {key + ': ' if key else ''}{message}"))
+
+    given: dict[str, Any] = {}
+    for key, value in table.items():
+        f = BY_KEY.get(key)
+        if f is None:
+            problem(key, "unknown key")
+            continue
+        try:
+            given[key] = _checked(f, value)
+        except UsageError as e:
+            problem(key, str(e))
+    changes: dict[str, Any] = {}
+    for key, value in given.items():
+        opt = BY_KEY[key].option_key()
+        if opt is None:
+            continue
+        try:
+            changes.update(specs.policy_changes({opt: value}))
+        except JobctlError as e:
+            problem(key, str(e))
+    command: str | None = None
+    if "command" not in table:
+        problem(None, "command is required")
+    elif "command" in given:
+        try:
+            command = specs.join_command([specs.check_text(given["command"], "command")])
+        except UsageError as e:
+            problem("command", str(e))
+    trigger = None
+    try:
+        trigger = _trigger(given, table, now, existing)
+    except _KeyProblem as e:
+        problem(e.key, e.message)
+    if problems or trigger is None or command is None:
+        return None
+    if trigger.kind is TriggerKind.MANUAL:
+        changes.setdefault("overlap", Overlap.ALLOW)
+    try:
+        spec = JobSpec(name=name, trigger=trigger, command=command, **changes)
+    except TypeError as e:  # pragma: no cover - a field of the table JobSpec lacks
+        problem(None, str(e))
+        return None
+    return Definition(spec, bool(given.get("paused", False)))
+
+
+class _KeyProblem(Exception):
+    def __init__(self, key: str | None, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.message = message
+
+
+def _trigger(
+    given: Mapping[str, Any], table: Mapping[str, Any], now: datetime, existing: Job | None
+) -> Trigger | None:
+    """The trigger keys of a table -> a validated Trigger (None when a key's type was
+    already reported). Raises _KeyProblem."""
+    chosen = [k for k in TRIGGER_KEYS if k in table and table[k] is not False]
+    if len(chosen) != 1:
+        raise _KeyProblem(
+            chosen[1] if len(chosen) > 1 else None,
+            "give exactly one trigger: "
+            + ", ".join(TRIGGER_KEYS)
+            + (f" (got {', '.join(chosen)})" if chosen else ""),
+        )
+    kind = chosen[0]
+    if any(k in table and k not in given for k in (kind, "tz", "start", "after_completion")):
+        return None  # a type error, already reported
+    value = given[kind]
+    try:
+        tz = specs.check_zone(given["tz"]) if "tz" in given else zones.local_zone_name()
+    except UsageError as e:
+        raise _KeyProblem("tz", str(e)) from None
+    for key in ("after_completion", "start"):
+        if key in given and kind != "every":
+            raise _KeyProblem(key, "goes with every")
+    old = existing.trigger if existing is not None else None
+    try:
+        if kind == "cron":
+            return specs.build_trigger(specs.TriggerOptions(cron=value, tz=tz), now)
+        if kind == "reboot":
+            return specs.build_trigger(specs.TriggerOptions(cron="@reboot", tz=tz), now)
+        if kind == "manual":
+            return specs.build_trigger(specs.TriggerOptions(manual=True, tz=tz), now)
+    except UsageError as e:
+        raise _KeyProblem(kind, str(e)) from None
+    if kind == "every":
+        after_completion = bool(given.get("after_completion", False))
+        start = given.get("start")
+        if (
+            start is None
+            and not after_completion
+            and old is not None
+            and old.kind is TriggerKind.INTERVAL
+            and old.anchor is not None
+        ):
+            start = old.anchor.isoformat()  # a file without start keeps the job's phase
+        try:
+            anchor = durations.parse_time(start, tz, now) if start is not None else None
+        except UsageError as e:
+            raise _KeyProblem("start", str(e)) from None
+        try:
+            return specs.build_trigger(
+                specs.TriggerOptions(
+                    every=value,
+                    after_completion=after_completion,
+                    start=anchor.isoformat() if anchor is not None else None,
+                    tz=tz,
+                ),
+                now,
+            )
+        except UsageError as e:
+            raise _KeyProblem("every", str(e)) from None
+    try:
+        at = durations.parse_time(value, tz, now)
+    except UsageError as e:
+        raise _KeyProblem("at", str(e)) from None
+    own = old is not None and old.kind is TriggerKind.ONCE and old.at == at
+    if at <= now and not own:
+        raise _KeyProblem("at", f"{value!r} is in the past")
+    return Trigger(TriggerKind.ONCE, tz=tz, at=at)
+
+
+# ---------------------------------------------------------------------- lines of a TOML text
+
+
+class _Lines:
+    """Where tables and keys sit in a TOML text (1-based lines), for error messages.
+
+    Only what a job file written by hand or by ``export`` holds: ``[a.b]`` headers (bare,
+    ``"quoted"`` or ``'literal'`` parts) and ``key = …`` lines under them.
+    """
+
+    _HEADER = re.compile(r"^\s*\[(?!\[)(.*)\]\s*(?:#.*)?$")
+    _KEY = re.compile(r"""^\s*("(?:[^"\\]|\\.)*"|'[^']*'|[A-Za-z0-9_-]+)\s*=""")
+
+    def __init__(self, text: str) -> None:
+        self._tables: dict[tuple[str, ...], int] = {}
+        self._keys: dict[tuple[tuple[str, ...], str], int] = {}
+        current: tuple[str, ...] = ()
+        in_multiline = False
+        for number, line in enumerate(text.splitlines(), 1):
+            if in_multiline:
+                if line.count('"""') % 2 == 1 or line.count("'''") % 2 == 1:
+                    in_multiline = False
+                continue
+            header = self._HEADER.match(line)
+            if header:
+                current = tuple(_split_dotted(header.group(1)))
+                self._tables.setdefault(current, number)
+                continue
+            key = self._KEY.match(line)
+            if key:
+                self._keys.setdefault((current, _unquote(key.group(1))), number)
+                rest = line[key.end() :]
+                if rest.count('"""') % 2 == 1 or rest.count("'''") % 2 == 1:
+                    in_multiline = True
+
+    def table(self, path: tuple[str, ...]) -> int | None:
+        return self._tables.get(path)
+
+    def key(self, path: tuple[str, ...], key: str) -> int | None:
+        return self._keys.get((path, key)) or self._tables.get((*path, key)) or self.table(path)
+
+
+def _unquote(part: str) -> str:
+    part = part.strip()
+    if len(part) >= 2 and part[0] == part[-1] == '"':
+        try:
+            value = json.loads(part)
+        except ValueError:
+            return part[1:-1]
+        return value if isinstance(value, str) else part
+    if len(part) >= 2 and part[0] == part[-1] == "'":
+        return part[1:-1]
+    return part
+
+
+def _split_dotted(text: str) -> list[str]:
+    parts, buf, quote, escaped = [], "", "", False
+    for ch in text:
+        if quote:
+            buf += ch
+            if escaped:
+                escaped = False
+            elif ch == "\\" and quote == '"':
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+            buf += ch
+        elif ch == ".":
+            parts.append(_unquote(buf))
+            buf = ""
+        else:
+            buf += ch
+    parts.append(_unquote(buf))
+    return parts
+
+
+# ---------------------------------------------------------------------- what applying does
+
+
+@dataclass(frozen=True)
+class Change:
+    """A stored job the file changes: the job as it is, the definition to make it, and
+    ``{KEY: [old, new]}``."""
+
+    job: Job
+    new: Definition
+    fields: dict[str, list[Any]]
+
+    def spec_changes(self) -> dict[str, Any]:
+        """The JobSpec fields to write, as ``edit`` takes them."""
+        old, new = self.job.spec, self.new.spec
+        return {
+            f.name: getattr(new, f.name)
+            for f in fields(JobSpec)
+            if getattr(old, f.name) != getattr(new, f.name)
+        }
+
+
+@dataclass(frozen=True)
+class ApplyPlan:
+    """What applying a file does: jobs to add, to change and to delete (by name order of
+    the file, then of the database)."""
+
+    added: list[Definition]
+    changed: list[Change]
+    removed: list[Job]
+
+    def empty(self) -> bool:
+        return not (self.added or self.changed or self.removed)
+
+    def lines(self) -> list[str]:
+        """``+ NAME``, ``~ NAME: FIELD OLD -> NEW; ...``, ``- NAME`` (SPEC §15)."""
+        out = [f"+ {d.spec.name}" for d in self.added]
+        out += [f"~ {c.job.name}: {describe_changes(c.fields)}" for c in self.changed]
+        out += [f"- {j.name}" for j in self.removed]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "added": [d.spec.name for d in self.added],
+            "changed": [{"name": c.job.name, "fields": c.fields} for c in self.changed],
+            "removed": [j.name for j in self.removed],
+        }
+
+
+def plan_apply(
+    wanted: Mapping[str, Definition],
+    jobs: Sequence[Job],
+    *,
+    prune: bool = False,
+    scope: Sequence[str] | None = None,
+) -> ApplyPlan:
+    """What makes the stored ``jobs`` match ``wanted``. Jobs not in the file are deleted
+    with ``prune`` (all of them) or when named in ``scope`` (``edit -e``: the jobs that
+    were in the edited text). A cancelled or done job keeps its state; only ``paused``
+    moves between paused and active."""
+    by_name = {j.name: j for j in jobs}
+    added, changed = [], []
+    for name, d in wanted.items():
+        job = by_name.get(name)
+        if job is None:
+            added.append(d)
+            continue
+        current = Definition.of(job)
+        if job.state in (JobState.CANCELLED, JobState.DONE):
+            d = Definition(d.spec, current.paused)
+        diff = changes(current, d)
+        if diff:
+            changed.append(Change(job, d, diff))
+    gone = set(by_name) if prune else set(scope or ())
+    removed = [by_name[n] for n in sorted(gone) if n in by_name and n not in wanted]
+    return ApplyPlan(added, changed, removed)
