@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 2).
+-- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 3).
 -- The numbered migrations beside this file (NNNN_*.sql), applied in order to an empty
 -- database, must give exactly this schema; tests/test_postgresql.py checks it.
 -- Everything lives in the schema "jobctl". Times are BIGINT microseconds since the Unix
@@ -51,7 +51,11 @@ CREATE TABLE jobctl.jobs (
     updated_at BIGINT NOT NULL,
     -- retention (SPEC §13): finished runs kept, and for how long (NULL: no age limit)
     keep_runs BIGINT NOT NULL DEFAULT 1000 CHECK (keep_runs >= 0),
-    keep_for_seconds DOUBLE PRECISION
+    keep_for_seconds DOUBLE PRECISION,
+    -- notifications (SPEC §12): [{channel, events}], and when a run is late or long
+    notify TEXT NOT NULL DEFAULT '[]',
+    grace_seconds DOUBLE PRECISION,
+    warn_after_seconds DOUBLE PRECISION
 );
 
 CREATE INDEX jobs_next_run ON jobctl.jobs (next_run_at) WHERE state = 'active';
@@ -266,3 +270,53 @@ $$;
 
 CREATE TRIGGER jobs_tally_delete AFTER DELETE ON jobctl.jobs
     FOR EACH ROW EXECUTE FUNCTION jobctl.forget_tallies();
+
+-- notifications (SPEC §12): channels, the outbox, and the sent/failed counters
+CREATE TABLE jobctl.channels (
+    name TEXT COLLATE "C" PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('webhook', 'email', 'command')),
+    target TEXT NOT NULL,
+    headers TEXT NOT NULL DEFAULT '[]',
+    smtp TEXT,
+    default_events TEXT NOT NULL DEFAULT '',
+    created_at BIGINT NOT NULL
+);
+
+CREATE TABLE jobctl.notifications (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    channel TEXT NOT NULL,
+    cause TEXT NOT NULL,
+    event TEXT NOT NULL CHECK (event IN ('failed', 'dead', 'succeeded', 'recovered', 'missed',
+        'late', 'long', 'anomaly', 'paused')),
+    job_id BIGINT,
+    job_name TEXT,
+    run_id BIGINT,
+    attempt INTEGER,
+    text TEXT NOT NULL,
+    detail TEXT,
+    state TEXT NOT NULL DEFAULT 'pending'
+        CHECK (state IN ('pending', 'sent', 'failed', 'dropped')),
+    tries INTEGER NOT NULL DEFAULT 0,
+    next_try_at BIGINT NOT NULL,
+    leased_by TEXT,
+    lease_until BIGINT,
+    created_at BIGINT NOT NULL,
+    sent_at BIGINT,
+    ended_at BIGINT,
+    last_error TEXT,
+    UNIQUE (cause, channel)
+);
+
+CREATE INDEX notifications_due ON jobctl.notifications (next_try_at) WHERE state = 'pending';
+CREATE INDEX notifications_run ON jobctl.notifications (run_id) WHERE run_id IS NOT NULL;
+CREATE INDEX notifications_job ON jobctl.notifications (job_id, id);
+CREATE INDEX notifications_ended ON jobctl.notifications (state, ended_at);
+
+CREATE TABLE jobctl.notification_counts (
+    channel TEXT NOT NULL,
+    event TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('sent', 'failed')),
+    n BIGINT NOT NULL,
+    PRIMARY KEY (channel, event, state)
+);

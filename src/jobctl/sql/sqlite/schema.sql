@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database (user_version 4).
+-- The whole current schema of a jobctl database (user_version 5).
 -- Migrations in this folder (NNNN_*.sql) applied in order to an empty file must give
 -- exactly this schema; tests/test_store.py checks it.
 -- Times are INTEGER microseconds since the Unix epoch, UTC. Durations are REAL seconds.
@@ -42,7 +42,9 @@ CREATE TABLE jobs (
     -- retention (SPEC §13): finished runs kept, and for how long (NULL: no age limit)
     keep_runs INTEGER NOT NULL DEFAULT 1000 CHECK (keep_runs >= 0),
     keep_for_seconds REAL
-);
+, notify TEXT NOT NULL DEFAULT '[]', grace_seconds REAL, warn_after_seconds REAL);
+-- (the line above is as SQLite's ALTER TABLE ADD COLUMN leaves it: migration 0005 adds
+-- the columns of notifications, SPEC §12)
 
 CREATE INDEX jobs_next_run ON jobs (next_run_at) WHERE state = 'active';
 CREATE INDEX jobs_updated ON jobs (updated_at);
@@ -229,3 +231,53 @@ BEGIN
     DELETE FROM run_tallies WHERE job_id = OLD.id;
     DELETE FROM duration_tallies WHERE job_id = OLD.id;
 END;
+
+-- notifications (SPEC §12): channels, the outbox, and the sent/failed counters
+CREATE TABLE channels (
+    name TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('webhook', 'email', 'command')),
+    target TEXT NOT NULL,
+    headers TEXT NOT NULL DEFAULT '[]',
+    smtp TEXT,
+    default_events TEXT NOT NULL DEFAULT '',
+    created_at INTEGER NOT NULL
+);
+
+CREATE TABLE notifications (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL UNIQUE,
+    channel TEXT NOT NULL,
+    cause TEXT NOT NULL,
+    event TEXT NOT NULL CHECK (event IN ('failed', 'dead', 'succeeded', 'recovered', 'missed',
+        'late', 'long', 'anomaly', 'paused')),
+    job_id INTEGER,
+    job_name TEXT,
+    run_id INTEGER,
+    attempt INTEGER,
+    text TEXT NOT NULL,
+    detail TEXT,
+    state TEXT NOT NULL DEFAULT 'pending'
+        CHECK (state IN ('pending', 'sent', 'failed', 'dropped')),
+    tries INTEGER NOT NULL DEFAULT 0,
+    next_try_at INTEGER NOT NULL,
+    leased_by TEXT,
+    lease_until INTEGER,
+    created_at INTEGER NOT NULL,
+    sent_at INTEGER,
+    ended_at INTEGER,
+    last_error TEXT,
+    UNIQUE (cause, channel)
+);
+
+CREATE INDEX notifications_due ON notifications (next_try_at) WHERE state = 'pending';
+CREATE INDEX notifications_run ON notifications (run_id) WHERE run_id IS NOT NULL;
+CREATE INDEX notifications_job ON notifications (job_id, id);
+CREATE INDEX notifications_ended ON notifications (state, ended_at);
+
+CREATE TABLE notification_counts (
+    channel TEXT NOT NULL,
+    event TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('sent', 'failed')),
+    n INTEGER NOT NULL,
+    PRIMARY KEY (channel, event, state)
+);

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ...errors import SecurityError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 30_000
 
 
