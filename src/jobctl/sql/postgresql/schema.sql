@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 3).
+-- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 4).
 -- The numbered migrations beside this file (NNNN_*.sql), applied in order to an empty
 -- database, must give exactly this schema; tests/test_postgresql.py checks it.
 -- Everything lives in the schema "jobctl". Times are BIGINT microseconds since the Unix
@@ -55,7 +55,9 @@ CREATE TABLE jobctl.jobs (
     -- notifications (SPEC §12): [{channel, events}], and when a run is late or long
     notify TEXT NOT NULL DEFAULT '[]',
     grace_seconds DOUBLE PRECISION,
-    warn_after_seconds DOUBLE PRECISION
+    warn_after_seconds DOUBLE PRECISION,
+    -- the number of its last revision (SPEC §15)
+    revision BIGINT NOT NULL DEFAULT 0
 );
 
 CREATE INDEX jobs_next_run ON jobctl.jobs (next_run_at) WHERE state = 'active';
@@ -94,6 +96,8 @@ CREATE TABLE jobctl.runs (
     -- how the --on-failure command ended
     hook_status TEXT,
     created_at BIGINT NOT NULL,
+    -- the revision of its job when it was created (SPEC §15)
+    job_revision BIGINT,
     UNIQUE (job_id, scheduled_for)
 );
 
@@ -319,4 +323,17 @@ CREATE TABLE jobctl.notification_counts (
     state TEXT NOT NULL CHECK (state IN ('sent', 'failed')),
     n BIGINT NOT NULL,
     PRIMARY KEY (channel, event, state)
+);
+
+-- Every change to a job (SPEC §15): its number, when, who (USER@HOST, api, daemon), from
+-- where, {KEY: [old, new]} and the job's table of the job file after it (JSON).
+CREATE TABLE jobctl.job_revisions (
+    job_id BIGINT NOT NULL REFERENCES jobctl.jobs (id) ON DELETE CASCADE,
+    revision BIGINT NOT NULL,
+    at BIGINT NOT NULL,
+    who TEXT NOT NULL,
+    source TEXT NOT NULL CHECK (source IN ('cli', 'apply', 'import', 'api', 'daemon')),
+    changes TEXT NOT NULL,
+    definition TEXT NOT NULL,
+    PRIMARY KEY (job_id, revision)
 );

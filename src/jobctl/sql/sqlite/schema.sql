@@ -1,7 +1,9 @@
--- The whole current schema of a jobctl database (user_version 5).
+-- The whole current schema of a jobctl database (user_version 6).
 -- Migrations in this folder (NNNN_*.sql) applied in order to an empty file must give
 -- exactly this schema; tests/test_store.py checks it.
 -- Times are INTEGER microseconds since the Unix epoch, UTC. Durations are REAL seconds.
+-- runs.job_revision, added by ALTER TABLE, sits where SQLite
+-- writes it, on the line of the column before it.
 
 CREATE TABLE jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -42,9 +44,9 @@ CREATE TABLE jobs (
     -- retention (SPEC §13): finished runs kept, and for how long (NULL: no age limit)
     keep_runs INTEGER NOT NULL DEFAULT 1000 CHECK (keep_runs >= 0),
     keep_for_seconds REAL
-, notify TEXT NOT NULL DEFAULT '[]', grace_seconds REAL, warn_after_seconds REAL);
+, notify TEXT NOT NULL DEFAULT '[]', grace_seconds REAL, warn_after_seconds REAL, revision INTEGER NOT NULL DEFAULT 0);
 -- (the line above is as SQLite's ALTER TABLE ADD COLUMN leaves it: migration 0005 adds
--- the columns of notifications, SPEC §12)
+-- the columns of notifications, SPEC §12, and 0006 the revision, SPEC §15)
 
 CREATE INDEX jobs_next_run ON jobs (next_run_at) WHERE state = 'active';
 CREATE INDEX jobs_updated ON jobs (updated_at);
@@ -77,7 +79,7 @@ CREATE TABLE runs (
     settings TEXT NOT NULL,
     attempt_base INTEGER NOT NULL DEFAULT 0,
     hook_status TEXT,
-    created_at INTEGER NOT NULL,
+    created_at INTEGER NOT NULL, job_revision INTEGER,
     UNIQUE (job_id, scheduled_for)
 );
 
@@ -280,4 +282,17 @@ CREATE TABLE notification_counts (
     state TEXT NOT NULL CHECK (state IN ('sent', 'failed')),
     n INTEGER NOT NULL,
     PRIMARY KEY (channel, event, state)
+);
+
+-- Every change to a job (SPEC §15): its number, when, who (USER@HOST, api, daemon), from
+-- where, {KEY: [old, new]} and the job's table of the job file after it (JSON).
+CREATE TABLE job_revisions (
+    job_id INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    revision INTEGER NOT NULL,
+    at INTEGER NOT NULL,
+    who TEXT NOT NULL,
+    source TEXT NOT NULL CHECK (source IN ('cli', 'apply', 'import', 'api', 'daemon')),
+    changes TEXT NOT NULL,
+    definition TEXT NOT NULL,
+    PRIMARY KEY (job_id, revision)
 );

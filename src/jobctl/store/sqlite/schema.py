@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ...errors import SecurityError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 BUSY_TIMEOUT_MS = 30_000
 
 

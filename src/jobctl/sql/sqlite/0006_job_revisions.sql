@@ -1,0 +1,17 @@
+-- 0006: jobs as code (SPEC §15). Every change to a job writes a revision in the same
+-- transaction: its number (1, 2, ... per job, the job's `revision`), who and from where,
+-- `changes` ({KEY: [old, new]}, keys of the job file) and `definition` (the job's table
+-- of the job file after the change, what `rollback` goes back to). A run keeps the
+-- revision its job had when the run was created.
+ALTER TABLE jobs ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN job_revision INTEGER;
+CREATE TABLE job_revisions (
+    job_id INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    revision INTEGER NOT NULL,
+    at INTEGER NOT NULL,
+    who TEXT NOT NULL,
+    source TEXT NOT NULL CHECK (source IN ('cli', 'apply', 'import', 'api', 'daemon')),
+    changes TEXT NOT NULL,
+    definition TEXT NOT NULL,
+    PRIMARY KEY (job_id, revision)
+);
