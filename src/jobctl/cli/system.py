@@ -9,10 +9,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import JobctlError, UsageError
-from .base import INT64, Ctx, JobctlGroup, _one_line, cli, pass_ctx
+from .base import INT64, Ctx, JobctlGroup, _one_line, cli, int64, pass_ctx
 
 if TYPE_CHECKING:
     pass
+
+#: more workers than this is a typo, not a machine: each is a process the daemon watches
+MAX_WORKERS = 4096
 
 
 @cli.command()
@@ -39,14 +42,16 @@ def status(obj: Ctx, as_json: bool) -> None:
 @cli.command()
 @click.option(
     "--workers",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_WORKERS),
+    metavar="N",
     default=4,
     show_default=True,
     help="Attempts run at once.",
 )
 @click.option(
     "--reserved",
-    type=click.IntRange(min=0),
+    type=int64(0),
+    metavar="K",
     default=0,
     show_default=True,
     help="Workers kept for runs with priority >= --reserved-priority.",
