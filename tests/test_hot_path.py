@@ -160,8 +160,8 @@ def test_a_finish_says_what_it_wrote_when_a_cancel_was_requested(tmp_path):
 def test_a_success_is_written_as_the_general_finish_writes_it(tmp_path, cancel_requested):
     # a plain success has a statement of its own (fewer parameters): it must leave the
     # row exactly as the general finish statement does, with or without a cancel request
+    from jobctl.store.rows import finish_params
     from jobctl.store.sqlite import sql
-    from jobctl.store.sqlite.rows import finish_params
 
     store = open_store(tmp_path / "j.db")
     d = store.daemon
@@ -383,7 +383,7 @@ def test_hot_path_rows_follow_a_schema_change_under_a_running_daemon(tmp_path):
     import sqlite3
 
     from jobctl.store.sqlite import sql
-    from jobctl.store.sqlite.rows import named
+    from jobctl.store.sqlite.daemon import named
 
     store = open_store(tmp_path / "j.db")
     try:

@@ -468,3 +468,34 @@ def test_a_transaction_aborted_to_break_a_deadlock_is_run_again(pg_url):
             job = s.pause_job("a", T0)
             assert job.state.value == "paused"
             assert admin.execute("SELECT last_value FROM jobctl.tries").fetchone()[0] == 3
+
+
+# ---------------------------------------------------------------- wake-ups
+
+
+def test_each_change_sends_one_notify(pg_url):
+    """A command's change is announced by the store inside its own transaction: one
+    NOTIFY a change, none from a second transaction afterwards (issue 28)."""
+    import psycopg
+
+    _open(pg_url).close()  # the schema exists before the listener starts
+    with psycopg.connect(pg_url, autocommit=True) as listener:
+        listener.execute("LISTEN jobctl")
+
+        def heard() -> list[str]:
+            return [n.payload for n in listener.notifies(timeout=0.5, stop_after=None)]
+
+        env = {**os.environ, "JOBCTL_DB": pg_url}
+
+        def jobctl(*args: str) -> None:
+            subprocess.run([*JOBCTL, *args], env=env, check=True, capture_output=True)
+
+        heard()
+        jobctl("add", "one", "--manual", "--", "true")
+        added = heard()
+        assert len(added) == 1 and added[0].startswith("job:"), added
+        jobctl("run", "one")
+        enqueued = heard()
+        assert len(enqueued) == 1 and enqueued[0].startswith("run:"), enqueued
+        jobctl("pause", "one")
+        assert len(heard()) == 1

@@ -248,10 +248,10 @@ def test_a_window_is_never_recorded_twice(store):
     job = store.add_job(manual("m"), T0)
     w = Window(T0, RunState.PENDING, RunReason.SCHEDULE)
     with store.handle.db.write() as c:
-        from jobctl.store.sqlite.commands import insert_run
+        from jobctl.store.commands import insert_run
 
-        assert insert_run(c, job, w, T0) is not None
-        assert insert_run(c, job, w, T0) is None
+        assert insert_run(store.handle.db, c, job, w, T0) is not None
+        assert insert_run(store.handle.db, c, job, w, T0) is None
 
 
 def test_retry_dead_numbers_attempts_on(store):

@@ -19,7 +19,7 @@ from .errors import StoreError
 from .models import AttemptResult, Decision, Run, RunState, StopReason
 from .reaper import group_alive, kill_group, kill_run_processes
 from .store import Claimed, DaemonStore, Finished
-from .store.protocol import ExpiredLease, FinishItem
+from .store.values import ExpiredLease, FinishItem
 from .worker import CANCEL_GRACE_SECONDS, Child, Hook, build_env, spawn_hook
 
 #: a running attempt's output tail is stored at most this often while it changes

@@ -73,10 +73,6 @@ class Ctx:
 
         return SystemClock().now()
 
-    def poke(self, message: str) -> None:
-        """Tell running daemons that something changed (a hint; the table is the truth)."""
-        self.store().notify(message)
-
     def close(self) -> None:
         if self._store is not None:
             self._store.close()

@@ -63,7 +63,6 @@ def add(
     job = obj.store().add_job(
         spec, next_fire(spec.trigger, now), now, paused=paused, replace_existing=replace_
     )
-    obj.poke(f"job:{job.id}")
     obj.warn_if_no_daemon()
     _emit_job(obj, job, as_json, "replaced" if replace_ else "added")
 
@@ -106,7 +105,6 @@ def edit(
     restart = "trigger" in changes
     nxt = next_fire(changes["trigger"], now) if restart else None
     job = store.edit_job(name, changes, now, next_run_at=nxt, restart_schedule=restart)
-    obj.poke(f"job:{job.id}")
     obj.warn_if_no_daemon()
     _emit_job(obj, job, as_json, "edited")
 
@@ -228,7 +226,6 @@ def next_(
 def pause(obj: Ctx, name: str) -> None:
     """Stop a job firing (its windows are neither run nor recorded)."""
     job = obj.store().pause_job(name, obj.now())
-    obj.poke(f"job:{job.id}")
     click.echo(f"paused {job.name}")
 
 
@@ -242,7 +239,6 @@ def resume(obj: Ctx, name: str) -> None:
 
     store, now = obj.store(), obj.now()
     job = store.resume_job(name, next_fire(store.get_job(name).trigger, now), now)
-    obj.poke(f"job:{job.id}")
     obj.warn_if_no_daemon()
     output.print_lines([f"resumed {job.name}; next run: {output.local_time(job.next_run_at)}"])
 
@@ -254,5 +250,4 @@ def resume(obj: Ctx, name: str) -> None:
 def rm(obj: Ctx, name: str, force: bool) -> None:
     """Delete a job and its whole history."""
     job = obj.store().delete_job(name, force=force)
-    obj.poke(f"job:{job.id}")
     click.echo(f"removed {job.name}")

@@ -169,8 +169,6 @@ def run_(
     run, created = store.enqueue_run(
         name, obj.now(), key=key, env=payload, locks=locks, priority=priority
     )
-    if created:
-        obj.poke(f"run:{run.id}")
     if wait:
         said = "enqueued" if created else f"already exists (key {key})"
         click.echo(output.safe(f"run {run.id} {said}"), err=True)
@@ -358,9 +356,6 @@ def cancel(obj: Ctx, targets: tuple[str, ...], as_json: bool) -> None:
     now = obj.now()
     if all(t.isdigit() for t in targets):
         runs = store.cancel_runs(_run_ids(targets), now)
-        obj.poke("run:cancel")
-        for job_id in sorted({r.job_id for r in runs}):
-            obj.poke(f"job:{job_id}")  # a fixed-delay job moves on when its run ends
         if as_json:
             output.print_json([output.run_json(r) for r in runs])
         else:
@@ -376,7 +371,6 @@ def cancel(obj: Ctx, targets: tuple[str, ...], as_json: bool) -> None:
     from ..specs import check_name
 
     job, ids = store.cancel_job(check_name(targets[0]), now)
-    obj.poke(f"job:{job.id}")
     if as_json:
         output.print_json([output.run_json(store.get_run(i)) for i in ids])
     else:
@@ -404,8 +398,6 @@ def retry_dead(obj: Ctx, targets: tuple[str, ...], all_: bool, as_json: bool) ->
         runs = store.retry_dead(now, job_name=targets[0])
     else:
         raise UsageError("give a job NAME, run ids, or --all")
-    if runs:
-        obj.poke("run:retry")
     if as_json:
         output.print_json([output.run_json(r) for r in runs])
     else:

@@ -219,8 +219,6 @@ def import_crontab(
         rows = importer.preview(plan, now)
     else:
         rows = importer.save_import(obj.store(), plan, now)
-        if any(row.verb != "unchanged" for row in rows):
-            obj.poke("all")
     report = plan.report
     if as_json:
         output.print_json(

@@ -2,7 +2,10 @@
 
 :mod:`.protocol` states what the commands (:class:`~.protocol.CommandStore`) and the
 daemons (:class:`~.protocol.DaemonStore`) may ask, with the ordering, lease and fencing
-rules every backend keeps. :func:`open_store` picks the backend from the location: a
+rules every backend keeps; :mod:`.values` holds what they take and return. The commands'
+logic is written once (:mod:`.commands`, :mod:`.transfer`) over a dialect
+(:mod:`.dialect`); :mod:`.sqlite` and :mod:`.postgresql` hold what truly differs.
+:func:`open_store` picks the backend from the location: a
 ``postgresql://`` or ``postgres://`` URL, or else a SQLite file path.
 """
 
@@ -11,18 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..clock import Clock
-from .protocol import (
-    Claimed,
-    CommandStore,
-    CopiedJob,
-    DaemonStore,
-    DbInfo,
-    Finished,
-    Fired,
-    Renewal,
-    Status,
-    Store,
-)
+from .protocol import CommandStore, DaemonStore, Store
+from .values import Claimed, CopiedJob, DbInfo, Finished, Fired, Renewal, Status
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 

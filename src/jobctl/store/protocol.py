@@ -19,8 +19,7 @@ Rules that hold for every method of every backend:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -31,158 +30,26 @@ from ..models import (
     Decision,
     Job,
     JobSpec,
-    Plan,
     Run,
     RunState,
     WaitFacts,
 )
-
-# ------------------------------------------------------------------------- value types
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """A run this daemon now holds, and (when the lease was taken over) what to kill first."""
-
-    run: Run
-    #: the process group of the attempt that lost this run on this host, if recorded
-    stale_pgid: int | None = None
-    #: the run's previous attempt was lost on this host (its processes may still live)
-    lost_here: bool = False
-
-
-@dataclass(frozen=True)
-class Status:
-    daemons: list[DaemonInfo]
-    counts: dict[str, int]
-    next_due_at: datetime | None
-
-
-@dataclass(frozen=True)
-class Renewal:
-    """What one heartbeat learned: leadership, held runs that were lost, cancel requests."""
-
-    leader: bool
-    lost: frozenset[int]
-    cancel: frozenset[int]
-
-
-@dataclass(frozen=True)
-class Fired:
-    """One job whose due windows were recorded: the inserted run ids and what the plan was."""
-
-    job: Job
-    plan: Plan
-    run_ids: list[int]
-
-
-@dataclass(frozen=True)
-class Finished:
-    """The result of recording an attempt's end. ``state`` is the state written, or None
-    when the write was fenced out (the attempt no longer held the lease)."""
-
-    state: RunState | None
-
-
-@dataclass(frozen=True)
-class FinishItem:
-    """An attempt's end to record (see :meth:`DaemonStore.finish_attempt`)."""
-
-    run_id: int
-    attempt: int
-    result: AttemptResult
-    decision: Decision
-    #: the child's pid when it was not recorded while the attempt ran (a short one)
-    pid: int | None = None
-
-
-@dataclass(frozen=True)
-class TurnResult:
-    """What :meth:`DaemonStore.record_and_claim` did: ``finished`` has one entry per
-    finish passed in, in the same order; ``claimed`` and ``ended`` as :meth:`claim_runs`."""
-
-    finished: list[Finished]
-    claimed: list[Claimed]
-    ended: list[tuple[Run, Decision]]
-
-
-@dataclass(frozen=True)
-class ExpiredLease:
-    """A leased run whose lease ran out under another daemon (it died or was cut off)."""
-
-    run_id: int
-    job_id: int
-    attempt: int
-    max_attempts: int
-    cancel_requested: bool
-
-
-@dataclass(frozen=True)
-class IdleFixedDelay:
-    """A fixed-delay job with no open run and no next window: it moves on from ``ended_at``."""
-
-    job: Job
-    ended_at: datetime
-
-
-@dataclass(frozen=True)
-class DbInfo:
-    backend: str
-    location: str
-    schema_version: int
-    jobs: int
-    runs: int
-    size_bytes: int
-
-
-class Heads(Protocol):
-    """What :meth:`DaemonStore.schedule_heads` returns: sized and iterable."""
-
-    def __len__(self) -> int: ...
-
-    def __iter__(self) -> Iterator[tuple[int, int]]: ...
-
-
-@dataclass(frozen=True)
-class CopiedAttempt:
-    """One attempt of a copied run, with its stored output tail (``db copy``)."""
-
-    attempt: Attempt
-    output: bytes
-
-
-@dataclass(frozen=True)
-class CopiedRun:
-    run: Run
-    attempts: list[CopiedAttempt]
-
-
-@dataclass(frozen=True)
-class CopiedJob:
-    """A job and (with history) its runs, oldest id first."""
-
-    job: Job
-    runs: list[CopiedRun]
-
-
-class Waker(Protocol):
-    """A daemon's end of the wake-ups: readable (``fileno``) when a hint arrived."""
-
-    def fileno(self) -> int: ...
-
-    def drain(self) -> list[str]:
-        """Every hint waiting (``job:ID``, ``run`` or ``all``); never blocks."""
-        ...
-
-    def close(self) -> None: ...
-
-
-#: the planner's decision for one due job, applied inside the firing transaction:
-#: ``(job, has_leased_run) -> Plan | None``
-PlanFn = Callable[[Job, bool], "Plan | None"]
-#: the planner's decision for an expired lease of another daemon
-ExpiredFn = Callable[[ExpiredLease], Decision]
-
+from .values import (
+    Claimed,
+    CopiedJob,
+    DbInfo,
+    ExpiredFn,
+    Finished,
+    FinishItem,
+    Fired,
+    Heads,
+    IdleFixedDelay,
+    PlanFn,
+    Renewal,
+    Status,
+    TurnResult,
+    Waker,
+)
 
 # ------------------------------------------------------------------------- protocols
 
@@ -341,10 +208,6 @@ class CommandStore(Protocol):
         ...
 
     def live_daemons(self, now: datetime) -> list[DaemonInfo]: ...
-
-    def notify(self, message: str) -> None:
-        """A hint to every live daemon that something changed (after the commit)."""
-        ...
 
     def info(self) -> DbInfo: ...
 

@@ -1,16 +1,23 @@
-"""A whole database as values (:class:`~.protocol.CopiedJob`), for ``db copy`` (SPEC §7):
-read through the commands' protocol from one backend, loaded whole into another by its
-``load_copy``."""
+"""A whole database as values (:class:`~.values.CopiedJob`), for ``db copy`` (SPEC §7):
+read through the commands' protocol from one backend, and loaded whole into another in one
+transaction of its dialect."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..clock import to_us
+from ..errors import Conflict
 from ..models import Run
-from .protocol import CommandStore, CopiedAttempt, CopiedJob, CopiedRun
+from .dialect import Dialect
+from .rows import spec_columns
+from .values import CopiedAttempt, CopiedJob, CopiedRun
+
+if TYPE_CHECKING:
+    from .protocol import CommandStore
 
 #: ``list_runs`` with this limit returns every run
 ALL_RUNS = 2**62
@@ -40,8 +47,6 @@ def read_all(commands: CommandStore, *, history: bool) -> list[CopiedJob]:
 def job_columns(copied: CopiedJob, now: datetime, *, history: bool) -> dict[str, Any]:
     """The target's ``jobs`` row: the spec, state and schedule as they were; without
     ``history`` no trace of past runs (``missed_total`` 0, no boot recorded)."""
-    from .sqlite.commands import spec_columns
-
     job = copied.job
     cols = spec_columns(job.spec)
     windows = [to_us(r.run.scheduled_for) for r in copied.runs]
@@ -105,3 +110,38 @@ def attempt_columns(a: CopiedAttempt, run_id: int) -> dict[str, Any]:
         "host": at.host,
         "pid": at.pid,
     }
+
+
+def _insert(db: Dialect, c: Any, table: str, cols: dict[str, Any], *, returning: bool) -> int:
+    sql = db.q.insert_row.format(
+        table=table, names=", ".join(cols), named=", ".join(db.named(k) for k in cols)
+    )
+    if not returning:
+        c.execute(sql, cols)
+        return 0
+    return int(c.execute(sql + " RETURNING id", cols).fetchone()["id"])
+
+
+def load_copy(db: Dialect, jobs: Sequence[CopiedJob], now: datetime, *, history: bool) -> int:
+    """Insert every job (and its runs and attempts) with new ids, in one transaction.
+    Refused (Conflict) when the database already holds a job. Returns how many jobs."""
+    with db.write() as c:
+        db.lock_for_copy(c)  # no add meanwhile
+        held = c.execute(db.q.count_jobs).fetchone()["n"]
+        if held:
+            raise Conflict(f"the target database holds {held} jobs; db copy fills an empty one")
+        for copied in jobs:
+            job_id = _insert(
+                db, c, "jobs", job_columns(copied, now, history=history), returning=True
+            )
+            for cr in copied.runs:
+                cols = run_columns(cr.run, job_id)
+                db.copied_run(cols, copied.job.spec.overlap.value)
+                run_id = _insert(db, c, "runs", cols, returning=True)
+                for lock in cr.run.locks:
+                    c.execute(db.q.insert_run_lock, (run_id, lock))
+                db.copied_locks(c, run_id, cr.run.state.value, cr.run.locks)
+                for a in cr.attempts:
+                    _insert(db, c, "attempts", attempt_columns(a, run_id), returning=False)
+        db.announce("all")
+    return len(jobs)

@@ -97,7 +97,6 @@ async def create_job(web: Web, request: Request) -> Response:
 
     def write(store: Store) -> dict[str, Any]:
         job = store.add_job(spec, next_fire(spec.trigger, now), now, paused=paused)
-        web.poke(store, f"job:{job.id}")
         return output.job_json(job, None)
 
     return JSONResponse(await web.db(write), status_code=201)
@@ -126,7 +125,6 @@ async def patch_job(web: Web, request: Request) -> Response:
         restart = "trigger" in changes
         nxt = next_fire(changes["trigger"], now) if restart else None
         job = store.edit_job(name, changes, now, next_run_at=nxt, restart_schedule=restart)
-        web.poke(store, f"job:{job.id}")
         return job_out(store, job)
 
     return JSONResponse(await web.db(write))
@@ -138,8 +136,7 @@ async def delete_job(web: Web, request: Request) -> Response:
     await _no_body(web, request)
 
     def write(store: Store) -> None:
-        job = store.delete_job(name, force=force)
-        web.poke(store, f"job:{job.id}")
+        store.delete_job(name, force=force)
 
     await web.db(write)
     return Response(status_code=204)
@@ -160,7 +157,6 @@ def _job_action(action: str) -> Handler:
 
         def write(store: Store) -> dict[str, Any]:
             job = pause_or_resume(store, action, name, now)
-            web.poke(store, f"job:{job.id}")
             return job_out(store, job)
 
         return JSONResponse(await web.db(write))
@@ -177,8 +173,6 @@ async def enqueue_run(web: Web, request: Request) -> Response:
         run, created = store.enqueue_run(
             name, now, key=req.key, env=req.env, locks=req.locks, priority=req.priority
         )
-        if created:
-            web.poke(store, f"run:{run.id}")
         data = output.run_json(run)
         data["created"] = created
         return data, created
@@ -221,7 +215,6 @@ async def cancel_run(web: Web, request: Request) -> Response:
 
     def write(store: Store) -> dict[str, Any]:
         (run,) = store.cancel_runs([run_id], now)
-        web.poke(store, "run:cancel", f"job:{run.job_id}")
         return output.run_json(run)
 
     return JSONResponse(await web.db(write))
@@ -234,7 +227,6 @@ async def retry_run(web: Web, request: Request) -> Response:
 
     def write(store: Store) -> dict[str, Any]:
         (run,) = store.retry_dead(now, run_ids=[run_id])
-        web.poke(store, "run:retry")
         return output.run_json(run)
 
     return JSONResponse(await web.db(write))

@@ -83,11 +83,6 @@ class Web:
 
         return await run_in_threadpool(work)
 
-    def poke(self, store: CommandStore, *messages: str) -> None:
-        """Wake running daemons after a change, as the CLI does (a hint only)."""
-        for m in messages:
-            store.notify(m)
-
 
 async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     """The request body, refused (BodyTooLarge) past ``limit`` bytes: at once on its

@@ -339,20 +339,16 @@ def _action(kind: str, verb: str) -> Any:
 def _job_verb(web: Web, store: Store, verb: str, name: str, now: datetime) -> str:
     if verb == "run":
         run, _ = store.enqueue_run(name, now)
-        web.poke(store, f"run:{run.id}")
         return f"/runs/{run.id}"
     job = pause_or_resume(store, verb, name, now)
-    web.poke(store, f"job:{job.id}")
     return f"/jobs/{quote(job.name)}"
 
 
 def _run_verb(web: Web, store: Store, verb: str, run_id: int, now: datetime) -> str:
     if verb == "cancel":
-        (run,) = store.cancel_runs([run_id], now)
-        web.poke(store, "run:cancel", f"job:{run.job_id}")
+        store.cancel_runs([run_id], now)
     else:
         store.retry_dead(now, run_ids=[run_id])
-        web.poke(store, "run:retry")
     return f"/runs/{run_id}"
 
 

@@ -2,12 +2,13 @@
 for any number of daemons on any number of hosts.
 
 :func:`open_postgres` gives a :class:`PostgresStore` with its two faces over one
-connection: :attr:`~PostgresStore.commands` (:class:`~.commands.PgCommands`) and
-:attr:`~PostgresStore.daemon` (:class:`~.daemon.PgDaemonStore`). psycopg (the
-``jobctl[postgresql]`` extra) is imported when a store is opened, never by importing
-:mod:`jobctl.store` for a SQLite file. Layers, one idea a module: :mod:`.url` (no
-driver) › :mod:`.schema` › :mod:`.db` (open, migrate, transactions, reconnects, NOTIFY)
-› :mod:`.commands` › :mod:`.daemon`; :mod:`.waker` is a daemon's LISTEN connection.
+connection: :attr:`~PostgresStore.commands` (the shared
+:class:`~jobctl.store.commands.Commands`) and :attr:`~PostgresStore.daemon`
+(:class:`~.daemon.PgDaemonStore`). psycopg (the ``jobctl[postgresql]`` extra) is
+imported when a store is opened, never by importing :mod:`jobctl.store` for a SQLite
+file. Layers, one idea a module: :mod:`.url` (no driver) › :mod:`.schema` › :mod:`.sql`
+› :mod:`.db` (the dialect: open, migrate, transactions, reconnects, NOTIFY) ›
+:mod:`.daemon`; :mod:`.waker` is a daemon's LISTEN connection.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from ...clock import Clock
+from ..commands import Commands
 from ..protocol import CommandStore
-from .commands import PgCommands
 from .daemon import PgDaemonStore
 from .db import EXTRA_MISSING, PgDb, load_driver
 from .schema import SCHEMA_VERSION
@@ -33,7 +34,7 @@ class PostgresStore:
         self.db = db
         #: the URL without its password
         self.location = db.location
-        self.commands: CommandStore = PgCommands(db)
+        self.commands: CommandStore = Commands(db)
         self.daemon = PgDaemonStore(db)
 
     @classmethod
@@ -80,7 +81,6 @@ class ServerClock:
 __all__ = [
     "EXTRA_MISSING",
     "SCHEMA_VERSION",
-    "PgCommands",
     "PgDaemonStore",
     "PostgresStore",
     "ServerClock",

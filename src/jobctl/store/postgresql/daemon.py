@@ -20,13 +20,14 @@ make two runs of one window.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from ...clock import from_us, to_us
-from ...errors import Conflict, NotFound
+from ...errors import Conflict, NotFound, StoreError
 from ...models import (
     MAX_SKIPPED_ROWS,
     AttemptResult,
@@ -39,7 +40,17 @@ from ...models import (
     RunState,
     Window,
 )
-from ..protocol import (
+from ..commands import insert_run, run_by_id
+from ..dialect import retrying
+from ..rows import (
+    finish_params,
+    job_from_row,
+    next_claim_time,
+    opt_us,
+    output_params,
+    run_from_row,
+)
+from ..values import (
     Claimed,
     ExpiredFn,
     ExpiredLease,
@@ -51,16 +62,7 @@ from ..protocol import (
     Renewal,
     TurnResult,
 )
-from ..sqlite.rows import (
-    finish_params,
-    job_from_row,
-    next_claim_time,
-    opt_us,
-    output_params,
-    run_from_row,
-)
-from .commands import RUN_BY_ID, insert_run, run_by_id
-from .db import PgDb, retrying
+from .db import PgDb
 from .waker import Waker
 
 #: candidates read per round of a claim
@@ -311,7 +313,8 @@ class PgDaemonStore:
 
     def notify(self, message: str) -> None:
         """A hint to the daemons of every host (NOTIFY; the writes announce themselves)."""
-        self.db.notify(message)
+        with contextlib.suppress(StoreError), self.db.write():
+            self.db.announce(message)
 
     def leader_lease_expiry(self) -> datetime | None:
         rows = self.db.read("SELECT holder, expires_at FROM scheduler_lease WHERE id = 1")
@@ -400,7 +403,9 @@ class PgDaemonStore:
                         "AND created_at < %(now)s",
                         {"now": now_us, "job_id": job_id},
                     )
-                ids = [i for w in p.windows if (i := insert_run(c, job, w, now)) is not None]
+                ids = [
+                    i for w in p.windows if (i := insert_run(self.db, c, job, w, now)) is not None
+                ]
                 c.execute(
                     "DELETE FROM runs WHERE job_id = %(job_id)s AND state = 'skipped' "
                     "AND skip_reason = 'missed' AND id NOT IN (SELECT id FROM runs "
@@ -429,7 +434,11 @@ class PgDaemonStore:
                 return None
             job = job_from_row(row)
             run_id = insert_run(
-                c, job, Window(now, RunState.PENDING, RunReason.SCHEDULE, not_before=now), now
+                self.db,
+                c,
+                job,
+                Window(now, RunState.PENDING, RunReason.SCHEDULE, not_before=now),
+                now,
             )
             self._move_schedule(
                 c,
@@ -514,7 +523,7 @@ class PgDaemonStore:
                 },
             )
             if decision.state in (RunState.DEAD, RunState.CANCELLED):
-                ended.append((run_by_id(c, lease.run_id), decision))
+                ended.append((run_by_id(self.db, c, lease.run_id), decision))
         return ended
 
     def claim_runs(
@@ -615,7 +624,7 @@ class PgDaemonStore:
                 c.execute(INSERT_ATTEMPT, (run_id, attempt, now_us, daemon_id, host))
         except self.db.psycopg.errors.UniqueViolation:
             return None  # the database's own rule caught what the checks let through
-        return run_by_id(c, run_id)
+        return run_by_id(self.db, c, run_id)
 
     def next_claim_at(self, daemon_id: str, now: datetime) -> datetime | None:
         now_us = to_us(now)
@@ -744,7 +753,7 @@ class PgDaemonStore:
         """Nothing put off: the server does its own upkeep."""
 
     def get_run(self, run_id: int) -> Run:
-        rows = self.db.read(RUN_BY_ID, (run_id,))
+        rows = self.db.read(self.db.q.run_by_id, (run_id,))
         if not rows:
             raise NotFound(f"no run with id {run_id}")
         return run_from_row(rows[0])

@@ -12,14 +12,15 @@ hammers a server that is down and never exits for it.
 from __future__ import annotations
 
 import contextlib
-import functools
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Self, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import Any, Self
 
 from ...errors import NotFound, StoreError
+from ..dialect import Retryable
 from .schema import SCHEMA_VERSION, current_version, migrate, refuse_newer
+from .sql import QUERIES
 from .url import insecure_reason, redact
 
 EXTRA_MISSING = "PostgreSQL support is not installed: pip install 'jobctl[postgresql]' (psycopg 3)"
@@ -30,43 +31,9 @@ CONNECT_TIMEOUT_SECONDS = 10
 CHANNEL = "jobctl"
 
 
-T = TypeVar("T")
-
 #: a deadlock or a serialization failure: the server rolled the transaction back whole,
 #: so running it again from the start is safe
 RETRYABLE_SQLSTATES = ("40P01", "40001")
-#: how often one operation is tried before its error is reported
-MAX_TRIES = 5
-
-
-class Retryable(StoreError):
-    """A transaction the server aborted to break a deadlock (nothing of it was kept)."""
-
-
-def retrying(cls: type[T]) -> type[T]:
-    """Run each public method of a store face again when the server aborted its transaction
-    to break a deadlock (two writers locking a job and its runs in opposite order). Only an
-    outermost call retries: one inside a batch lets the batch's own call start over."""
-    for name, fn in list(vars(cls).items()):
-        if name.startswith("_") or not callable(fn):
-            continue
-
-        def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-            @functools.wraps(fn)
-            def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-                for attempt in range(1, MAX_TRIES + 1):
-                    try:
-                        return fn(self, *args, **kwargs)
-                    except Retryable:
-                        if self.db._in_batch or attempt == MAX_TRIES:
-                            raise
-                        time.sleep(0.005 * attempt)
-                raise AssertionError("unreachable")
-
-            return method
-
-        setattr(cls, name, wrap(fn))
-    return cls
 
 
 def load_driver() -> Any:
@@ -102,7 +69,11 @@ def connect(url: str) -> Any:
 
 
 class PgDb:
-    """One connection to a jobctl database on PostgreSQL. Open with :meth:`open`."""
+    """One connection to a jobctl database on PostgreSQL, the
+    :class:`~jobctl.store.dialect.Dialect` of this backend. Open with :meth:`open`."""
+
+    backend = "postgresql"
+    q = QUERIES
 
     def __init__(self, url: str, conn: Any) -> None:
         self.url = url
@@ -110,7 +81,7 @@ class PgDb:
         self.location = redact(url)
         self.conn = conn
         self.psycopg = load_driver()
-        self._in_batch = False
+        self.in_batch = False
         self._batch_cur: Any = None
         self._notes: list[str] = []
         self._backoff = FIRST_BACKOFF_SECONDS
@@ -191,22 +162,22 @@ class PgDb:
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
         """One transaction for several named writes: each ``write()`` inside joins it."""
-        if self._in_batch:
+        if self.in_batch:
             yield
             return
         with self.write():
-            self._in_batch = True
+            self.in_batch = True
             try:
                 yield
             finally:
-                self._in_batch = False
+                self.in_batch = False
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Any]:
         """A transaction (READ COMMITTED): committed on success, rolled back on error.
         Notifications queued with :meth:`announce` are sent inside it, so they are
         delivered exactly when the change is visible. Inside :meth:`batch` it joins."""
-        if self._in_batch:
+        if self.in_batch:
             yield self._batch_cur
             return
         conn = self._live()
@@ -228,11 +199,6 @@ class PgDb:
         """Announce ``message`` to every daemon when the current transaction commits."""
         self._notes.append(message)
 
-    def notify(self, message: str) -> None:
-        """Announce ``message`` now (after a change already committed). A hint only."""
-        with contextlib.suppress(StoreError), self.write():
-            self.announce(message)
-
     def read(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         conn = self._live()
         try:
@@ -246,3 +212,45 @@ class PgDb:
         if not rows:
             return None
         return next(iter(rows[0].values()))
+
+    # ---------------------------------------------------------------- the dialect
+
+    @staticmethod
+    def marks(n: int) -> str:
+        return ", ".join(["%s"] * n)
+
+    @staticmethod
+    def named(name: str) -> str:
+        return f"%({name})s"
+
+    def lock_name(self, c: Any, name: str) -> None:
+        """Two adds of one new name at once: the second waits here, then sees the first."""
+        c.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("job:" + name,))
+
+    def lock_for_copy(self, c: Any) -> None:
+        c.execute("LOCK TABLE jobs IN SHARE ROW EXCLUSIVE MODE")
+
+    def copied_run(self, cols: dict[str, Any], overlap: str) -> None:
+        """A copied leased run of a forbid/replace job holds its job's overlap slot here."""
+        cols["exclusive"] = overlap in ("forbid", "replace") and cols["state"] == "leased"
+
+    def copied_locks(self, c: Any, run_id: int, state: str, locks: Sequence[str]) -> None:
+        """A copied leased run holds its locks here too."""
+        if state != "leased":
+            return
+        for lock in locks:
+            c.execute(
+                "INSERT INTO held_locks (name, run_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                (lock, run_id),
+            )
+
+    def size_bytes(self) -> int:
+        return int(
+            self.scalar(
+                "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "WHERE c.relnamespace = 'jobctl'::regnamespace AND c.relkind = 'r'"
+            )
+        )
+
+    def schema_version(self) -> int:
+        return int(self.scalar("SELECT version FROM schema_version") or SCHEMA_VERSION)

@@ -1,15 +1,17 @@
 """The SQLite backend: one file, WAL, ``BEGIN IMMEDIATE`` for every write.
 
 :class:`SqliteStore` is an open file with its two faces, built by composition over one
-:class:`~.db.Db`: :attr:`commands` (:class:`~.commands.SqliteCommands`) and :attr:`daemon`
-(:class:`~.daemon.SqliteDaemonStore`). Every statement lives in :mod:`.sql`.
+:class:`~.db.Db` (the SQLite dialect): :attr:`commands` (the shared
+:class:`~jobctl.store.commands.Commands`) and :attr:`daemon`
+(:class:`~.daemon.SqliteDaemonStore`). Every statement lives in :mod:`.sql` or in
+:mod:`jobctl.store.queries`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .commands import SqliteCommands
+from ..commands import Commands
 from .daemon import SqliteDaemonStore
 from .db import Db
 from .schema import SCHEMA_VERSION, check_ownership, migrations, schema_sql, split_statements
@@ -23,7 +25,7 @@ class SqliteStore:
     def __init__(self, db: Db) -> None:
         self.db = db
         self.location = str(db.path)
-        self.commands = SqliteCommands(db)
+        self.commands = Commands(db)
         self.daemon = SqliteDaemonStore(db)
 
     @classmethod
@@ -45,7 +47,6 @@ class SqliteStore:
 __all__ = [
     "SCHEMA_VERSION",
     "Db",
-    "SqliteCommands",
     "SqliteDaemonStore",
     "SqliteStore",
     "check_ownership",

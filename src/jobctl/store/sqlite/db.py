@@ -1,4 +1,5 @@
-"""A SQLite database file: opening it (permissions, WAL, migrations) and its transactions."""
+"""A SQLite database file: opening it (permissions, WAL, migrations), its transactions, and
+its wake-ups: the :class:`~jobctl.store.dialect.Dialect` of the SQLite backend."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Any
 
 from ...errors import NotFound, StoreError
 from .schema import BUSY_TIMEOUT_MS, SCHEMA_VERSION, migrations, split_statements
+from .sql import QUERIES, WAKE_ADDRESSES
+from .wake import poke
 
 #: the write-ahead log size (pages) at which a daemon's own commit checkpoints it; the
 #: daemon checkpoints when it goes idle (:meth:`Db.checkpoint`), so a burst of commits
@@ -24,11 +27,22 @@ DAEMON_WAL_LIMIT_BYTES = 4 * 1024 * 1024
 class Db:
     """One connection to a jobctl SQLite file. Open with :meth:`open`."""
 
+    backend = "sqlite"
+    q = QUERIES
+    #: one writer at a time: no transaction is ever aborted to be run again
+    in_batch = False
+
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
+        self.location = str(path)
         #: committed since the last :meth:`checkpoint`
         self.wrote = False
+        #: wake-ups to send once the current transaction commits
+        self._notes: list[str] = []
+        #: the wake addresses of the other daemons, kept by a daemon's own store (renewed
+        #: at each heartbeat); None: read them from the file after each commit
+        self.peers: list[str] | None = None
 
     @classmethod
     def open(cls, path: Path | str, *, create: bool = True) -> Db:
@@ -178,6 +192,60 @@ class Db:
                 self._rollback()
                 raise StoreError(f"database error: {e}") from None
             self.wrote = True
+            if self._notes:
+                self._wake()
+        finally:
+            self._notes.clear()
+
+    # ---------------------------------------------------------------- the dialect
+
+    def announce(self, message: str) -> None:
+        """Wake the daemons with ``message`` once the current transaction commits."""
+        self._notes.append(message)
+
+    def _wake(self) -> None:
+        """A datagram per message to each daemon (hints only: the table is the truth; a
+        lost one delays a daemon until its next renewal re-reads what changed)."""
+        addresses = self.peers
+        if addresses is None:
+            try:
+                addresses = [r[0] for r in self.conn.execute(WAKE_ADDRESSES).fetchall()]
+            except sqlite3.DatabaseError:
+                return
+        for message in dict.fromkeys(self._notes):
+            poke(addresses, message)
+
+    @staticmethod
+    def marks(n: int) -> str:
+        return ", ".join("?" * n)
+
+    @staticmethod
+    def named(name: str) -> str:
+        return f":{name}"
+
+    def lock_name(self, c: Any, name: str) -> None:
+        """Nothing to lock: ``BEGIN IMMEDIATE`` already made this the only writer."""
+
+    def lock_for_copy(self, c: Any) -> None:
+        """Nothing to lock: ``BEGIN IMMEDIATE`` already made this the only writer."""
+
+    def copied_run(self, cols: dict[str, Any], overlap: str) -> None:
+        """A copied run needs nothing more here (the claim reads the rules off the rows)."""
+
+    def copied_locks(self, c: Any, run_id: int, state: str, locks: Sequence[str]) -> None:
+        """Nothing more than ``run_locks``."""
+
+    def size_bytes(self) -> int:
+        size = 0
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                size += os.stat(str(self.path) + suffix).st_size
+            except OSError:
+                pass
+        return size
+
+    def schema_version(self) -> int:
+        return SCHEMA_VERSION
 
     def defer_checkpoints(self) -> None:
         """Leave the checkpoints of the write-ahead log to :meth:`checkpoint` (a daemon

@@ -1,4 +1,5 @@
-"""Every SQL statement of the SQLite store, by name. Nothing else in jobctl holds SQL text.
+"""The statements of the SQLite backend, by name: the commands' (:mod:`jobctl.store.queries`,
+written once for both backends) with SQLite's fragments, and the daemon's own.
 
 Named parameters (``:now``) where a statement takes more than two; times are integer
 microseconds since the epoch.
@@ -6,97 +7,24 @@ microseconds since the epoch.
 
 from __future__ import annotations
 
-# ---------------------------------------------------------------------------- reads
+from ..queries import (
+    JOB_FREE,
+    LOCKS_FREE,
+    RUN_DUE,
+    RUN_OPEN,
+    Fragments,
+    queries,
+)
+
+QUERIES = queries(
+    Fragments(lines_of=lambda column: f"group_concat({column}, char(10))", for_update="")
+)
 
 # a run with its job's name, its locks, and its last attempt's start, end and host
-RUN_SELECT = """
-SELECT runs.*, jobs.name AS job_name,
-       (SELECT group_concat(name, char(10)) FROM run_locks
-        WHERE run_locks.run_id = runs.id) AS lock_list,
-       la.started_at AS attempt_started_at, la.finished_at AS attempt_finished_at,
-       la.host AS attempt_host
-FROM runs JOIN jobs ON jobs.id = runs.job_id
-LEFT JOIN attempts la ON la.run_id = runs.id AND la.attempt = runs.attempt
-"""
-RUN_BY_ID = RUN_SELECT + " WHERE runs.id = ?"
-
-JOB_BY_NAME = "SELECT * FROM jobs WHERE name = ?"
+RUN_SELECT = QUERIES.run_select
+RUN_BY_ID = QUERIES.run_by_id
 JOB_BY_ID = "SELECT * FROM jobs WHERE id = ?"
-JOB_ID_BY_NAME = "SELECT id FROM jobs WHERE name = ?"
-JOBS_ALL = "SELECT * FROM jobs ORDER BY name"
-JOB_NAMES = "SELECT name FROM jobs ORDER BY name"
-LAST_RUNS = (
-    RUN_SELECT
-    + """
-WHERE runs.id IN (
-    SELECT MAX(id) FROM runs WHERE state != 'skipped' {only} GROUP BY job_id
-)"""
-)
-LIST_RUNS = RUN_SELECT + " {where} ORDER BY runs.scheduled_for DESC, runs.id DESC LIMIT ?"
-ATTEMPTS_OF_RUN = "SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt"
-LAST_ATTEMPT = "SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt DESC LIMIT 1"
-ONE_ATTEMPT = "SELECT * FROM attempts WHERE run_id = ? AND attempt = ?"
-RUN_EXISTS = "SELECT state FROM runs WHERE id = ?"
-RUN_BY_KEY = "SELECT id FROM runs WHERE job_id = ? AND run_key = ?"
-WINDOW_TAKEN = "SELECT 1 FROM runs WHERE job_id = ? AND scheduled_for = ?"
-LEASED_OF_JOB = "SELECT COUNT(*) FROM runs WHERE job_id = ? AND state = 'leased'"
-OPEN_RUN_IDS_OF_JOB = (
-    "SELECT id FROM runs WHERE job_id = ? AND state IN ('pending', 'failed', 'leased')"
-)
-# windows the scheduler recorded ahead of their time (scheduler.FIRE_AHEAD_SECONDS) that
-# have not come yet: a pause, an edit or a cancel of their job takes them back
-WITHDRAW_EARLY_RUNS = """
-DELETE FROM runs WHERE job_id = ? AND state = 'pending' AND attempt = 0
-    AND reason = 'schedule' AND scheduled_for > ?
-RETURNING scheduled_for
-"""
-DEAD_IDS_OF_JOB = "SELECT id FROM runs WHERE job_id = ? AND state = 'dead'"
-DEAD_IDS = "SELECT id FROM runs WHERE state = 'dead'"
-COUNTS_BY_STATE = "SELECT state, COUNT(*) FROM runs GROUP BY state"
-NEXT_WINDOW = "SELECT MIN(next_run_at) FROM jobs WHERE state = 'active'"
-NEXT_DUE_RUN = "SELECT MIN(not_before) FROM runs WHERE state IN ('pending', 'failed')"
-COUNT_JOBS = "SELECT COUNT(*) FROM jobs"
-COUNT_RUNS = "SELECT COUNT(*) FROM runs"
-
-# ---------------------------------------------------------------------------- jobs
-
-INSERT_JOB = "INSERT INTO jobs ({names}) VALUES ({marks})"
-UPDATE_JOB = "UPDATE jobs SET {sets} WHERE id = ?"
-PAUSE_JOB = "UPDATE jobs SET state = 'paused', next_run_at = NULL, updated_at = ? WHERE id = ?"
-RESUME_JOB = (
-    "UPDATE jobs SET state = 'active', schedule_from = ?, next_run_at = ?, updated_at = ? "
-    "WHERE id = ?"
-)
-CANCEL_JOB = "UPDATE jobs SET state = 'cancelled', next_run_at = NULL, updated_at = ? WHERE id = ?"
-DELETE_JOB = "DELETE FROM jobs WHERE id = ?"
-
-# ---------------------------------------------------------------------------- runs
-
-INSERT_RUN = """
-INSERT INTO runs (job_id, scheduled_for, state, skip_reason, reason, catchup_from, attempt,
-    max_attempts, not_before, priority, run_key, env, settings, created_at, finished_at)
-VALUES (:job_id, :scheduled_for, :state, :skip_reason, :reason, :catchup_from, 0,
-    :max_attempts, :not_before, :priority, :run_key, :env, :settings, :now, :finished_at)
-ON CONFLICT (job_id, scheduled_for) DO NOTHING
-RETURNING id
-"""
-INSERT_RUN_LOCK = "INSERT INTO run_locks (run_id, name) VALUES (?, ?)"
-CANCEL_WAITING_RUN = """
-UPDATE runs SET state = 'cancelled', finished_at = ?, last_error = COALESCE(last_error, 'cancelled')
-WHERE id = ? AND state IN ('pending', 'failed')
-"""
-REQUEST_CANCEL = "UPDATE runs SET cancel_requested = 1 WHERE id = ? AND state = 'leased'"
-RETRY_DEAD = """
-UPDATE runs SET state = 'pending', attempt_base = attempt,
-    max_attempts = attempt + (SELECT retries + 1 FROM jobs WHERE jobs.id = runs.job_id),
-    not_before = ?, finished_at = NULL, leased_by = NULL, lease_until = NULL,
-    cancel_requested = 0, hook_status = NULL
-WHERE id = ?
-"""
-PRUNE = """
-DELETE FROM runs WHERE state IN ('succeeded', 'dead', 'cancelled', 'skipped')
-AND COALESCE(finished_at, scheduled_for) < ?
-"""
+INSERT_RUN_LOCK = QUERIES.insert_run_lock
 
 # ---------------------------------------------------------------------------- daemons
 
@@ -108,10 +36,6 @@ ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,
     expires_at = excluded.expires_at
 """
 DELETE_DAEMON = "DELETE FROM daemons WHERE id = ?"
-LIVE_DAEMONS = """
-SELECT d.*, (SELECT holder FROM scheduler_lease WHERE id = 1 AND expires_at >= :now) AS leader
-FROM daemons d WHERE d.expires_at >= :now ORDER BY d.started_at
-"""
 WAKE_ADDRESSES = "SELECT wake_address FROM daemons WHERE wake_address IS NOT NULL"
 LOCAL_DAEMONS = (
     "SELECT id, pid FROM daemons WHERE host = ? AND boot_id = ? AND expires_at >= ? AND id != ?"
@@ -225,30 +149,7 @@ UPDATE runs SET state = :state, last_error = :error, leased_by = NULL, lease_unt
 WHERE id = :run_id AND state = 'leased'
 """
 
-# The claim's rules (SPEC §5, §9), one named piece each, over the row ``runs`` (and, in
-# the job pieces, its job ``j``). CLAIMABLE and WAITING are both built from these, so
-# ``inspect`` can never say a run is free while the claim passes it by, nor the reverse.
-RUN_OPEN = "runs.state IN ('pending', 'failed')"
-RUN_DUE = "runs.not_before <= :now"
-# another run holding one of this run's locks: leased, and sharing a lock name
-LOCK_HOLDERS = """
-    FROM run_locks mine
-    JOIN run_locks other ON other.name = mine.name AND other.run_id != mine.run_id
-    JOIN runs holder ON holder.id = other.run_id
-    WHERE mine.run_id = runs.id AND holder.state = 'leased'
-"""
-LOCKS_FREE = f"NOT EXISTS (SELECT 1 {LOCK_HOLDERS})"
-JOB_PAUSED = "j.state = 'paused'"
-OVERLAP_GUARDED = "j.overlap IN ('forbid', 'replace')"
-# another leased run of the same job
-OVERLAP_HOLDERS = """
-    FROM runs sib WHERE sib.job_id = runs.job_id AND sib.id != runs.id AND sib.state = 'leased'
-"""
-JOB_FREE = f"""NOT EXISTS (
-        SELECT 1 FROM jobs j WHERE j.id = runs.job_id AND (
-            {JOB_PAUSED}
-            OR ({OVERLAP_GUARDED} AND EXISTS (SELECT 1 {OVERLAP_HOLDERS})))
-    )"""
+# The claim's rules are the pieces of jobctl.store.queries (shared with ``inspect``).
 # the reserved-worker quota: runs of priority < :rp only while :low_ok (per daemon)
 WITHIN_QUOTA = "(:low_ok OR runs.priority >= :rp)"
 
@@ -258,24 +159,6 @@ CLAIMABLE = f"""
     {RUN_OPEN} AND {RUN_DUE} AND {WITHIN_QUOTA}
     AND {LOCKS_FREE}
     AND {JOB_FREE}
-"""
-
-# Why one run waits: each piece of the claim's condition on its own, the condition whole
-# (without the per-daemon quota), and what blocks it (the first lock by name and its
-# holder, the lowest leased sibling), with the live daemons and leased runs.
-WAITING = f"""
-SELECT runs.state, runs.not_before, j.name AS job_name,
-    {RUN_DUE} AS due,
-    {JOB_PAUSED} AS paused,
-    (SELECT other.name {LOCK_HOLDERS} ORDER BY other.name, holder.id LIMIT 1) AS lock_name,
-    (SELECT holder.id {LOCK_HOLDERS} ORDER BY other.name, holder.id LIMIT 1) AS lock_holder,
-    CASE WHEN {OVERLAP_GUARDED}
-         THEN (SELECT sib.id {OVERLAP_HOLDERS} ORDER BY sib.id LIMIT 1) END AS overlap_run,
-    ({RUN_OPEN} AND {RUN_DUE} AND {LOCKS_FREE} AND {JOB_FREE}) AS claimable,
-    (SELECT COUNT(*) FROM daemons WHERE expires_at >= :now) AS live_daemons,
-    (SELECT COUNT(*) FROM runs r2 WHERE r2.state = 'leased') AS leased_runs
-FROM runs JOIN jobs j ON j.id = runs.job_id
-WHERE runs.id = :run_id
 """
 
 # walk the queue in order and stop at the first claimable run; without INDEXED BY the
@@ -356,22 +239,3 @@ UPDATE attempts SET finished_at = :now, exit_code = :exit_code, error = :error,
 WHERE run_id = :run_id AND attempt = :attempt
 """
 RECORD_HOOK = "UPDATE runs SET hook_status = ? WHERE id = ?"
-
-
-# ---------------------------------------------------------------------- used by jobctl serve
-# used by jobctl serve: the dashboard's run strips and the /metrics scrape
-
-JOB_IDS = "SELECT id FROM jobs ORDER BY id"
-#: one job's newest runs, off the UNIQUE (job_id, scheduled_for) index
-RECENT_RUNS_OF_JOB = RUN_SELECT + " WHERE runs.job_id = ? ORDER BY runs.scheduled_for DESC LIMIT ?"
-RUN_COUNTS_BY_JOB = (
-    "SELECT jobs.name, jobs.missed_total, c.state, COALESCE(c.n, 0) FROM jobs "
-    "LEFT JOIN (SELECT job_id, state, COUNT(*) AS n FROM runs GROUP BY job_id, state) c "
-    "ON c.job_id = jobs.id ORDER BY jobs.name, c.state"
-)
-#: {buckets}: one ``SUM(a.finished_at - a.started_at <= US),`` per upper bound
-ATTEMPT_DURATION_HISTOGRAM = (
-    "SELECT jobs.name, {buckets} COUNT(*), SUM(a.finished_at - a.started_at) FROM attempts a "
-    "JOIN runs ON runs.id = a.run_id JOIN jobs ON jobs.id = runs.job_id "
-    "WHERE a.finished_at IS NOT NULL GROUP BY jobs.id ORDER BY jobs.name"
-)

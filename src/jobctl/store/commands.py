@@ -1,18 +1,23 @@
-"""The commands' face of the SQLite store (:class:`~jobctl.store.protocol.CommandStore`)."""
+"""The commands' face of the store (:class:`~jobctl.store.protocol.CommandStore`), written
+once over a :class:`~.dialect.Dialect`.
+
+Each method is one transaction of its dialect. Every change that a daemon should act on
+is announced inside it (:meth:`~.dialect.Dialect.announce`), and the dialect wakes the
+daemons when it commits: callers never poke. The helpers at the top (one run row, a
+cancel, the windows recorded ahead) are the ones the daemons' halves share.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from ...clock import from_us, to_us
-from ...errors import Conflict, NotFound, StoreError, UsageError
-from ...models import (
+from ..clock import from_us, to_us
+from ..errors import Conflict, NotFound, StoreError, UsageError
+from ..models import (
     Attempt,
     DaemonInfo,
     Job,
@@ -24,61 +29,39 @@ from ...models import (
     WaitFacts,
     Window,
 )
-from ..protocol import CopiedJob, DbInfo, Status
-from . import sql
-from .db import Db
-from .rows import attempt_from_row, job_from_row, opt_dt, opt_us, run_from_row, settings_json
-from .schema import SCHEMA_VERSION
-from .wake import poke
+from .dialect import Dialect, retrying
+from .rows import (
+    attempt_from_row,
+    job_from_row,
+    opt_dt,
+    opt_us,
+    run_from_row,
+    settings_json,
+    spec_columns,
+)
+from .values import CopiedJob, DbInfo, Status
+
+# ------------------------------------------------------------------ shared helpers
 
 
-def spec_columns(spec: JobSpec) -> dict[str, Any]:
-    """The ``jobs`` columns that hold a spec (what ``add`` sets and ``edit`` changes)."""
-    t = spec.trigger
-    return {
-        "name": spec.name,
-        "description": spec.description,
-        "trigger_kind": t.kind.value,
-        "trigger_expr": t.expr,
-        "trigger_tz": t.tz,
-        "every_seconds": t.every_seconds,
-        "anchor_at": opt_us(t.anchor),
-        "once_at": opt_us(t.at),
-        "after_completion": int(t.after_completion),
-        "command": spec.command,
-        "stdin": spec.stdin,
-        "env": json.dumps(spec.env, sort_keys=True),
-        "cwd": spec.cwd,
-        "shell": spec.shell,
-        "catchup": spec.catchup.value,
-        "catchup_limit": spec.catchup_limit,
-        "overlap": spec.overlap.value,
-        "timeout_seconds": spec.timeout_seconds,
-        "retries": spec.retries,
-        "backoff_seconds": spec.backoff_seconds,
-        "priority": spec.priority,
-        "jitter_seconds": spec.jitter_seconds,
-        "on_failure": spec.on_failure,
-        "locks": json.dumps(list(spec.locks)),
-    }
-
-
-def job_row(c: sqlite3.Connection, name: str) -> sqlite3.Row:
-    row: sqlite3.Row | None = c.execute(sql.JOB_BY_NAME, (name,)).fetchone()
+def job_row(db: Dialect, c: Any, name: str, *, lock: bool = False) -> Any:
+    """The job's row (``lock``: its row locked until the commit). Raises NotFound."""
+    row = c.execute(db.q.job_by_name_locked if lock else db.q.job_by_name, (name,)).fetchone()
     if row is None:
         raise NotFound(f"no job named {name!r}")
     return row
 
 
-def run_by_id(c: sqlite3.Connection, run_id: int) -> Run:
-    row = c.execute(sql.RUN_BY_ID, (run_id,)).fetchone()
+def run_by_id(db: Dialect, c: Any, run_id: int) -> Run:
+    row = c.execute(db.q.run_by_id, (run_id,)).fetchone()
     if row is None:
         raise NotFound(f"no run with id {run_id}")
     return run_from_row(row)
 
 
 def insert_run(
-    c: sqlite3.Connection,
+    db: Dialect,
+    c: Any,
     job: Job,
     w: Window,
     now: datetime,
@@ -91,7 +74,7 @@ def insert_run(
     """Insert one run row; a window already present is left as it is (returns None)."""
     spec = job.spec
     row = c.execute(
-        sql.INSERT_RUN,
+        db.q.insert_run,
         {
             "job_id": job.id,
             "scheduled_for": to_us(w.scheduled_for),
@@ -111,73 +94,86 @@ def insert_run(
     ).fetchone()
     if row is None:
         return None
-    run_id: int = row[0]
+    run_id = int(row["id"])
     if w.state is not RunState.SKIPPED:
         for lock in sorted(set(spec.locks) | set(extra_locks)):
-            c.execute(sql.INSERT_RUN_LOCK, (run_id, lock))
+            c.execute(db.q.insert_run_lock, (run_id, lock))
     return run_id
 
 
-def cancel_runs_tx(c: sqlite3.Connection, ids: Sequence[int], now: datetime) -> None:
+def cancel_runs_tx(db: Dialect, c: Any, ids: Sequence[int], now: datetime) -> None:
     """Waiting runs end cancelled; leased ones get a cancel request for their daemon."""
     for run_id in ids:
-        c.execute(sql.CANCEL_WAITING_RUN, (to_us(now), run_id))
-        c.execute(sql.REQUEST_CANCEL, (run_id,))
+        c.execute(db.q.cancel_waiting_run, (to_us(now), run_id))
+        c.execute(db.q.request_cancel, (run_id,))
 
 
-def _withdraw_early(c: sqlite3.Connection, job_id: int, now: datetime) -> list[int]:
+def withdraw_early(db: Dialect, c: Any, job_id: int, now: datetime) -> list[int]:
     """Delete the job's windows recorded ahead of their time that have not come yet (a
     pause, an edit or a cancel decides them again); their times (µs)."""
-    return [r[0] for r in c.execute(sql.WITHDRAW_EARLY_RUNS, (job_id, to_us(now))).fetchall()]
+    rows = c.execute(db.q.withdraw_early_runs, (job_id, to_us(now))).fetchall()
+    return [int(r["scheduled_for"]) for r in rows]
 
 
-class SqliteCommands:
+def daemon_info(r: Any) -> DaemonInfo:
+    return DaemonInfo(
+        id=r["id"],
+        pid=r["pid"],
+        host=r["host"],
+        leader=r["leader"] == r["id"],
+        started_at=from_us(r["started_at"]),
+        heartbeat_at=from_us(r["heartbeat_at"]),
+        wake_address=r["wake_address"],
+        boot_id=r["boot_id"],
+    )
+
+
+# ------------------------------------------------------------------ the face
+
+
+@retrying
+class Commands:
     """See :class:`~jobctl.store.protocol.CommandStore` for the rules of every method."""
 
-    backend = "sqlite"
-
-    def __init__(self, db: Db) -> None:
+    def __init__(self, db: Dialect) -> None:
         self.db = db
+        self.q = db.q
+        self.backend = db.backend
 
     # ------------------------------------------------------------------ jobs
 
     def get_job(self, name: str) -> Job:
-        rows = self.db.read(sql.JOB_BY_NAME, (name,))
+        rows = self.db.read(self.q.job_by_name, (name,))
         if not rows:
             raise NotFound(f"no job named {name!r}")
         return job_from_row(rows[0])
 
     def list_jobs(self) -> list[Job]:
-        try:
-            cur = self.db.conn.execute(sql.JOBS_ALL)
-            cols = [d[0] for d in cur.description]
-            rows = cur.fetchall()
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"database error: {e}") from None
-        # plain dicts: a name lookup on sqlite3.Row costs more than building them
-        return [job_from_row(dict(zip(cols, r, strict=True))) for r in rows]
+        return [job_from_row(r) for r in self.db.read(self.q.jobs_all)]
 
     def job_names(self) -> list[str]:
-        return [r[0] for r in self.db.read(sql.JOB_NAMES)]
+        return [r["name"] for r in self.db.read(self.q.job_names)]
 
     def last_runs(self, job_ids: Sequence[int] | None = None) -> dict[int, Run]:
         ids = None if job_ids is None else sorted(set(job_ids))
-        only = "" if ids is None else f"AND job_id IN ({', '.join('?' * len(ids))})"
+        only = "" if ids is None else f"AND job_id IN ({self.db.marks(len(ids))})"
+        if ids == []:
+            return {}
         out = {}
-        for r in self.db.read(sql.LAST_RUNS.format(only=only), ids or ()):
+        for r in self.db.read(self.q.last_runs.format(only=only), ids or ()):
             run = run_from_row(r)
             out[run.job_id] = run
         return out
 
     def _upsert(
         self,
-        c: sqlite3.Connection,
+        c: Any,
         spec: JobSpec,
         next_run_at: datetime | None,
         now: datetime,
         job_id: int | None,
         paused: bool,
-    ) -> None:
+    ) -> int:
         cols = spec_columns(spec)
         cols.update(
             state=(JobState.PAUSED if paused else JobState.ACTIVE).value,
@@ -187,13 +183,17 @@ class SqliteCommands:
         )
         if job_id is None:
             cols["created_at"] = to_us(now)
-            c.execute(
-                sql.INSERT_JOB.format(names=", ".join(cols), marks=", ".join("?" for _ in cols)),
-                list(cols.values()),
-            )
+            sql = self.q.insert_job.format(names=", ".join(cols), marks=self.db.marks(len(cols)))
+            job_id = int(c.execute(sql, list(cols.values())).fetchone()["id"])
         else:
-            sets = ", ".join(f"{k} = ?" for k in cols)
-            c.execute(sql.UPDATE_JOB.format(sets=sets), [*cols.values(), job_id])
+            self._update(c, job_id, cols)
+        self.db.announce(f"job:{job_id}")
+        return job_id
+
+    def _update(self, c: Any, job_id: int, cols: dict[str, Any]) -> None:
+        mark = self.db.marks(1)
+        sets = ", ".join(f"{k} = {mark}" for k in cols)
+        c.execute(self.q.update_job.format(sets=sets), [*cols.values(), job_id])
 
     def add_job(
         self,
@@ -205,12 +205,13 @@ class SqliteCommands:
         replace_existing: bool = False,
     ) -> Job:
         with self.db.write() as c:
-            existing = c.execute(sql.JOB_ID_BY_NAME, (spec.name,)).fetchone()
+            self.db.lock_name(c, spec.name)
+            existing = c.execute(self.q.job_id_by_name, (spec.name,)).fetchone()
             if existing is not None and not replace_existing:
                 raise Conflict(f"a job named {spec.name!r} already exists (use --replace)")
             job_id = None if existing is None else existing["id"]
             self._upsert(c, spec, next_run_at, now, job_id, paused)
-            return job_from_row(job_row(c, spec.name))
+            return job_from_row(job_row(self.db, c, spec.name))
 
     def add_jobs(
         self, items: Sequence[tuple[JobSpec, datetime | None]], now: datetime
@@ -218,14 +219,15 @@ class SqliteCommands:
         out = []
         with self.db.write() as c:
             for spec, next_run_at in items:
-                row = c.execute(sql.JOB_BY_NAME, (spec.name,)).fetchone()
+                self.db.lock_name(c, spec.name)
+                row = c.execute(self.q.job_by_name, (spec.name,)).fetchone()
                 cols = spec_columns(spec)
                 if row is not None and all(row[k] == v for k, v in cols.items()):
                     out.append((job_from_row(row), False))
                     continue
                 job_id = None if row is None else row["id"]
                 self._upsert(c, spec, next_run_at, now, job_id, False)
-                out.append((job_from_row(job_row(c, spec.name)), True))
+                out.append((job_from_row(job_row(self.db, c, spec.name)), True))
         return out
 
     def edit_job(
@@ -238,13 +240,15 @@ class SqliteCommands:
         restart_schedule: bool = False,
     ) -> Job:
         with self.db.write() as c:
-            job = job_from_row(job_row(c, name))
+            job = job_from_row(job_row(self.db, c, name, lock=True))
             new_spec = replace(job.spec, **changes)
-            if new_spec.name != name and c.execute(sql.JOB_ID_BY_NAME, (new_spec.name,)).fetchone():
-                raise Conflict(f"a job named {new_spec.name!r} already exists")
+            if new_spec.name != name:
+                self.db.lock_name(c, new_spec.name)
+                if c.execute(self.q.job_id_by_name, (new_spec.name,)).fetchone():
+                    raise Conflict(f"a job named {new_spec.name!r} already exists")
             cols = spec_columns(new_spec)
             cols["updated_at"] = to_us(now)
-            early = _withdraw_early(c, job.id, now)
+            early = withdraw_early(self.db, c, job.id, now)
             if restart_schedule and job.state in (JobState.ACTIVE, JobState.DONE):
                 # a new trigger starts from now; a one-shot that was done becomes active
                 cols["state"] = JobState.ACTIVE.value
@@ -254,50 +258,55 @@ class SqliteCommands:
                 # the window comes again, decided with the job as it is now
                 cols["state"] = JobState.ACTIVE.value
                 cols["next_run_at"] = min(early)
-            sets = ", ".join(f"{k} = ?" for k in cols)
-            c.execute(sql.UPDATE_JOB.format(sets=sets), [*cols.values(), job.id])
-            return job_from_row(job_row(c, new_spec.name))
+            self._update(c, job.id, cols)
+            self.db.announce(f"job:{job.id}")
+            return job_from_row(job_row(self.db, c, new_spec.name))
 
     def pause_job(self, name: str, now: datetime) -> Job:
         with self.db.write() as c:
-            row = job_row(c, name)
+            row = job_row(self.db, c, name, lock=True)
             if row["state"] in (JobState.CANCELLED.value, JobState.DONE.value):
                 raise Conflict(f"job {name!r} is {row['state']} and cannot be paused")
-            _withdraw_early(c, row["id"], now)
-            c.execute(sql.PAUSE_JOB, (to_us(now), row["id"]))
-            return job_from_row(job_row(c, name))
+            withdraw_early(self.db, c, row["id"], now)
+            c.execute(self.q.pause_job, (to_us(now), row["id"]))
+            self.db.announce(f"job:{row['id']}")
+            return job_from_row(job_row(self.db, c, name))
 
     def resume_job(self, name: str, next_run_at: datetime | None, now: datetime) -> Job:
         with self.db.write() as c:
-            row = job_row(c, name)
+            row = job_row(self.db, c, name, lock=True)
             if row["state"] in (JobState.CANCELLED.value, JobState.DONE.value):
                 raise Conflict(f"job {name!r} is {row['state']} and cannot be resumed")
             if row["state"] == JobState.ACTIVE.value:
                 return job_from_row(row)
-            c.execute(sql.RESUME_JOB, (to_us(now), opt_us(next_run_at), to_us(now), row["id"]))
-            return job_from_row(job_row(c, name))
+            c.execute(self.q.resume_job, (to_us(now), opt_us(next_run_at), to_us(now), row["id"]))
+            self.db.announce(f"job:{row['id']}")
+            return job_from_row(job_row(self.db, c, name))
 
     def delete_job(self, name: str, *, force: bool = False) -> Job:
         with self.db.write() as c:
-            row = job_row(c, name)
-            if not force and c.execute(sql.LEASED_OF_JOB, (row["id"],)).fetchone()[0]:
+            row = job_row(self.db, c, name, lock=True)
+            if not force and c.execute(self.q.leased_of_job, (row["id"],)).fetchone()["n"]:
                 raise Conflict(f"job {name!r} has a running run; cancel it first or use --force")
-            c.execute(sql.DELETE_JOB, (row["id"],))
+            c.execute(self.q.delete_job, (row["id"],))
+            self.db.announce(f"job:{row['id']}")
             return job_from_row(row)
 
     def cancel_job(self, name: str, now: datetime) -> tuple[Job, list[int]]:
         with self.db.write() as c:
-            row = job_row(c, name)
-            _withdraw_early(c, row["id"], now)
-            ids = [r[0] for r in c.execute(sql.OPEN_RUN_IDS_OF_JOB, (row["id"],))]
-            cancel_runs_tx(c, ids, now)
-            c.execute(sql.CANCEL_JOB, (to_us(now), row["id"]))
-            return job_from_row(job_row(c, name)), ids
+            row = job_row(self.db, c, name, lock=True)
+            withdraw_early(self.db, c, row["id"], now)
+            ids = [r["id"] for r in c.execute(self.q.open_run_ids_of_job, (row["id"],))]
+            cancel_runs_tx(self.db, c, ids, now)
+            c.execute(self.q.cancel_job, (to_us(now), row["id"]))
+            self.db.announce(f"job:{row['id']}")
+            self.db.announce("run")
+            return job_from_row(job_row(self.db, c, name)), ids
 
     # ------------------------------------------------------------------ runs
 
     def get_run(self, run_id: int) -> Run:
-        rows = self.db.read(sql.RUN_BY_ID, (run_id,))
+        rows = self.db.read(self.q.run_by_id, (run_id,))
         if not rows:
             raise NotFound(f"no run with id {run_id}")
         return run_from_row(rows[0])
@@ -305,34 +314,36 @@ class SqliteCommands:
     def list_runs(
         self, job_name: str | None = None, state: RunState | None = None, limit: int = 20
     ) -> list[Run]:
+        mark = self.db.marks(1)
         where: list[str] = []
         params: list[Any] = []
         if job_name is not None:
-            where.append("runs.job_id = ?")
+            where.append(f"runs.job_id = {mark}")
             params.append(self.get_job(job_name).id)
         if state is not None:
-            where.append("runs.state = ?")
+            where.append(f"runs.state = {mark}")
             params.append(state.value)
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         params.append(limit)
-        return [run_from_row(r) for r in self.db.read(sql.LIST_RUNS.format(where=clause), params)]
+        rows = self.db.read(self.q.list_runs.format(where=clause), params)
+        return [run_from_row(r) for r in rows]
 
     def get_attempts(self, run_id: int) -> list[Attempt]:
-        return [attempt_from_row(r) for r in self.db.read(sql.ATTEMPTS_OF_RUN, (run_id,))]
+        return [attempt_from_row(r) for r in self.db.read(self.q.attempts_of_run, (run_id,))]
 
     def get_output(self, run_id: int, attempt: int | None = None) -> tuple[Attempt, bytes]:
         self.get_run(run_id)
         if attempt is None:
-            rows = self.db.read(sql.LAST_ATTEMPT, (run_id,))
+            rows = self.db.read(self.q.last_attempt, (run_id,))
         else:
-            rows = self.db.read(sql.ONE_ATTEMPT, (run_id, attempt))
+            rows = self.db.read(self.q.one_attempt, (run_id, attempt))
         if not rows:
             which = "attempts yet" if attempt is None else f"attempt {attempt}"
             raise NotFound(f"run {run_id} has no {which}")
         return attempt_from_row(rows[0]), bytes(rows[0]["output"] or b"")
 
     def waiting(self, run_id: int, now: datetime) -> WaitFacts | None:
-        rows = self.db.read(sql.WAITING, {"run_id": run_id, "now": to_us(now)})
+        rows = self.db.read(self.q.waiting, {"run_id": run_id, "now": to_us(now)})
         if not rows:
             raise NotFound(f"no run with id {run_id}")
         r = rows[0]
@@ -364,17 +375,20 @@ class SqliteCommands:
         priority: int | None = None,
     ) -> tuple[Run, bool]:
         with self.db.write() as c:
-            job = job_from_row(job_row(c, name))
+            # the job's row lock serialises the enqueues of one job: keys and windows stay
+            # unique without a retry
+            job = job_from_row(job_row(self.db, c, name, lock=True))
             if job.state is JobState.CANCELLED:
                 raise Conflict(f"job {name!r} is cancelled")
             if key is not None:
-                found = c.execute(sql.RUN_BY_KEY, (job.id, key)).fetchone()
+                found = c.execute(self.q.run_by_key, (job.id, key)).fetchone()
                 if found is not None:
-                    return run_by_id(c, found[0]), False
+                    return run_by_id(self.db, c, found["id"]), False
             window = to_us(now)
-            while c.execute(sql.WINDOW_TAKEN, (job.id, window)).fetchone():
+            while c.execute(self.q.window_taken, (job.id, window)).fetchone():
                 window += 1
             run_id = insert_run(
+                self.db,
                 c,
                 job,
                 Window(from_us(window), RunState.PENDING, RunReason.MANUAL, not_before=now),
@@ -384,16 +398,19 @@ class SqliteCommands:
                 extra_locks=locks,
                 priority=priority,
             )
-            if run_id is None:  # the window was checked free in this same transaction
+            if run_id is None:  # the window was checked free under the job's lock
                 raise StoreError(f"database error: window of job {name!r} taken")
-            return run_by_id(c, run_id), True
+            self.db.announce(f"run:{run_id}")
+            return run_by_id(self.db, c, run_id), True
 
     def cancel_runs(self, ids: Sequence[int], now: datetime) -> list[Run]:
         with self.db.write() as c:
-            for run_id in ids:
-                run_by_id(c, run_id)
-            cancel_runs_tx(c, ids, now)
-            return [run_by_id(c, i) for i in ids]
+            runs = [run_by_id(self.db, c, run_id) for run_id in ids]
+            cancel_runs_tx(self.db, c, ids, now)
+            self.db.announce("run:cancel")
+            for job_id in sorted({r.job_id for r in runs}):
+                self.db.announce(f"job:{job_id}")  # a fixed-delay job moves on
+            return [run_by_id(self.db, c, i) for i in ids]
 
     def retry_dead(
         self,
@@ -407,100 +424,83 @@ class SqliteCommands:
             if run_ids:
                 ids = []
                 for run_id in run_ids:
-                    row = c.execute(sql.RUN_EXISTS, (run_id,)).fetchone()
+                    row = c.execute(self.q.run_state_locked, (run_id,)).fetchone()
                     if row is None:
                         raise NotFound(f"no run with id {run_id}")
-                    if row[0] != "dead":
-                        raise Conflict(f"run {run_id} is {row[0]}, not dead")
+                    if row["state"] != "dead":
+                        raise Conflict(f"run {run_id} is {row['state']}, not dead")
                     ids.append(run_id)
             elif job_name is not None:
-                job_id = job_row(c, job_name)["id"]
-                ids = [r[0] for r in c.execute(sql.DEAD_IDS_OF_JOB, (job_id,))]
+                job_id = job_row(self.db, c, job_name)["id"]
+                ids = [r["id"] for r in c.execute(self.q.dead_ids_of_job, (job_id,))]
             elif all_jobs:
-                ids = [r[0] for r in c.execute(sql.DEAD_IDS)]
+                ids = [r["id"] for r in c.execute(self.q.dead_ids)]
             else:
                 raise UsageError("name a job, run ids, or --all")
             for run_id in ids:
-                c.execute(sql.RETRY_DEAD, (to_us(now), run_id))
-            return [run_by_id(c, i) for i in ids]
+                c.execute(self.q.retry_dead, (to_us(now), run_id))
+            if ids:
+                self.db.announce("run:retry")
+            return [run_by_id(self.db, c, i) for i in ids]
 
     def prune(self, cutoff: datetime) -> int:
         with self.db.write() as c:
-            return c.execute(sql.PRUNE, (to_us(cutoff),)).rowcount
+            return int(c.execute(self.q.prune, (to_us(cutoff),)).rowcount)
 
     # ------------------------------------------------------------------ the system
 
     def status(self, now: datetime) -> Status:
         daemons = self.live_daemons(now)
         counts = {s.value: 0 for s in RunState}
-        for r in self.db.read(sql.COUNTS_BY_STATE):
-            counts[r[0]] = r[1]
-        vals = [
-            v
-            for v in (self.db.read(sql.NEXT_WINDOW)[0][0], self.db.read(sql.NEXT_DUE_RUN)[0][0])
-            if v is not None
+        for r in self.db.read(self.q.counts_by_state):
+            counts[r["state"]] = int(r["n"])
+        times = [
+            self.db.read(self.q.next_window)[0]["t"],
+            self.db.read(self.q.next_due_run)[0]["t"],
         ]
+        vals = [v for v in times if v is not None]
         return Status(daemons, counts, from_us(min(vals)) if vals else None)
 
     def live_daemons(self, now: datetime) -> list[DaemonInfo]:
-        return [
-            DaemonInfo(
-                id=r["id"],
-                pid=r["pid"],
-                host=r["host"],
-                leader=r["leader"] == r["id"],
-                started_at=from_us(r["started_at"]),
-                heartbeat_at=from_us(r["heartbeat_at"]),
-                wake_address=r["wake_address"],
-                boot_id=r["boot_id"],
-            )
-            for r in self.db.read(sql.LIVE_DAEMONS, {"now": to_us(now)})
-        ]
-
-    def notify(self, message: str) -> None:
-        """Send ``message`` to every registered daemon's wake socket (hints only: a dead
-        daemon's address simply does not answer; the table stays the truth)."""
-        try:
-            rows = self.db.conn.execute(sql.WAKE_ADDRESSES).fetchall()
-        except sqlite3.DatabaseError:
-            return  # a hint; the daemon's renewal re-reads what changed
-        poke([r[0] for r in rows], message)
+        return [daemon_info(r) for r in self.db.read(self.q.live_daemons, {"now": to_us(now)})]
 
     def info(self) -> DbInfo:
-        jobs = self.db.read(sql.COUNT_JOBS)[0][0]
-        runs = self.db.read(sql.COUNT_RUNS)[0][0]
-        size = 0
-        for suffix in ("", "-wal", "-shm"):
-            try:
-                size += os.stat(str(self.db.path) + suffix).st_size
-            except OSError:
-                pass
-        return DbInfo("sqlite", str(self.db.path), SCHEMA_VERSION, jobs, runs, size)
+        jobs = int(self.db.read(self.q.count_jobs)[0]["n"])
+        runs = int(self.db.read(self.q.count_runs)[0]["n"])
+        return DbInfo(
+            self.backend,
+            self.db.location,
+            self.db.schema_version(),
+            jobs,
+            runs,
+            self.db.size_bytes(),
+        )
 
     def load_copy(self, jobs: Sequence[CopiedJob], now: datetime, *, history: bool) -> int:
-        """``db copy`` into this file (see :func:`.transfer.load_copy`)."""
+        """``db copy`` into this database (see :func:`.transfer.load_copy`)."""
         from .transfer import load_copy
 
         return load_copy(self.db, jobs, now, history=history)
 
     # ---------------------------------------------------------------- used by jobctl serve
-    # used by jobctl serve: the dashboard's run strips and the /metrics scrape
+    # the dashboard's run strips and the /metrics scrape
 
     def recent_runs_by_job(self, per_job: int = 20) -> dict[int, list[Run]]:
         """The ``per_job`` most recent runs of every job (skipped ones too), newest first,
         by job id, for the dashboard's run strips: one short indexed query a job (a window
         function over every run is several times slower at 100,000 runs)."""
         out: dict[int, list[Run]] = {}
-        for (job_id,) in self.db.read(sql.JOB_IDS):
-            rows = self.db.read(sql.RECENT_RUNS_OF_JOB, (job_id, per_job))
+        for job in self.db.read(self.q.job_ids):
+            rows = self.db.read(self.q.recent_runs_of_job, (job["id"], per_job))
             if rows:
-                out[job_id] = [run_from_row(r) for r in rows]
+                out[job["id"]] = [run_from_row(r) for r in rows]
         return out
 
     def run_counts_by_job(self) -> list[tuple[str, int, str | None, int]]:
         """(job name, its missed_total, run state or None, runs in that state) for every job
         and each state it has runs in (a job without runs: one row, state None). One query."""
-        return [(r[0], r[1], r[2], r[3]) for r in self.db.read(sql.RUN_COUNTS_BY_JOB)]
+        rows = self.db.read(self.q.run_counts_by_job)
+        return [(r["name"], int(r["missed_total"]), r["state"], int(r["n"])) for r in rows]
 
     def attempt_duration_histogram(
         self, bounds_seconds: Sequence[float]
@@ -508,13 +508,29 @@ class SqliteCommands:
         """Per job with finished attempts: (job name, how many lasted at most each bound
         (cumulative), how many in all, the sum of their seconds). One query."""
         buckets = "".join(
-            f"SUM(a.finished_at - a.started_at <= {int(b * 1_000_000)}), " for b in bounds_seconds
+            f"SUM(CASE WHEN a.finished_at - a.started_at <= {int(b * 1_000_000)} "
+            f"THEN 1 ELSE 0 END) AS b{i}, "
+            for i, b in enumerate(bounds_seconds)
         )
         n = len(bounds_seconds)
+        rows = self.db.read(self.q.attempt_duration_histogram.format(buckets=buckets))
         return [
-            (r[0], [int(r[1 + i] or 0) for i in range(n)], int(r[1 + n]), (r[2 + n] or 0) / 1e6)
-            for r in self.db.read(sql.ATTEMPT_DURATION_HISTOGRAM.format(buckets=buckets))
+            (
+                r["name"],
+                [int(r[f"b{i}"] or 0) for i in range(n)],
+                int(r["n"]),
+                int(r["total"]) / 1e6,
+            )
+            for r in rows
         ]
 
 
-__all__ = ["SqliteCommands", "cancel_runs_tx", "insert_run", "job_row", "opt_dt", "run_by_id"]
+__all__ = [
+    "Commands",
+    "cancel_runs_tx",
+    "daemon_info",
+    "insert_run",
+    "job_row",
+    "run_by_id",
+    "withdraw_early",
+]

@@ -1,15 +1,15 @@
-"""Rows to models: the mapping of the SQLite tables onto :mod:`jobctl.models`."""
+"""Rows to models: the mapping of the tables (the same columns on both backends) onto
+:mod:`jobctl.models`, and the parameters both backends bind for the hot-path writes."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ...clock import from_us, to_us
-from ...models import (
+from ..clock import from_us, to_us
+from ..models import (
     OUTPUT_LIMIT_BYTES,
     Attempt,
     Catchup,
@@ -25,7 +25,7 @@ from ...models import (
     Trigger,
     TriggerKind,
 )
-from ..protocol import FinishItem
+from .values import FinishItem
 
 # --------------------------------------------------------------------------------------
 # row mapping
@@ -166,7 +166,7 @@ def run_from_row(r: Any) -> Run:
     )
 
 
-def attempt_from_row(r: sqlite3.Row) -> Attempt:
+def attempt_from_row(r: Any) -> Attempt:
     return Attempt(
         run_id=r["run_id"],
         attempt=r["attempt"],
@@ -203,38 +203,6 @@ def settings_json(spec: JobSpec) -> str:
         settings = RunSettings.from_spec(spec)
         text = _SETTINGS_TEXT[key] = json.dumps(settings.to_dict(), sort_keys=True)
     return text
-
-
-#: the column names of each hot-path statement, read from its first cursor
-_NAMES: dict[str, tuple[str, ...]] = {}
-
-
-def _tuples(c: sqlite3.Connection, sql: str, params: Any) -> tuple[sqlite3.Cursor, tuple[str, ...]]:
-    cur = c.cursor()
-    cur.row_factory = None
-    cur.execute(sql, params)
-    desc = cur.description  # made by the execute: reading it costs nothing more
-    if desc is None:
-        return cur, ()
-    names = _NAMES.get(sql)
-    if names is None or len(names) != len(desc) or names[-1] != desc[-1][0]:
-        # first use, or the file's schema changed under a running daemon (``*``)
-        names = _NAMES[sql] = tuple(d[0] for d in desc)
-    return cur, names
-
-
-def named(c: sqlite3.Connection, sql: str, params: Any = ()) -> list[dict[str, Any]]:
-    """The rows of a statement as dicts (for the hot path: a dict lookup by name is several
-    times cheaper than ``sqlite3.Row``'s, which compares the names one by one)."""
-    cur, names = _tuples(c, sql, params)
-    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-
-
-def named_one(c: sqlite3.Connection, sql: str, params: Any = ()) -> dict[str, Any] | None:
-    """The first row of a statement as a dict (see :func:`named`), or None."""
-    cur, names = _tuples(c, sql, params)
-    row = cur.fetchone()
-    return None if row is None else dict(zip(names, row, strict=True))
 
 
 def finish_params(
@@ -292,3 +260,34 @@ def output_params(
         }
         for run_id, attempt, tail, total in outputs
     ]
+
+
+def spec_columns(spec: JobSpec) -> dict[str, Any]:
+    """The ``jobs`` columns that hold a spec (what ``add`` sets and ``edit`` changes)."""
+    t = spec.trigger
+    return {
+        "name": spec.name,
+        "description": spec.description,
+        "trigger_kind": t.kind.value,
+        "trigger_expr": t.expr,
+        "trigger_tz": t.tz,
+        "every_seconds": t.every_seconds,
+        "anchor_at": opt_us(t.anchor),
+        "once_at": opt_us(t.at),
+        "after_completion": int(t.after_completion),
+        "command": spec.command,
+        "stdin": spec.stdin,
+        "env": json.dumps(spec.env, sort_keys=True),
+        "cwd": spec.cwd,
+        "shell": spec.shell,
+        "catchup": spec.catchup.value,
+        "catchup_limit": spec.catchup_limit,
+        "overlap": spec.overlap.value,
+        "timeout_seconds": spec.timeout_seconds,
+        "retries": spec.retries,
+        "backoff_seconds": spec.backoff_seconds,
+        "priority": spec.priority,
+        "jitter_seconds": spec.jitter_seconds,
+        "on_failure": spec.on_failure,
+        "locks": json.dumps(list(spec.locks)),
+    }

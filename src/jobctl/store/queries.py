@@ -1,0 +1,231 @@
+"""The statements of the commands' side, by name, written once for both backends.
+
+They are written in SQLite's parameter style (``?`` and ``:name``); the PostgreSQL dialect
+turns them into psycopg's (``%s``, ``%(name)s``) once, when it is opened. The few pieces
+whose SQL differs between the two (how a run's lock names are joined into one text, and
+whether a read that decides a write locks its rows) are :class:`Fragments` the dialect
+gives. Fields in braces (``{where}``) are filled in per call. Times are integer
+microseconds since the epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Fragments:
+    """What one dialect writes its own way."""
+
+    #: an aggregate joining the text of column ``name`` with newlines (the run's locks)
+    lines_of: Callable[[str], str]
+    #: appended to a read whose rows the transaction goes on to change ("" or " FOR UPDATE")
+    for_update: str
+
+
+# The claim's rules (SPEC §5, §9), one named piece each, over the row ``runs`` (and, in the
+# job pieces, its job ``j``). ``inspect`` (WAITING) and the SQLite claim are both built
+# from these, so ``inspect`` never says a run is free while the claim passes it by.
+RUN_OPEN = "runs.state IN ('pending', 'failed')"
+RUN_DUE = "runs.not_before <= :now"
+#: another leased run sharing one of this run's lock names
+LOCK_HOLDERS = """
+    FROM run_locks mine
+    JOIN run_locks other ON other.name = mine.name AND other.run_id <> mine.run_id
+    JOIN runs holder ON holder.id = other.run_id
+    WHERE mine.run_id = runs.id AND holder.state = 'leased'
+"""
+LOCKS_FREE = f"NOT EXISTS (SELECT 1 {LOCK_HOLDERS})"
+JOB_PAUSED = "j.state = 'paused'"
+OVERLAP_GUARDED = "j.overlap IN ('forbid', 'replace')"
+#: another leased run of the same job
+OVERLAP_HOLDERS = """
+    FROM runs sib WHERE sib.job_id = runs.job_id AND sib.id <> runs.id AND sib.state = 'leased'
+"""
+JOB_FREE = f"""NOT EXISTS (
+        SELECT 1 FROM jobs j WHERE j.id = runs.job_id AND (
+            {JOB_PAUSED}
+            OR ({OVERLAP_GUARDED} AND EXISTS (SELECT 1 {OVERLAP_HOLDERS})))
+    )"""
+
+
+@dataclass(frozen=True)
+class Queries:
+    """Every statement of :class:`~jobctl.store.commands.Commands`, in one dialect."""
+
+    # reads
+    run_select: str
+    run_by_id: str
+    job_by_name: str
+    job_by_name_locked: str
+    job_id_by_name: str
+    jobs_all: str
+    job_names: str
+    job_ids: str
+    last_runs: str
+    list_runs: str
+    recent_runs_of_job: str
+    attempts_of_run: str
+    last_attempt: str
+    one_attempt: str
+    run_state_locked: str
+    run_by_key: str
+    window_taken: str
+    leased_of_job: str
+    open_run_ids_of_job: str
+    dead_ids_of_job: str
+    dead_ids: str
+    counts_by_state: str
+    next_window: str
+    next_due_run: str
+    count_jobs: str
+    count_runs: str
+    live_daemons: str
+    waiting: str
+    run_counts_by_job: str
+    attempt_duration_histogram: str
+    # jobs
+    insert_job: str
+    update_job: str
+    pause_job: str
+    resume_job: str
+    cancel_job: str
+    delete_job: str
+    # runs
+    insert_run: str
+    insert_run_lock: str
+    withdraw_early_runs: str
+    cancel_waiting_run: str
+    request_cancel: str
+    retry_dead: str
+    prune: str
+    # db copy
+    insert_row: str
+
+    def translated(self, fn: Callable[[str], str]) -> Queries:
+        """The same statements with ``fn`` applied to each (another parameter style)."""
+        return Queries(**{f.name: fn(getattr(self, f.name)) for f in dataclasses.fields(self)})
+
+
+def queries(d: Fragments) -> Queries:
+    """The statements, with the dialect's fragments in place (parameters still SQLite's)."""
+    # a run with its job's name, its locks, and its last attempt's start, end and host
+    run_select = f"""
+SELECT runs.*, jobs.name AS job_name,
+       (SELECT {d.lines_of("l.name")} FROM run_locks l WHERE l.run_id = runs.id) AS lock_list,
+       la.started_at AS attempt_started_at, la.finished_at AS attempt_finished_at,
+       la.host AS attempt_host
+FROM runs JOIN jobs ON jobs.id = runs.job_id
+LEFT JOIN attempts la ON la.run_id = runs.id AND la.attempt = runs.attempt
+"""
+    return Queries(
+        run_select=run_select,
+        run_by_id=run_select + " WHERE runs.id = ?",
+        job_by_name="SELECT * FROM jobs WHERE name = ?",
+        job_by_name_locked="SELECT * FROM jobs WHERE name = ?" + d.for_update,
+        job_id_by_name="SELECT id FROM jobs WHERE name = ?",
+        jobs_all="SELECT * FROM jobs ORDER BY name",
+        job_names="SELECT name FROM jobs ORDER BY name",
+        job_ids="SELECT id FROM jobs ORDER BY id",
+        # {only}: "AND job_id IN (...)" or nothing
+        last_runs=run_select
+        + """
+WHERE runs.id IN (
+    SELECT MAX(id) FROM runs WHERE state <> 'skipped' {only} GROUP BY job_id
+)""",
+        list_runs=run_select + " {where} ORDER BY runs.scheduled_for DESC, runs.id DESC LIMIT ?",
+        # one job's newest runs, off the UNIQUE (job_id, scheduled_for) index
+        recent_runs_of_job=run_select
+        + " WHERE runs.job_id = ? ORDER BY runs.scheduled_for DESC LIMIT ?",
+        attempts_of_run="SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt",
+        last_attempt="SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt DESC LIMIT 1",
+        one_attempt="SELECT * FROM attempts WHERE run_id = ? AND attempt = ?",
+        run_state_locked="SELECT state FROM runs WHERE id = ?" + d.for_update,
+        run_by_key="SELECT id FROM runs WHERE job_id = ? AND run_key = ?",
+        window_taken="SELECT 1 FROM runs WHERE job_id = ? AND scheduled_for = ?",
+        leased_of_job="SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND state = 'leased'",
+        open_run_ids_of_job="SELECT id FROM runs WHERE job_id = ? "
+        "AND state IN ('pending', 'failed', 'leased') ORDER BY id",
+        dead_ids_of_job="SELECT id FROM runs WHERE job_id = ? AND state = 'dead' ORDER BY id"
+        + d.for_update,
+        dead_ids="SELECT id FROM runs WHERE state = 'dead' ORDER BY id" + d.for_update,
+        counts_by_state="SELECT state, COUNT(*) AS n FROM runs GROUP BY state",
+        next_window="SELECT MIN(next_run_at) AS t FROM jobs WHERE state = 'active'",
+        next_due_run="SELECT MIN(not_before) AS t FROM runs WHERE state IN ('pending', 'failed')",
+        count_jobs="SELECT COUNT(*) AS n FROM jobs",
+        count_runs="SELECT COUNT(*) AS n FROM runs",
+        live_daemons="""
+SELECT d.*, (SELECT holder FROM scheduler_lease WHERE id = 1 AND expires_at >= :now) AS leader
+FROM daemons d WHERE d.expires_at >= :now ORDER BY d.started_at, d.id
+""",
+        # Why one run waits: each piece of the claim's condition on its own, the condition
+        # whole (without the per-daemon quota), and what blocks it (the first lock by name
+        # and its holder, the lowest leased sibling), with the live daemons and leased runs.
+        waiting=f"""
+SELECT runs.state, runs.not_before, j.name AS job_name,
+    {RUN_DUE} AS due,
+    {JOB_PAUSED} AS paused,
+    (SELECT other.name {LOCK_HOLDERS} ORDER BY other.name, holder.id LIMIT 1) AS lock_name,
+    (SELECT holder.id {LOCK_HOLDERS} ORDER BY other.name, holder.id LIMIT 1) AS lock_holder,
+    CASE WHEN {OVERLAP_GUARDED}
+         THEN (SELECT sib.id {OVERLAP_HOLDERS} ORDER BY sib.id LIMIT 1) END AS overlap_run,
+    ({RUN_OPEN} AND {RUN_DUE} AND {LOCKS_FREE} AND {JOB_FREE}) AS claimable,
+    (SELECT COUNT(*) FROM daemons WHERE expires_at >= :now) AS live_daemons,
+    (SELECT COUNT(*) FROM runs r2 WHERE r2.state = 'leased') AS leased_runs
+FROM runs JOIN jobs j ON j.id = runs.job_id
+WHERE runs.id = :run_id
+""",
+        run_counts_by_job="SELECT jobs.name, jobs.missed_total, c.state, COALESCE(c.n, 0) AS n "
+        "FROM jobs LEFT JOIN (SELECT job_id, state, COUNT(*) AS n FROM runs "
+        "GROUP BY job_id, state) c ON c.job_id = jobs.id ORDER BY jobs.name, c.state",
+        # {buckets}: one "SUM(CASE WHEN duration <= US THEN 1 ELSE 0 END) AS bN," per bound
+        attempt_duration_histogram="SELECT jobs.name, {buckets} COUNT(*) AS n, "
+        "COALESCE(SUM(a.finished_at - a.started_at), 0) AS total FROM attempts a "
+        "JOIN runs ON runs.id = a.run_id JOIN jobs ON jobs.id = runs.job_id "
+        "WHERE a.finished_at IS NOT NULL GROUP BY jobs.id, jobs.name ORDER BY jobs.name",
+        insert_job="INSERT INTO jobs ({names}) VALUES ({marks}) RETURNING id",
+        update_job="UPDATE jobs SET {sets} WHERE id = ?",
+        pause_job="UPDATE jobs SET state = 'paused', next_run_at = NULL, updated_at = ? "
+        "WHERE id = ?",
+        resume_job="UPDATE jobs SET state = 'active', schedule_from = ?, next_run_at = ?, "
+        "updated_at = ? WHERE id = ?",
+        cancel_job="UPDATE jobs SET state = 'cancelled', next_run_at = NULL, updated_at = ? "
+        "WHERE id = ?",
+        delete_job="DELETE FROM jobs WHERE id = ?",
+        insert_run="""
+INSERT INTO runs (job_id, scheduled_for, state, skip_reason, reason, catchup_from, attempt,
+    max_attempts, not_before, priority, run_key, env, settings, created_at, finished_at)
+VALUES (:job_id, :scheduled_for, :state, :skip_reason, :reason, :catchup_from, 0,
+    :max_attempts, :not_before, :priority, :run_key, :env, :settings, :now, :finished_at)
+ON CONFLICT (job_id, scheduled_for) DO NOTHING
+RETURNING id
+""",
+        insert_run_lock="INSERT INTO run_locks (run_id, name) VALUES (?, ?)",
+        # windows the scheduler recorded ahead of their time (scheduler.FIRE_AHEAD_SECONDS)
+        # that have not come yet: a pause, an edit or a cancel of their job takes them back
+        withdraw_early_runs="""
+DELETE FROM runs WHERE job_id = ? AND state = 'pending' AND attempt = 0
+    AND reason = 'schedule' AND scheduled_for > ?
+RETURNING scheduled_for
+""",
+        cancel_waiting_run="""
+UPDATE runs SET state = 'cancelled', finished_at = ?, last_error = COALESCE(last_error, 'cancelled')
+WHERE id = ? AND state IN ('pending', 'failed')
+""",
+        request_cancel="UPDATE runs SET cancel_requested = 1 WHERE id = ? AND state = 'leased'",
+        retry_dead="""
+UPDATE runs SET state = 'pending', attempt_base = attempt,
+    max_attempts = attempt + (SELECT retries + 1 FROM jobs WHERE jobs.id = runs.job_id),
+    not_before = ?, finished_at = NULL, leased_by = NULL, lease_until = NULL,
+    cancel_requested = 0, hook_status = NULL
+WHERE id = ?
+""",
+        prune="""
+DELETE FROM runs WHERE state IN ('succeeded', 'dead', 'cancelled', 'skipped')
+AND COALESCE(finished_at, scheduled_for) < ?
+""",
+        # {table}, {names}, {named}: a row of a copied database, by column name
+        insert_row="INSERT INTO {table} ({names}) VALUES ({named})",
+    )
