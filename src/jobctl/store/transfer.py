@@ -7,23 +7,34 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..clock import to_us
 from ..errors import Conflict
-from ..models import Run
+from ..models import Attempt, Job, Run
 from .dialect import Dialect
 from .rows import spec_columns
 from .values import CopiedAttempt, CopiedJob, CopiedRun
-
-if TYPE_CHECKING:
-    from .protocol import CommandStore
 
 #: ``list_runs`` with this limit returns every run
 ALL_RUNS = 2**62
 
 
-def read_all(commands: CommandStore, *, history: bool) -> list[CopiedJob]:
+class Source(Protocol):
+    """What :func:`read_all` reads from a store's commands' face."""
+
+    def list_jobs(self) -> list[Job]: ...
+
+    def list_runs(
+        self, job_name: str | None = ..., state: Any = ..., limit: int = ...
+    ) -> list[Run]: ...
+
+    def get_attempts(self, run_id: int) -> list[Attempt]: ...
+
+    def get_output(self, run_id: int, attempt: int | None = ...) -> tuple[Attempt, bytes]: ...
+
+
+def read_all(commands: Source, *, history: bool) -> list[CopiedJob]:
     """Every job (by name), with ``history`` each of its runs and their attempts."""
     out = []
     for job in commands.list_jobs():
