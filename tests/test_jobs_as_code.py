@@ -306,3 +306,87 @@ def test_plan_lines_and_json(jobctl: Any) -> None:
     )
     assert changed.lines() == ['~ rate: timeout "1h" -> none']
     assert changed.changed[0].spec_changes() == {"timeout_seconds": None}
+
+
+# ---------------------------------------------------------------------- import-crontab by content
+
+CRONTAB = "".join(
+    f"0 {h} * * * echo {w}\n"
+    for h, w in enumerate(["one", "two", "three", "four", "five", "six", "seven", "eight"], 1)
+)
+
+
+def _import(jobctl: Any, tmp_path: Path, text: str, *args: str) -> dict[str, Any]:
+    path = tmp_path / "crontab"
+    path.write_text(text)
+    return dict(json.loads(jobctl("import-crontab", "--json", str(path), *args).stdout))
+
+
+def _ids(jobctl: Any) -> dict[int, tuple[str, str]]:
+    return {j.id: (j.name, j.spec.command) for j in jobctl.store().list_jobs()}
+
+
+def test_import_matches_lines_to_jobs_by_content(jobctl: Any, tmp_path: Path) -> None:
+    first = _import(jobctl, tmp_path, CRONTAB)
+    assert [a["job"] for a in first["actions"]] == [f"cron-{n}" for n in range(1, 9)]
+    assert {a["action"] for a in first["actions"]} == {"added"}
+    before = _ids(jobctl)
+    lines = CRONTAB.splitlines(keepends=True)
+    edited = [lines[7], *lines[1:7]]  # the first line deleted, the last one moved up
+    edited[2] = edited[2].replace("echo three", "echo THREE")  # a command changed
+    edited[3] = edited[3].replace("0 4 * * *", "30 4 * * *")  # a schedule changed
+    text = "".join(edited)
+
+    dry = _import(jobctl, tmp_path, text, "--dry-run")
+    assert dry["actions"] == [
+        {"job": "cron-8", "action": "unchanged"},
+        {"job": "cron-2", "action": "unchanged"},
+        {"job": "cron-9", "action": "added"},
+        {"job": "cron-4", "action": "updated"},
+        {"job": "cron-5", "action": "unchanged"},
+        {"job": "cron-6", "action": "unchanged"},
+        {"job": "cron-7", "action": "unchanged"},
+        {"job": "cron-1", "action": "removed", "deleted": False},
+        {"job": "cron-3", "action": "removed", "deleted": False},
+    ]
+    assert _ids(jobctl) == before  # the dry run wrote nothing
+    human = jobctl("import-crontab", "--dry-run", str(tmp_path / "crontab")).stdout
+    assert [line.split()[0:2] for line in human.splitlines()][:4] == [
+        ["unchanged", "cron-8"],
+        ["unchanged", "cron-2"],
+        ["added", "cron-9"],
+        ["updated", "cron-4"],
+    ]
+    assert "removed from the file: cron-1" in human and "removed from the file: cron-3" in human
+
+    _import(jobctl, tmp_path, text)
+    after = _ids(jobctl)
+    # no job's history moved onto another command; removed lines' jobs stay without --prune
+    for job_id, (name, command) in before.items():
+        assert after[job_id] == (name, command)
+    assert jobctl.store().get_job("cron-4").spec.trigger.expr == "30 4 * * *"
+    assert jobctl.store().get_job("cron-9").spec.command == "echo THREE"
+
+    pruned = _import(jobctl, tmp_path, text, "--prune")
+    assert [a for a in pruned["actions"] if a["action"] != "unchanged"] == [
+        {"job": "cron-1", "action": "removed", "deleted": True},
+        {"job": "cron-3", "action": "removed", "deleted": True},
+    ]
+    assert sorted(n for n, _ in _ids(jobctl).values()) == sorted(
+        f"cron-{n}" for n in (2, 4, 5, 6, 7, 8, 9)
+    )
+    again = _import(jobctl, tmp_path, text, "--prune")
+    assert {a["action"] for a in again["actions"]} == {"unchanged"}
+
+
+def test_import_prune_is_refused_while_a_removed_job_runs(jobctl: Any, tmp_path: Path) -> None:
+    _import(jobctl, tmp_path, CRONTAB)
+    jobctl("run", "cron-1")
+    claimed, _ = jobctl.store().claim("d1", "host", datetime.now(UTC), 60.0)
+    assert len(claimed) == 1
+    path = tmp_path / "crontab"
+    path.write_text("".join(CRONTAB.splitlines(keepends=True)[1:]))
+    result = jobctl("import-crontab", str(path), "--prune", ok=False)
+    assert result.exit_code == 1
+    assert "cron-1" in result.stderr
+    assert len(_ids(jobctl)) == 8

@@ -184,23 +184,33 @@ def _sendmail_path() -> str | None:
     is_flag=True,
     help="System format (/etc/crontab, /etc/cron.d): a user field before the command.",
 )
-@click.option("--dry-run", is_flag=True, help="Show what would be imported; write nothing.")
+@click.option("--dry-run", is_flag=True, help="Show what the import would do; write nothing.")
 @click.option(
     "--prefix",
     default="cron",
     show_default=True,
     metavar="P",
-    help="Jobs are named P-N, N the job's ordinal in the file.",
+    help="Jobs are named P-N; a line keeps the job it was imported as, matched by content.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print {jobs, env, notices, errors} as JSON.")
+@click.option("--prune", is_flag=True, help="Delete the jobs of the prefix no line matches.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print {jobs, env, notices, errors, actions} as JSON."
+)
 @pass_ctx
 def import_crontab(
-    obj: Ctx, source: str | None, system: bool, dry_run: bool, prefix: str, as_json: bool
+    obj: Ctx,
+    source: str | None,
+    system: bool,
+    dry_run: bool,
+    prefix: str,
+    prune: bool,
+    as_json: bool,
 ) -> None:
     """Migrate a crontab: FILE, - for stdin, or (no argument) `crontab -l`.
 
-    With any error nothing is imported and it exits 2. Importing the same file again
-    changes nothing.
+    A line keeps the job it was imported as (same schedule and command, else same
+    command), so editing the crontab and importing it again never moves a job's history
+    onto another command. With any error nothing is imported and it exits 2.
     """
     import getpass
 
@@ -215,10 +225,17 @@ def import_crontab(
         current_user=getpass.getuser(),
         sendmail=_sendmail_path(),
     )
-    if plan.errors or dry_run:
-        rows = importer.preview(plan, now)
+    if plan.errors:  # nothing is imported: the database is not even opened
+        matched = importer.match_jobs(plan.specs, [], prefix)
+        rows = importer.preview(plan, matched, now)
+    elif dry_run:
+        matched = importer.match_jobs(plan.specs, obj.reader().list_jobs(), prefix)
+        rows = importer.preview(plan, matched, now)
     else:
-        rows = importer.save_import(obj.store(), plan, now)
+        store = obj.store()
+        matched = importer.match_jobs(plan.specs, store.list_jobs(), prefix)
+        rows = importer.save_import(store, plan, matched, now, prune=prune)
+    removed = [] if plan.errors else [j.name for j in matched.removed]
     report = plan.report
     if as_json:
         output.print_json(
@@ -227,6 +244,8 @@ def import_crontab(
                 "env": report.env,
                 "notices": [{"line": n, "message": m} for n, m in report.notices],
                 "errors": [{"line": n, "message": m} for n, m in plan.errors],
+                "actions": [{"job": row.job.name, "action": row.verb} for row in rows]
+                + [{"job": name, "action": "removed", "deleted": prune} for name in removed],
             }
         )
     else:
@@ -237,6 +256,12 @@ def import_crontab(
                 f"{row.verb} {row.job.name}  {output.schedule_text(row.job)}  "
                 f"{row.job.spec.command}"
                 for row in rows
+            ]
+            + [
+                f"removed {name}"
+                if prune
+                else f"removed from the file: {name} (kept; --prune deletes it)"
+                for name in removed
             ]
         )
     if plan.errors:
