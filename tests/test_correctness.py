@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
-from test_cli import Jobctl
+from clihelpers import Jobctl
+from webhelpers import Server, token_file
 
 HUGE = "99999999999999999999"
+TRIGGER_KEYS = {"kind", "expr", "tz", "after_completion"}
 
 
 @pytest.fixture
@@ -56,3 +61,52 @@ def test_a_worker_count_the_machine_cannot_run_is_invalid_input(db: Path, args: 
         pytest.fail(f"daemon {' '.join(args)} started")
     assert r.returncode == 2, r
     one_error(r.stderr, "--")
+
+
+@pytest.fixture
+def server(db: Path, tmp_path: Path) -> Iterator[Server]:
+    s = Server(db, tmp_path / "serve.log", token_file=token_file(tmp_path))
+    try:
+        yield s.wait_ready()
+    finally:
+        s.close()
+
+
+# ---------------------------------------------------------------------- 1: a job keeps its zone
+
+
+def test_edit_of_the_trigger_keeps_the_jobs_zone(cli: Jobctl) -> None:
+    cli.ok("add", "tzkeep", "--cron", "0 9 * * *", "--tz", "Europe/Berlin", "--", "true")
+    cli.ok("edit", "tzkeep", "--cron", "30 9 * * *")
+    job = cli.json("show", "tzkeep")
+    assert job["trigger"]["expr"] == "30 9 * * *"
+    assert job["trigger"]["tz"] == "Europe/Berlin"
+    assert "30 9 * * * (Europe/Berlin)" in cli.ok("show", "tzkeep").out
+    # 09:30 in Berlin, never 09:30 UTC
+    next_at = datetime.fromisoformat(job["next_run_at"].replace("Z", "+00:00"))
+    assert next_at.astimezone(ZoneInfo("Europe/Berlin")).strftime("%H:%M") == "09:30"
+    # another kind of trigger keeps it too; --tz given is what changes it
+    cli.ok("edit", "tzkeep", "--every", "1h")
+    assert cli.json("show", "tzkeep")["trigger"]["tz"] == "Europe/Berlin"
+    cli.ok("edit", "tzkeep", "--cron", "0 9 * * *", "--tz", "Asia/Tokyo")
+    assert cli.json("show", "tzkeep")["trigger"]["tz"] == "Asia/Tokyo"
+
+
+def test_patch_of_the_trigger_keeps_the_jobs_zone(server: Server, cli: Jobctl) -> None:
+    cli.ok("add", "tzkeep", "--cron", "0 9 * * *", "--tz", "Europe/Berlin", "--", "true")
+    r = server.request(
+        "PATCH", "/v1/jobs/tzkeep", {"trigger": {"kind": "cron", "expr": "0 * * * *"}}
+    )
+    assert r.status == 200, r.text
+    assert r.json()["trigger"] == {
+        "kind": "cron",
+        "expr": "0 * * * *",
+        "tz": "Europe/Berlin",
+        "after_completion": False,
+    } | {k: v for k, v in r.json()["trigger"].items() if k not in TRIGGER_KEYS}
+    r = server.request(
+        "PATCH",
+        "/v1/jobs/tzkeep",
+        {"trigger": {"kind": "cron", "expr": "0 * * * *", "tz": "Asia/Tokyo"}},
+    )
+    assert r.status == 200 and r.json()["trigger"]["tz"] == "Asia/Tokyo", r.text

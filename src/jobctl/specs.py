@@ -321,7 +321,8 @@ def edit_changes(
             and current.after_completion
         ):
             trig = replace(trig, after_completion=True)
-        changes["trigger"] = build_trigger(trig, now)
+        # the job's zone stays unless a new one is given: a new expression is read in it
+        changes["trigger"] = build_trigger(trig, now, default_tz=current.tz)
     elif trig.tz is not None or trig.after_completion or trig.start:
         if current.kind is not TriggerKind.CRON or trig.after_completion or trig.start:
             raise UsageError("--tz, --start and --after-completion need their trigger flag too")
