@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -17,6 +18,8 @@ from clihelpers import Jobctl
 from webhelpers import Server, token_file
 
 HUGE = "99999999999999999999"
+#: what one exec argument may hold on Linux, its NUL included (SPEC §16: 128 KiB)
+MAX_ARG_BYTES = 128 * 1024
 TRIGGER_KEYS = {"kind", "expr", "tz", "after_completion"}
 
 
@@ -110,3 +113,46 @@ def test_patch_of_the_trigger_keeps_the_jobs_zone(server: Server, cli: Jobctl) -
         {"trigger": {"kind": "cron", "expr": "0 * * * *", "tz": "Asia/Tokyo"}},
     )
     assert r.status == 200 and r.json()["trigger"]["tz"] == "Asia/Tokyo", r.text
+
+
+# ---------------------------------------------------------------------- 6: a command too long
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["add", "big", "--manual", "--", "echo " + "x" * MAX_ARG_BYTES],
+        ["add", "big", "--manual", "--", "echo", "x" * (MAX_ARG_BYTES // 2), "y" * 70000],
+        ["edit", "small", "--command", "echo " + "é" * (MAX_ARG_BYTES // 2)],
+        ["add", "big", "--manual", "--on-failure", "x" * MAX_ARG_BYTES, "--", "true"],
+    ],
+    ids=["add", "add-joined", "edit-utf8", "on-failure"],
+)
+def test_a_command_too_long_to_start_is_invalid_input(cli: Jobctl, args: list[str]) -> None:
+    cli.ok("add", "small", "--manual", "--", "true")
+    r = cli(*args)
+    assert r.code == 2, r.err
+    one_error(r.err, "bytes")
+    assert [j["name"] for j in cli.json("list")] == ["small"]
+    assert cli.json("show", "small")["command"] == "true"
+
+
+def test_the_longest_command_the_system_starts_is_accepted_and_runs(
+    cli: Jobctl, start_daemon: Any
+) -> None:
+    # MAX_ARG_BYTES - 1 bytes is the most one exec argument holds: it must start
+    command = "exit 0 #" + "x" * (MAX_ARG_BYTES - 1 - len("exit 0 #"))
+    cli.ok("add", "edge", "--manual", "--retries", "0", "--", command)
+    start_daemon()
+    run = cli.json("run", "edge", "--wait")
+    assert run["state"] == "succeeded", run
+
+
+def test_the_api_refuses_a_command_too_long_to_start(server: Server, cli: Jobctl) -> None:
+    body = {"name": "big", "trigger": {"kind": "manual"}, "command": "x" * MAX_ARG_BYTES}
+    r = server.request("POST", "/v1/jobs", body)
+    assert r.status == 422 and "bytes" in r.json()["error"], r.text
+    cli.ok("add", "small", "--manual", "--", "true")
+    r = server.request("PATCH", "/v1/jobs/small", {"command": "x" * MAX_ARG_BYTES})
+    assert r.status == 422 and "bytes" in r.json()["error"], r.text
+    assert cli.json("show", "small")["command"] == "true"

@@ -61,8 +61,27 @@ def parse_env_pairs(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
+#: the most one argument of an exec may hold on Linux (MAX_ARG_STRLEN: 32 pages of 4 KiB,
+#: its NUL included): a longer ``sh -c COMMAND`` can never start (SPEC §16)
+MAX_ARG_BYTES = 131072
+
+
+def check_command(text: str, what: str = "command") -> str:
+    """A shell command the system can start: valid text, and short enough to be one
+    argument of ``SHELL -c``. Raises UsageError."""
+    check_text(text, what)
+    size = len(text.encode("utf-8"))
+    if size >= MAX_ARG_BYTES:
+        raise UsageError(
+            f"{what} is {size} bytes: the system starts a command of at most "
+            f"{MAX_ARG_BYTES - 1} bytes (put a longer one in a script)"
+        )
+    return text
+
+
 def join_command(args: Sequence[str]) -> str:
-    """One argument is a shell string; several are shell-quoted and joined (SPEC §7)."""
+    """One argument is a shell string; several are shell-quoted and joined (SPEC §7).
+    Raises UsageError when it is empty or too long to start (:func:`check_command`)."""
     if not args:
         raise UsageError("no command given: add -- COMMAND after the options")
     for a in args:
@@ -70,8 +89,8 @@ def join_command(args: Sequence[str]) -> str:
     if len(args) == 1:
         if not args[0].strip():
             raise UsageError("the command is empty")
-        return args[0]
-    return shlex.join(args)
+        return check_command(args[0])
+    return check_command(shlex.join(args))
 
 
 @dataclass
@@ -267,7 +286,7 @@ def policy_changes(p: dict[str, Any]) -> dict[str, Any]:
     if p.get("shell") is not None:
         out["shell"] = _nonempty(check_text(p["shell"], "--shell"), "--shell")
     if p.get("on_failure") is not None:
-        out["on_failure"] = check_text(p["on_failure"], "--on-failure") or None
+        out["on_failure"] = check_command(p["on_failure"], "--on-failure") or None
     if p.get("stdin") is not None:
         out["stdin"] = check_text(p["stdin"], "--stdin")
     if p.get("description") is not None:
@@ -354,7 +373,7 @@ def spec_from_crontab(job: ImportedJob, now: datetime) -> JobSpec:
     return JobSpec(
         name=check_name(job.name),
         trigger=trigger,
-        command=check_text(job.command, "command"),
+        command=check_command(job.command),
         description=job.description,
         stdin=job.stdin,
         env=dict(job.env),
