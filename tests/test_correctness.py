@@ -156,3 +156,16 @@ def test_the_api_refuses_a_command_too_long_to_start(server: Server, cli: Jobctl
     r = server.request("PATCH", "/v1/jobs/small", {"command": "x" * MAX_ARG_BYTES})
     assert r.status == 422 and "bytes" in r.json()["error"], r.text
     assert cli.json("show", "small")["command"] == "true"
+
+
+# ---------------------------------------------------------------------- 9: words
+
+
+@pytest.mark.parametrize(
+    ("flag", "what"),
+    [("--cron", "cron expression"), ("--every", "interval"), ("--at", "time"), ("--in", "delay")],
+)
+def test_an_empty_trigger_value_says_it_is_empty(cli: Jobctl, flag: str, what: str) -> None:
+    r = cli("add", "j", flag, "", "--", "true")
+    assert r.code == 2
+    one_error(r.err, f"the {what} is empty")

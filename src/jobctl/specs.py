@@ -109,7 +109,16 @@ class TriggerOptions:
 
 
 def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None = None) -> Trigger:
-    """Exactly one of --cron/--every/--at/--in/--manual -> a validated Trigger."""
+    """Exactly one of --cron/--every/--at/--in/--manual -> a validated Trigger, read in
+    ``opts.tz``, else ``default_tz``, else the machine's zone."""
+    for what, text in (
+        ("cron expression", opts.cron),
+        ("interval", opts.every),
+        ("time", opts.at),
+        ("delay", opts.in_),
+    ):
+        if text is not None and not text.strip():
+            raise UsageError(f"the {what} is empty")
     chosen = [
         flag
         for flag, v in (
