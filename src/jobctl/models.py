@@ -31,6 +31,7 @@ class TriggerKind(str, Enum):
     ONCE = "once"
     REBOOT = "reboot"
     MANUAL = "manual"
+    AFTER = "after"
 
 
 class JobState(str, Enum):
@@ -68,6 +69,7 @@ class Overlap(str, Enum):
     FORBID = "forbid"
     ALLOW = "allow"
     REPLACE = "replace"
+    QUEUE = "queue"
 
 
 class RunReason(str, Enum):
@@ -75,11 +77,84 @@ class RunReason(str, Enum):
     CATCHUP = "catchup"
     MANUAL = "manual"
     BACKFILL = "backfill"
+    AFTER = "after"
 
 
 class SkipReason(str, Enum):
     MISSED = "missed"
     OVERLAP = "overlap"
+    DEADLINE = "deadline"
+
+
+class PausedReason(str, Enum):
+    """Why a job is paused (SPEC §14): by a user, or by ``--pause-after-failures``."""
+
+    USER = "user"
+    FAILURES = "failures"
+
+
+class IoClass(str, Enum):
+    """``--io-class``: the I/O scheduling class of an attempt's processes."""
+
+    BEST_EFFORT = "best-effort"
+    IDLE = "idle"
+
+
+#: the states of an upstream run that may fire an ``--after`` job (SPEC §14)
+AFTER_STATES = ("succeeded", "dead", "cancelled")
+
+
+def after_parts(expr: str) -> tuple[str, tuple[str, ...]]:
+    """An ``--after JOB[:STATES]`` text as (upstream job name, states); no validation
+    beyond the split (see :func:`jobctl.specs.parse_after`)."""
+    name, sep, states = expr.partition(":")
+    if not sep:
+        return name, ("succeeded",)
+    return name, tuple(s.strip() for s in states.split(","))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What an attempt's processes may use (SPEC §16), each None when unset: ``nice``
+    (0-19), ``io_class``, ``memory_max`` (bytes of address space a process),
+    ``cpu_max_seconds`` (CPU seconds a process), ``files_max`` (open files a process)."""
+
+    nice: int | None = None
+    io_class: IoClass | None = None
+    memory_max: int | None = None
+    cpu_max_seconds: float | None = None
+    files_max: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self == NO_LIMITS
+
+    def to_dict(self) -> dict[str, Any]:
+        """The job JSON's ``limits`` object (bytes, seconds; null when unset)."""
+        return {
+            "nice": self.nice,
+            "io_class": None if self.io_class is None else self.io_class.value,
+            "memory_max": self.memory_max,
+            "cpu_max": self.cpu_max_seconds,
+            "files_max": self.files_max,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> Limits:
+        if not d:
+            return NO_LIMITS
+        io = d.get("io_class")
+        cpu = d.get("cpu_max")
+        return cls(
+            nice=d.get("nice"),
+            io_class=None if io is None else IoClass(io),
+            memory_max=d.get("memory_max"),
+            cpu_max_seconds=None if cpu is None else float(cpu),
+            files_max=d.get("files_max"),
+        )
+
+
+NO_LIMITS = Limits()
 
 
 class StopReason(str, Enum):
@@ -107,6 +182,13 @@ class AttemptResult:
     spawn_error: str | None = None
     output: bytes = b""
     output_bytes: int = 0
+    #: what the kernel counted for the reaped main process and the processes it waited
+    #: for (SPEC §16): CPU seconds in user and system mode, the largest resident set
+    cpu_user: float | None = None
+    cpu_system: float | None = None
+    max_rss: int | None = None
+    #: a limit the kernel stopped the attempt for (``cpu limit``)
+    limit_error: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -119,6 +201,8 @@ class AttemptResult:
             return self.spawn_error
         if self.stop_reason is not None:
             return self.stop_reason.value
+        if self.limit_error is not None:
+            return self.limit_error
         if self.signal is not None:
             return f"signal {self.signal}"
         if self.exit_code == 0:
@@ -237,6 +321,18 @@ class JobSpec:
     keep_runs: int = DEFAULT_KEEP_RUNS
     #: finished runs whose window is older than this are deleted; None: no age limit
     keep_for_seconds: float | None = None
+    #: SPEC §14: a run not started within this long of its window is skipped (``deadline``)
+    deadline_seconds: float | None = None
+    #: pause the job after this many runs in a row end ``dead``
+    pause_after_failures: int | None = None
+    #: at most this many runs leased at once (``--overlap allow`` only)
+    max_running: int | None = None
+    #: exit codes that count as success besides 0
+    ok_exit: tuple[int, ...] = ()
+    #: exit codes after which the run is dead at once
+    no_retry_exit: tuple[int, ...] = ()
+    #: SPEC §16: what the attempt's processes may use
+    limits: Limits = NO_LIMITS
 
 
 @dataclass(frozen=True)
@@ -250,6 +346,7 @@ class Job:
     next_run_at: datetime | None
     missed_total: int
     last_boot_id: str | None
+    paused_reason: PausedReason | None = None
 
     @property
     def name(self) -> str:
@@ -270,6 +367,7 @@ class Job:
             next_run_at,
             self.missed_total,
             self.last_boot_id,
+            self.paused_reason,
         )
 
 
@@ -285,9 +383,12 @@ class RunSettings:
     timeout_seconds: float | None
     backoff_seconds: float
     on_failure: str | None
+    ok_exit: tuple[int, ...] = ()
+    no_retry_exit: tuple[int, ...] = ()
+    limits: Limits = NO_LIMITS
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "command": self.command,
             "shell": self.shell,
             "cwd": self.cwd,
@@ -297,6 +398,14 @@ class RunSettings:
             "backoff_seconds": self.backoff_seconds,
             "on_failure": self.on_failure,
         }
+        # written only when set, so the settings of runs made before them read the same
+        if self.ok_exit:
+            d["ok_exit"] = list(self.ok_exit)
+        if self.no_retry_exit:
+            d["no_retry_exit"] = list(self.no_retry_exit)
+        if not self.limits.empty:
+            d["limits"] = self.limits.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSettings:
@@ -309,6 +418,9 @@ class RunSettings:
             timeout_seconds=d.get("timeout_seconds"),
             backoff_seconds=float(d.get("backoff_seconds", DEFAULT_BACKOFF_SECONDS)),
             on_failure=d.get("on_failure"),
+            ok_exit=tuple(d.get("ok_exit") or ()),
+            no_retry_exit=tuple(d.get("no_retry_exit") or ()),
+            limits=Limits.from_dict(d.get("limits")),
         )
 
     @classmethod
@@ -322,6 +434,9 @@ class RunSettings:
             timeout_seconds=spec.timeout_seconds,
             backoff_seconds=spec.backoff_seconds,
             on_failure=spec.on_failure,
+            ok_exit=spec.ok_exit,
+            no_retry_exit=spec.no_retry_exit,
+            limits=spec.limits,
         )
 
 
@@ -389,6 +504,10 @@ class Attempt:
     output_bytes: int
     host: str | None = None
     pid: int | None = None
+    #: SPEC §16: what the kernel counted when its main process was reaped
+    cpu_user: float | None = None
+    cpu_system: float | None = None
+    max_rss: int | None = None
 
     @property
     def duration_seconds(self) -> float | None:

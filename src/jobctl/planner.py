@@ -39,6 +39,7 @@ from .models import (
     Waiting,
     WaitReason,
     Window,
+    after_parts,
 )
 
 #: a loop that wakes this much later than it planned counts the gap as missed (SPEC §6)
@@ -104,6 +105,7 @@ def plan_due(
     missed: bool,
     rng: random.Random,
     has_leased_run: bool = False,
+    has_waiting_run: bool = False,
 ) -> Plan | None:
     """Decide the rows for a job whose next window is due (``job.next_run_at <= now``).
 
@@ -113,8 +115,9 @@ def plan_due(
     earliest, ``all`` runs the ``catchup_limit`` latest, oldest first. At most
     ``MAX_SKIPPED_ROWS`` skipped rows are written; every missed window that does not run
     counts in ``missed_increment``. Overlap: with ``forbid`` a window that would run while
-    ``has_leased_run`` is recorded skipped (``overlap``); with ``replace`` the plan asks
-    for the job's open runs to make way. Returns None when nothing is due.
+    ``has_leased_run`` is recorded skipped (``overlap``); with ``queue`` one run waits at
+    most (``has_waiting_run``: one already does); with ``replace`` the plan asks for the
+    job's open runs to make way. Returns None when nothing is due.
     """
     spec = job.spec
     keep = MAX_SKIPPED_ROWS + max(spec.catchup_limit, 1)
@@ -162,26 +165,81 @@ def plan_due(
         nxt = None if any(w.state is RunState.PENDING for w in windows) else (next_fire(trig, now))
     else:
         nxt = next_fire(trig, max(last, now) if missed else last)
-    windows, replace_open = apply_overlap(windows, spec.overlap, has_leased_run)
+    windows, replace_open = apply_overlap(
+        windows, spec.overlap, has_leased_run, has_waiting_run=has_waiting_run
+    )
     return Plan(windows, nxt, last, missed_increment, done, replace_open)
 
 
 def apply_overlap(
-    windows: list[Window], overlap: Overlap, has_leased_run: bool
+    windows: list[Window],
+    overlap: Overlap,
+    has_leased_run: bool,
+    *,
+    has_waiting_run: bool = False,
 ) -> tuple[list[Window], bool]:
-    """Overlap policy (SPEC §4) on the windows a job fires while ``has_leased_run`` says
-    whether one of its runs is leased. Returns the windows and whether open runs make way."""
+    """Overlap policy (SPEC §4, §14) on the windows a job fires while ``has_leased_run``
+    says whether one of its runs is leased and ``has_waiting_run`` whether one is open and
+    not leased (``pending`` or ``failed``). Returns the windows and whether open runs make
+    way.
+
+    ``queue`` keeps at most one run waiting: the first window to run when none waits,
+    every later one skipped (``overlap``); it never runs two at once (the claim sees to
+    that, as for ``forbid``)."""
     runs = any(w.state is RunState.PENDING for w in windows)
     if overlap is Overlap.REPLACE:
         return windows, runs
     if overlap is Overlap.FORBID and has_leased_run:
-        return [
-            replace(w, state=RunState.SKIPPED, skip_reason=SkipReason.OVERLAP)
-            if w.state is RunState.PENDING
-            else w
-            for w in windows
-        ], False
+        return [_skipped_overlap(w) if w.state is RunState.PENDING else w for w in windows], False
+    if overlap is Overlap.QUEUE:
+        room = 0 if has_waiting_run else 1
+        out = []
+        for w in windows:
+            if w.state is RunState.PENDING:
+                if room:
+                    room -= 1
+                else:
+                    w = _skipped_overlap(w)
+            out.append(w)
+        return out, False
     return windows, False
+
+
+def _skipped_overlap(w: Window) -> Window:
+    return replace(w, state=RunState.SKIPPED, skip_reason=SkipReason.OVERLAP)
+
+
+def deadline_at(
+    scheduled_for: datetime, reason: RunReason, deadline_seconds: float | None
+) -> datetime | None:
+    """The instant after which a run that has not started never starts (SPEC §14
+    ``--deadline``): its window plus the deadline; None without one, and for a manual run
+    (exempt)."""
+    if deadline_seconds is None or reason is RunReason.MANUAL:
+        return None
+    return scheduled_for + timedelta(seconds=deadline_seconds)
+
+
+def should_pause(recent_states: Iterable[RunState], pause_after_failures: int | None) -> bool:
+    """Whether a job pauses itself (SPEC §14 ``--pause-after-failures N``): its N most
+    recent finished runs (``succeeded`` or ``dead``, newest first, as given) all ended
+    ``dead``. Fewer than N of them: not yet."""
+    if not pause_after_failures:
+        return False
+    for n, state in enumerate(recent_states, 1):
+        if state is not RunState.DEAD:
+            return False
+        if n >= pause_after_failures:
+            return True
+    return False
+
+
+def after_fires(job: Job, upstream_state: RunState) -> bool:
+    """Whether a run of this ``--after`` job's upstream that ended in ``upstream_state``
+    fires it (SPEC §14)."""
+    if job.trigger.kind is not TriggerKind.AFTER or job.trigger.expr is None:
+        return False
+    return upstream_state.value in after_parts(job.trigger.expr)[1]
 
 
 def next_after_completion(job: Job, ended_at: datetime) -> datetime | None:
@@ -192,9 +250,10 @@ def next_after_completion(job: Job, ended_at: datetime) -> datetime | None:
 def decide(
     run: Run, attempt: int, result: AttemptResult, now: datetime, rng: random.Random
 ) -> Decision | None:
-    """What the end of ``attempt`` of ``run`` does to the run (SPEC §5).
+    """What the end of ``attempt`` of ``run`` does to the run (SPEC §5, §14).
 
-    Succeeded on exit 0; a shutdown's kill puts the run back to pending without counting
+    Succeeded on exit 0 or an exit code of the run's ``ok_exit``; dead at once on one of
+    its ``no_retry_exit``; a shutdown's kill puts the run back to pending without counting
     the attempt; a cancel ends it cancelled; any other failure is retried after the
     backoff while attempts remain (counted from the current set's ``attempt_base``), else
     the run is dead. A cancel requested while it ran turns a failure into cancelled
@@ -207,8 +266,16 @@ def decide(
         return Decision(RunState.PENDING, "interrupted", retry_at=now, counts_attempt=False)
     if stop is StopReason.CANCELLED:
         return Decision(RunState.CANCELLED, "cancelled")
-    if result.ok:
+    settings = run.settings
+    if result.ok or (
+        result.exit_code in settings.ok_exit
+        and result.stop_reason is None
+        and result.spawn_error is None
+        and result.limit_error is None
+    ):
         return Decision(RunState.SUCCEEDED, None)
+    if result.exit_code is not None and result.exit_code in settings.no_retry_exit:
+        return Decision(RunState.DEAD, result.error, if_cancelled=RunState.CANCELLED)
     if attempt < run.max_attempts:
         k = attempt - run.attempt_base
         delay = retry_delay_seconds(k, run.settings.backoff_seconds, rng)

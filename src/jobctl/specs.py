@@ -16,7 +16,19 @@ from typing import TYPE_CHECKING, Any
 
 from . import cronexpr, durations, zones
 from .errors import UsageError
-from .models import NAME_RE, Catchup, Job, JobSpec, Overlap, Trigger, TriggerKind
+from .models import (
+    AFTER_STATES,
+    NAME_RE,
+    Catchup,
+    IoClass,
+    Job,
+    JobSpec,
+    Limits,
+    Overlap,
+    Trigger,
+    TriggerKind,
+    after_parts,
+)
 
 if TYPE_CHECKING:
     from .crontab import ImportedJob
@@ -103,9 +115,10 @@ class TriggerOptions:
     in_: str | None = None
     manual: bool = False
     tz: str | None = None
+    after: str | None = None
 
     def given(self) -> bool:
-        return any(v for v in (self.cron, self.every, self.at, self.in_, self.manual))
+        return any(v for v in (self.cron, self.every, self.at, self.in_, self.manual, self.after))
 
 
 def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None = None) -> Trigger:
@@ -127,12 +140,13 @@ def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None
             ("--at", opts.at),
             ("--in", opts.in_),
             ("--manual", opts.manual),
+            ("--after", opts.after),
         )
         if v
     ]
     if len(chosen) != 1:
         raise UsageError(
-            "give exactly one trigger: --cron, --every, --at, --in or --manual"
+            "give exactly one trigger: --cron, --every, --at, --in, --manual or --after"
             + (f" (got {', '.join(chosen)})" if chosen else "")
         )
     tz = check_zone(opts.tz) if opts.tz is not None else default_tz or zones.local_zone_name()
@@ -167,7 +181,62 @@ def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None
     if opts.in_ is not None:
         at = durations.parse_relative(opts.in_, now)
         return Trigger(TriggerKind.ONCE, tz=tz, at=at)
+    if opts.after is not None:
+        return Trigger(TriggerKind.AFTER, tz=tz, expr=parse_after(opts.after))
     return Trigger(TriggerKind.MANUAL, tz=tz)
+
+
+def parse_after(text: str) -> str:
+    """An ``--after JOB[:STATES]`` value, checked (SPEC §14): a job name, then optionally a
+    comma list of ``succeeded``, ``dead``, ``cancelled``. Returns it as given, without
+    surrounding spaces. Raises UsageError."""
+    check_text(text, "--after")
+    text = text.strip()
+    name, states = after_parts(text)
+    check_name(name, "--after job name")
+    for state in states:
+        if state not in AFTER_STATES:
+            raise UsageError(
+                f"invalid --after state {state!r}: use a comma list of {', '.join(AFTER_STATES)}"
+            )
+    return text
+
+
+def check_after_cycle(name: str, upstream: str, edges: dict[str, str]) -> None:
+    """Refuse an ``--after`` that closes a cycle (SPEC §14): ``name`` would follow
+    ``upstream``; ``edges`` maps each other ``--after`` job to the job it follows.
+    Raises UsageError naming the cycle."""
+    path = [name]
+    current: str | None = upstream
+    seen = {name}
+    while current is not None:
+        path.append(current)
+        if current in seen:
+            raise UsageError(f"--after makes a cycle: {' -> '.join(reversed(path))}")
+        seen.add(current)
+        current = edges.get(current)
+
+
+def check_after(name: str, trigger: Trigger, jobs: Sequence[Job]) -> None:
+    """An ``--after`` trigger against the jobs stored (SPEC §14): its upstream job exists
+    and following it makes no cycle. ``name`` is the job's name once written (a job of
+    that name among ``jobs`` is replaced by it). Raises UsageError."""
+    if trigger.kind is not TriggerKind.AFTER or not trigger.expr:
+        return
+    upstream = after_parts(trigger.expr)[0]
+    if upstream != name and not any(j.name == upstream for j in jobs):
+        raise UsageError(f"--after {trigger.expr!r}: no job named {upstream!r}")
+    edges = after_edges([j for j in jobs if j.name != name])
+    check_after_cycle(name, upstream, edges)
+
+
+def after_edges(jobs: Sequence[Job]) -> dict[str, str]:
+    """Each ``--after`` job's name -> the name of the job it follows."""
+    return {
+        j.name: after_parts(j.trigger.expr)[0]
+        for j in jobs
+        if j.trigger.kind is TriggerKind.AFTER and j.trigger.expr
+    }
 
 
 def check_zone(name: str, flag: str = "--tz") -> str:
@@ -269,8 +338,75 @@ def _nonempty(value: str, flag: str) -> str:
     return value
 
 
+def parse_exit_codes(text: str, flag: str) -> tuple[int, ...]:
+    """A comma list of exit codes 1-255 (``24``, ``3,75``), sorted, without repeats; the
+    empty text is the empty list (``edit --ok-exit ''`` clears it). Raises UsageError."""
+    check_text(text, flag)
+    if not text.strip():
+        return ()
+    codes = set()
+    for part in text.split(","):
+        p = part.strip()
+        if not p.isascii() or not p.isdigit() or not 1 <= int(p) <= 255:
+            raise UsageError(f"invalid {flag} {text!r}: use a comma list of exit codes 1-255")
+        codes.add(int(p))
+    return tuple(sorted(codes))
+
+
+_SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str, flag: str = "--memory-max") -> int:
+    """SIZE (SPEC §16): a whole number followed by K, M, G or T (powers of 1024), at least
+    1M, in bytes. A bare number is invalid. Raises UsageError."""
+    check_text(text, flag)
+    s = text.strip()
+    unit = s[-1:].upper()
+    number = s[:-1]
+    if unit not in _SIZE_UNITS or not number.isascii() or not number.isdigit():
+        raise UsageError(f"invalid {flag} {text!r}: use a whole number with K, M, G or T (1G)")
+    size = int(number) * _SIZE_UNITS[unit]
+    if size < _SIZE_UNITS["M"]:
+        raise UsageError(f"invalid {flag} {text!r}: at least 1M")
+    if size > INT64_MAX:
+        raise UsageError(f"invalid {flag} {text!r}: too large")
+    return size
+
+
+def format_size(size: int) -> str:
+    """Bytes as the largest SIZE unit that divides them (``1073741824`` -> ``1G``)."""
+    for unit in ("T", "G", "M", "K"):
+        if size % _SIZE_UNITS[unit] == 0:
+            return f"{size // _SIZE_UNITS[unit]}{unit}"
+    return f"{size}B"
+
+
+#: the limit options and their Limits field
+LIMIT_KEYS = ("nice", "io_class", "memory_max", "cpu_max", "files_max")
+
+
+def limit_changes(p: dict[str, Any]) -> dict[str, Any]:
+    """The limit options a user gave (None = not given) -> Limits field values."""
+    out: dict[str, Any] = {}
+    if p.get("nice") is not None:
+        n = check_int(p["nice"], "--nice", 0)
+        if n > 19:
+            raise UsageError(f"invalid --nice {n}: use 0 to 19")
+        out["nice"] = n
+    if p.get("io_class") is not None:
+        out["io_class"] = _choice(p["io_class"], IoClass, "--io-class")
+    if p.get("memory_max") is not None:
+        out["memory_max"] = parse_size(p["memory_max"])
+    if p.get("cpu_max") is not None:
+        out["cpu_max_seconds"] = durations.parse_duration(p["cpu_max"])
+    if p.get("files_max") is not None:
+        out["files_max"] = check_int(p["files_max"], "--files-max", 1)
+    return out
+
+
 def policy_changes(p: dict[str, Any]) -> dict[str, Any]:
-    """The policy options a user gave (None = not given) -> JobSpec field values."""
+    """The policy options a user gave (None = not given) -> JobSpec field values (limits as
+    a dict of the Limits fields given, under ``limits``)."""
     out: dict[str, Any] = {}
     if p.get("catchup") is not None:
         out["catchup"] = _choice(p["catchup"], Catchup, "--catchup")
@@ -302,7 +438,34 @@ def policy_changes(p: dict[str, Any]) -> dict[str, Any]:
         out["description"] = check_text(p["description"], "--description")
     if p.get("lock"):
         out["locks"] = tuple(sorted({check_lock_name(lk) for lk in p["lock"]}))
+    if p.get("deadline") is not None:
+        out["deadline_seconds"] = durations.parse_duration(p["deadline"])
+    if p.get("pause_after_failures") is not None:
+        # 0 clears it (edit)
+        out["pause_after_failures"] = (
+            _nonneg_int(p["pause_after_failures"], "--pause-after-failures") or None
+        )
+    if p.get("max_running") is not None:
+        out["max_running"] = _nonneg_int(p["max_running"], "--max-running") or None
+    if p.get("ok_exit") is not None:
+        out["ok_exit"] = parse_exit_codes(p["ok_exit"], "--ok-exit")
+    if p.get("no_retry_exit") is not None:
+        out["no_retry_exit"] = parse_exit_codes(p["no_retry_exit"], "--no-retry-exit")
+    limits = limit_changes(p)
+    if limits:
+        out["limits"] = limits
     return out
+
+
+def check_policies(spec: JobSpec) -> JobSpec:
+    """Rules between a job's fields (SPEC §14), on the job as it would be stored: a
+    ``--max-running`` needs ``--overlap allow``. Raises UsageError."""
+    if spec.max_running is not None and spec.overlap is not Overlap.ALLOW:
+        raise UsageError(
+            f"--max-running goes with --overlap allow (--overlap {spec.overlap.value} "
+            "already runs one at a time)"
+        )
+    return spec
 
 
 def build_spec(
@@ -320,7 +483,9 @@ def build_spec(
     if trigger.kind is TriggerKind.MANUAL:
         # a keyed queue (SPEC §9) runs its keys side by side; locks keep them polite
         changes.setdefault("overlap", Overlap.ALLOW)
-    return JobSpec(name=name, trigger=trigger, command=cmd, **changes)
+    if "limits" in changes:
+        changes["limits"] = Limits(**changes["limits"])
+    return check_policies(JobSpec(name=name, trigger=trigger, command=cmd, **changes))
 
 
 def edit_changes(
@@ -361,6 +526,10 @@ def edit_changes(
         changes["name"] = check_name(rename)
     if not changes:
         raise UsageError("nothing to change: give a trigger, a policy, --command or --rename")
+    if "limits" in changes:
+        changes["limits"] = replace(job.spec.limits, **changes["limits"])
+    fields = {k: v for k, v in changes.items() if k in JobSpec.__dataclass_fields__}
+    check_policies(replace(job.spec, **fields))
     return changes
 
 

@@ -283,6 +283,8 @@ def describe(trigger: Trigger) -> str:
         return f"at {iso(trigger.at.replace(microsecond=0) if trigger.at else None)}"
     if kind == TriggerKind.REBOOT:
         return "@reboot"
+    if kind == TriggerKind.AFTER:
+        return f"after {trigger.expr}"
     return "manual"
 
 

@@ -22,6 +22,23 @@ did in the child is done by spawn attributes and file actions instead:
   spawn runs between an ``os.chdir`` to the child's directory and an ``os.fchdir`` back
   (the daemon is one thread; an exec wrapper would cost a second exec per child). The
   chdir is also the check that the directory exists, and its error names it.
+
+Limits (SPEC §16) reach every process of an attempt before it runs anything, at no cost
+to attempts without them:
+
+- ``--memory-max``, ``--cpu-max``, ``--files-max`` are resource limits the shell sets on
+  itself first: the command is run as ``ulimit …; COMMAND`` (builtins of every POSIX
+  shell), so they hold before its first line and every process it starts inherits them.
+  They cannot be set by the daemon around the spawn (glibc's spawn maps the child's stack
+  in the daemon, which a lowered address-space limit refuses; a CPU limit lower than the
+  daemon's own CPU time would signal the daemon), nor by ``prlimit`` on the new pid (the
+  command may already run). The hard limit is set too (so the command cannot raise its
+  own), a second above the soft one for the CPU, so the kernel's first word is
+  ``SIGXCPU`` (error ``cpu limit``).
+- ``--nice`` and ``--io-class`` belong to a thread on Linux and a spawned process takes
+  those of the thread that spawns it: such a child is spawned by a helper thread that set
+  its own once (one thread a combination, made on first use), while the daemon's thread
+  waits.
 """
 
 from __future__ import annotations
@@ -30,14 +47,26 @@ import contextlib
 import errno
 import fcntl
 import os
+import queue
+import resource
 import select
 import signal
 import tempfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .clock import iso
-from .models import OUTPUT_LIMIT_BYTES, AttemptResult, Run, RunSettings, StopReason
+from .models import (
+    NO_LIMITS,
+    OUTPUT_LIMIT_BYTES,
+    AttemptResult,
+    IoClass,
+    Limits,
+    Run,
+    RunSettings,
+    StopReason,
+)
 from .reaper import kill_group
 
 #: SIGTERM first, SIGKILL this long after (SPEC §4 --timeout)
@@ -54,6 +83,7 @@ DEFAULT_SIGNALS: tuple[int, ...] = tuple(
     for s in (
         signal.SIGPIPE,
         signal.SIGXFSZ,
+        signal.SIGXCPU,
         signal.SIGINT,
         signal.SIGTERM,
         signal.SIGHUP,
@@ -66,6 +96,129 @@ DEFAULT_SIGNALS: tuple[int, ...] = tuple(
 )
 #: what a new pipe holds on Linux; larger ``--stdin`` text asks for a larger pipe
 PIPE_DEFAULT_BYTES = 65536
+
+
+#: the exit status a shell gives when its ``ulimit`` line fails
+LIMITS_FAILED_EXIT = 125
+
+
+def limits_prefix(limits: Limits) -> str:
+    """The line a POSIX shell runs before the command to set ``limits``' resource limits
+    (soft, then hard), or ``''`` when none is set. A limit above what the daemon may
+    give (its own hard limit) is given as that hard limit."""
+    parts = []
+    for flag, value, extra in (
+        ("-v", None if limits.memory_max is None else limits.memory_max // 1024, 0),
+        ("-t", None if limits.cpu_max_seconds is None else int(limits.cpu_max_seconds), 1),
+        ("-n", limits.files_max, 0),
+    ):
+        if value is None:
+            continue
+        value = min(value, _hard_limit(flag))
+        parts.append(f"ulimit -S {flag} {value}")
+        parts.append(f"ulimit -H {flag} {min(value + extra, _hard_limit(flag))}")
+    if not parts:
+        return ""
+    return " && ".join(parts) + f" || exit {LIMITS_FAILED_EXIT}\n"
+
+
+_RLIMITS = {"-v": resource.RLIMIT_AS, "-t": resource.RLIMIT_CPU, "-n": resource.RLIMIT_NOFILE}
+#: a ``ulimit`` value's unit in the resource's own (KiB for ``-v``)
+_ULIMIT_UNIT = {"-v": 1024, "-t": 1, "-n": 1}
+
+
+def _hard_limit(flag: str) -> int:
+    hard = resource.getrlimit(_RLIMITS[flag])[1]
+    return 2**62 if hard == resource.RLIM_INFINITY else hard // _ULIMIT_UNIT[flag]
+
+
+def cpu_limit_hit(limits: Limits, rc: int, rusage: Any) -> bool:
+    """Whether the kernel stopped an attempt for ``--cpu-max``: its main process (or the
+    process it waited for, as a shell reports it: 128 + the signal) ended by ``SIGXCPU``,
+    or by ``SIGKILL`` with at least the limit's CPU time used (the hard limit)."""
+    if limits.cpu_max_seconds is None:
+        return False
+    sig = -rc if rc < 0 else rc - 128 if rc > 128 else None
+    if sig == signal.SIGXCPU:
+        return True
+    used = 0.0 if rusage is None else rusage.ru_utime + rusage.ru_stime
+    return sig == signal.SIGKILL and used >= limits.cpu_max_seconds
+
+
+# ioprio_set(2): no wrapper in Python's os module
+_SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "arm64": 30}.get(os.uname().machine)
+_IOPRIO_WHO_PROCESS = 1
+_IOPRIO_CLASS_SHIFT = 13
+_IOPRIO = {IoClass.BEST_EFFORT: (2 << _IOPRIO_CLASS_SHIFT) | 4, IoClass.IDLE: 3 << 13}
+
+
+def _set_thread_io_class(io_class: IoClass) -> None:
+    """The calling thread's I/O scheduling class (``ioprio_set`` on thread id 0)."""
+    import ctypes
+
+    if _SYS_IOPRIO_SET is None:
+        raise OSError(errno.ENOSYS, "--io-class: ioprio_set is not known on this machine")
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(_SYS_IOPRIO_SET, _IOPRIO_WHO_PROCESS, 0, _IOPRIO[io_class]) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"--io-class {io_class.value}: {os.strerror(err)}")
+
+
+class _Spawner:
+    """A thread whose niceness and I/O class are those of the attempts it spawns (both are
+    a thread's on Linux, and a spawned process starts with its spawning thread's). The
+    daemon's thread hands it a call and waits for its answer: one spawn at a time."""
+
+    def __init__(self, nice: int | None, io_class: IoClass | None) -> None:
+        self._calls: queue.SimpleQueue[Callable[[], int]] = queue.SimpleQueue()
+        self._answers: queue.SimpleQueue[tuple[int, BaseException | None]] = queue.SimpleQueue()
+        self.error: OSError | None = None
+        ready = threading.Event()
+
+        def main() -> None:
+            try:
+                if nice is not None:
+                    # on Linux PRIO_PROCESS with 0 is the calling thread; a niceness below
+                    # the daemon's own is not ours to give: the daemon's is kept
+                    with contextlib.suppress(PermissionError):
+                        os.setpriority(os.PRIO_PROCESS, 0, nice)
+                if io_class is not None:
+                    _set_thread_io_class(io_class)
+            except OSError as e:
+                self.error = e
+            ready.set()
+            while True:
+                call = self._calls.get()
+                try:
+                    self._answers.put((call(), None))
+                except BaseException as e:  # handed to the caller, raised there
+                    self._answers.put((0, e))
+
+        threading.Thread(target=main, name=f"jobctl-spawn-{nice}-{io_class}", daemon=True).start()
+        ready.wait()
+
+    def call(self, fn: Callable[[], int]) -> int:
+        if self.error is not None:
+            raise self.error
+        self._calls.put(fn)
+        pid, error = self._answers.get()
+        if error is not None:
+            raise error
+        return pid
+
+
+_SPAWNERS: dict[tuple[int | None, IoClass | None], _Spawner] = {}
+
+
+def _spawner(limits: Limits) -> _Spawner | None:
+    """The helper thread for ``limits``' niceness and I/O class, None when neither is set."""
+    if limits.nice is None and limits.io_class is None:
+        return None
+    key = (limits.nice, limits.io_class)
+    spawner = _SPAWNERS.get(key)
+    if spawner is None:
+        spawner = _SPAWNERS[key] = _Spawner(*key)
+    return spawner
 
 
 def build_env(
@@ -187,8 +340,11 @@ def spawn(
     cwd: str,
     stdin: bytes | None,
     output_fd: int | None,
+    limits: Limits = NO_LIMITS,
 ) -> int:
-    """Start ``argv`` in a new session with exactly ``env``, in directory ``cwd``.
+    """Start ``argv`` in a new session with exactly ``env``, in directory ``cwd``, at
+    ``limits``' niceness and I/O class (their resource limits are the shell's to set: see
+    :func:`limits_prefix`).
 
     stdin reads ``stdin`` (``/dev/null`` when None); stdout and stderr both go to
     ``output_fd`` (``/dev/null`` when None). The child gets descriptors 0, 1 and 2 only
@@ -224,16 +380,22 @@ def spawn(
                 os.chdir(cwd)
             except OSError as e:
                 raise _not_found(cwd, e.errno or errno.ENOENT) from None
-            try:
+            args = list(argv)
+
+            def start() -> int:
                 return os.posix_spawn(
                     path,
-                    list(argv),
+                    args,
                     env,
                     file_actions=actions,
                     setsid=True,
                     setsigmask=(),
                     setsigdef=DEFAULT_SIGNALS,
                 )
+
+            spawner = _spawner(limits)
+            try:
+                return start() if spawner is None else spawner.call(start)
             except OSError as e:  # the exec failed: the directory was fine
                 raise _not_found(path, e.errno or errno.ENOEXEC) from None
         finally:
@@ -250,14 +412,21 @@ def _default_cwd(cwd: str | None, env: Mapping[str, str]) -> str:
 
 def _exit_status(pid: int) -> int:
     """Reap ``pid``: its exit status, or minus the signal that ended it (like Popen)."""
+    return _reap(pid)[0]
+
+
+def _reap(pid: int) -> tuple[int, Any]:
+    """Reap ``pid``: its exit status (minus the signal that ended it, like Popen) and the
+    kernel's account of it and of the processes it waited for (``os.wait4``'s rusage;
+    None when it was reaped elsewhere)."""
     while True:
         try:
-            _, status = os.waitpid(pid, 0)
+            _, status, rusage = os.wait4(pid, 0)
         except ChildProcessError:  # reaped elsewhere: nothing more to learn
-            return -signal.SIGKILL
+            return -signal.SIGKILL, None
         except InterruptedError:
             continue
-        return os.waitstatus_to_exitcode(status)
+        return os.waitstatus_to_exitcode(status), rusage
 
 
 class OutputTail:
@@ -303,8 +472,11 @@ class Child:
         output_fd: int,
         deadline: float | None,
         on_close: Callable[[int], None] | None = None,
+        limits: Limits = NO_LIMITS,
     ) -> None:
         self.pid = pid
+        self.limits = limits
+        self.rusage: Any = None
         self.on_close = on_close
         self.pidfd: int | None = pidfd
         self.output_fd: int | None = output_fd
@@ -330,12 +502,14 @@ class Child:
         r, w = os.pipe2(os.O_CLOEXEC)
         r, w = _high_fd(r), _high_fd(w)
         try:
+            limits = settings.limits
             pid = spawn(
-                [settings.shell, "-c", settings.command],
+                [settings.shell, "-c", limits_prefix(limits) + settings.command],
                 env,
                 _default_cwd(settings.cwd, env),
                 None if settings.stdin is None else settings.stdin.encode(),
                 w,
+                limits,
             )
         except BaseException:
             os.close(r)
@@ -350,7 +524,7 @@ class Child:
             os.close(r)
             raise
         deadline = now_monotonic + settings.timeout_seconds if settings.timeout_seconds else None
-        return cls(pid, pidfd, r, deadline, on_close)
+        return cls(pid, pidfd, r, deadline, on_close, settings.limits)
 
     # -- events
 
@@ -384,7 +558,7 @@ class Child:
         KillMode=control-group), so an attempt leaves no stray process behind.
         """
         kill_group(self.pid, signal.SIGKILL)
-        self.returncode = _exit_status(self.pid)
+        self.returncode, self.rusage = _reap(self.pid)
         if self.pidfd is not None:
             self._close(self.pidfd)
             self.pidfd = None
@@ -456,12 +630,18 @@ class Child:
         rc = self.returncode
         if rc is None:
             raise RuntimeError("the child has not been reaped yet")
+        ru = self.rusage
         return AttemptResult(
             exit_code=rc if rc >= 0 else None,
             signal=-rc if rc < 0 else None,
             stop_reason=self.stop_reason,
             output=self.tail.value(),
             output_bytes=self.tail.total,
+            cpu_user=None if ru is None else ru.ru_utime,
+            cpu_system=None if ru is None else ru.ru_stime,
+            # Linux counts ru_maxrss in KiB
+            max_rss=None if ru is None else ru.ru_maxrss * 1024,
+            limit_error="cpu limit" if cpu_limit_hit(self.limits, rc, ru) else None,
         )
 
 

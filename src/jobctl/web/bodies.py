@@ -165,7 +165,7 @@ def _trigger_options(trigger: Any, *, partial: bool) -> TriggerOptions:
             if trigger.get("start") is not None:
                 opts.start = _str(trigger["start"], "trigger.start")
             return opts
-        raise UsageError("trigger.kind is required: cron|interval|once|reboot|manual")
+        raise UsageError("trigger.kind is required: cron|interval|once|reboot|manual|after")
     try:
         kind = TriggerKind(kind_text)
     except (ValueError, TypeError):
@@ -192,6 +192,10 @@ def _trigger_options(trigger: Any, *, partial: bool) -> TriggerOptions:
         if at is None:
             raise UsageError("trigger.expr (or trigger.at) is required for a one-shot trigger")
         opts.at = _str(at, "trigger.expr")
+    elif kind is TriggerKind.AFTER:
+        if expr is None:
+            raise UsageError("trigger.expr is required for an after trigger: JOB[:STATES]")
+        opts.after = _str(expr, "trigger.expr")
     else:
         opts.manual = True
     return opts

@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 4).
+-- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 5).
 -- The numbered migrations beside this file (NNNN_*.sql), applied in order to an empty
 -- database, must give exactly this schema; tests/test_postgresql.py checks it.
 -- Everything lives in the schema "jobctl". Times are BIGINT microseconds since the Unix
@@ -18,7 +18,7 @@ CREATE TABLE jobctl.jobs (
     name TEXT COLLATE "C" NOT NULL UNIQUE,
     description TEXT,
     trigger_kind TEXT NOT NULL
-        CHECK (trigger_kind IN ('cron', 'interval', 'once', 'reboot', 'manual')),
+        CHECK (trigger_kind IN ('cron', 'interval', 'once', 'reboot', 'manual', 'after')),
     trigger_expr TEXT,
     trigger_tz TEXT NOT NULL,
     every_seconds DOUBLE PRECISION,
@@ -34,7 +34,8 @@ CREATE TABLE jobctl.jobs (
         CHECK (state IN ('active', 'paused', 'cancelled', 'done')),
     catchup TEXT NOT NULL DEFAULT 'once' CHECK (catchup IN ('skip', 'once', 'all')),
     catchup_limit INTEGER NOT NULL DEFAULT 6 CHECK (catchup_limit >= 1),
-    overlap TEXT NOT NULL DEFAULT 'forbid' CHECK (overlap IN ('forbid', 'allow', 'replace')),
+    overlap TEXT NOT NULL DEFAULT 'forbid'
+        CHECK (overlap IN ('forbid', 'allow', 'replace', 'queue')),
     timeout_seconds DOUBLE PRECISION,
     retries INTEGER NOT NULL DEFAULT 2 CHECK (retries >= 0),
     backoff_seconds DOUBLE PRECISION NOT NULL DEFAULT 10,
@@ -57,7 +58,15 @@ CREATE TABLE jobctl.jobs (
     grace_seconds DOUBLE PRECISION,
     warn_after_seconds DOUBLE PRECISION,
     -- the number of its last revision (SPEC §15)
-    revision BIGINT NOT NULL DEFAULT 0
+    revision BIGINT NOT NULL DEFAULT 0,
+    -- run policies (SPEC §14) and limits (SPEC §16, a JSON object of the set ones)
+    deadline_seconds DOUBLE PRECISION,
+    pause_after_failures BIGINT CHECK (pause_after_failures >= 1),
+    max_running BIGINT CHECK (max_running >= 1),
+    ok_exit TEXT NOT NULL DEFAULT '[]',
+    no_retry_exit TEXT NOT NULL DEFAULT '[]',
+    limits TEXT NOT NULL DEFAULT '{}',
+    paused_reason TEXT CHECK (paused_reason IN ('user', 'failures'))
 );
 
 CREATE INDEX jobs_next_run ON jobctl.jobs (next_run_at) WHERE state = 'active';
@@ -98,7 +107,12 @@ CREATE TABLE jobctl.runs (
     created_at BIGINT NOT NULL,
     -- the revision of its job when it was created (SPEC §15)
     job_revision BIGINT,
-    UNIQUE (job_id, scheduled_for)
+    UNIQUE (job_id, scheduled_for),
+    -- the instant after which a run that has not started is skipped (SPEC §14 --deadline;
+    -- cleared by its first claim)
+    deadline_at BIGINT,
+    -- --max-running: which of the job's N places a leased run holds
+    slot INTEGER
 );
 
 CREATE UNIQUE INDEX runs_job_key ON jobctl.runs (job_id, run_key) WHERE run_key IS NOT NULL;
@@ -113,6 +127,10 @@ CREATE INDEX runs_finished ON jobctl.runs (finished_at);
 -- overlap forbid/replace, enforced by the database: one leased exclusive run per job
 CREATE UNIQUE INDEX runs_one_leased_exclusive ON jobctl.runs (job_id)
     WHERE state = 'leased' AND exclusive;
+-- --max-running N, enforced by the database: each leased run holds one of N places
+CREATE UNIQUE INDEX runs_one_leased_slot ON jobctl.runs (job_id, slot)
+    WHERE state = 'leased' AND slot IS NOT NULL;
+CREATE INDEX runs_deadline ON jobctl.runs (deadline_at) WHERE deadline_at IS NOT NULL;
 
 CREATE TABLE jobctl.run_locks (
     run_id BIGINT NOT NULL REFERENCES jobctl.runs (id) ON DELETE CASCADE,
@@ -154,7 +172,11 @@ CREATE TABLE jobctl.attempts (
     daemon_id TEXT,
     host TEXT,
     pid INTEGER,
-    PRIMARY KEY (run_id, attempt)
+    PRIMARY KEY (run_id, attempt),
+    -- what the kernel counted for the attempt (SPEC §16)
+    cpu_user DOUBLE PRECISION,
+    cpu_system DOUBLE PRECISION,
+    max_rss BIGINT
 );
 
 CREATE TABLE jobctl.daemons (
@@ -268,12 +290,37 @@ CREATE FUNCTION jobctl.forget_tallies() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM jobctl.run_tallies WHERE job_id = OLD.id;
     DELETE FROM jobctl.duration_tallies WHERE job_id = OLD.id;
+    DELETE FROM jobctl.cpu_tallies WHERE job_id = OLD.id;
     RETURN NULL;
 END
 $$;
 
 CREATE TRIGGER jobs_tally_delete AFTER DELETE ON jobctl.jobs
     FOR EACH ROW EXECUTE FUNCTION jobctl.forget_tallies();
+
+-- cpu_tallies: per job, the CPU (user + system, microseconds) of finished attempts
+-- (jobctl_run_cpu_seconds_total, SPEC §16), one row of deltas per attempt as the other
+-- tallies; readers sum them.
+CREATE TABLE jobctl.cpu_tallies (
+    job_id BIGINT NOT NULL,
+    cpu_us BIGINT NOT NULL
+);
+
+CREATE INDEX cpu_tallies_job ON jobctl.cpu_tallies (job_id);
+
+CREATE FUNCTION jobctl.tally_cpu() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO jobctl.cpu_tallies
+    SELECT runs.job_id, round((NEW.cpu_user + coalesce(NEW.cpu_system, 0)) * 1e6)::BIGINT
+    FROM jobctl.runs WHERE runs.id = NEW.run_id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER attempts_cpu_finish AFTER UPDATE OF finished_at ON jobctl.attempts
+    FOR EACH ROW WHEN (OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL
+        AND NEW.cpu_user IS NOT NULL)
+    EXECUTE FUNCTION jobctl.tally_cpu();
 
 -- notifications (SPEC §12): channels, the outbox, and the sent/failed counters
 CREATE TABLE jobctl.channels (

@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database (user_version 6).
+-- The whole current schema of a jobctl database (user_version 7).
 -- Migrations in this folder (NNNN_*.sql) applied in order to an empty file must give
 -- exactly this schema; tests/test_store.py checks it.
 -- Times are INTEGER microseconds since the Unix epoch, UTC. Durations are REAL seconds.
@@ -10,7 +10,7 @@ CREATE TABLE jobs (
     name TEXT NOT NULL UNIQUE,
     description TEXT,
     trigger_kind TEXT NOT NULL
-        CHECK (trigger_kind IN ('cron', 'interval', 'once', 'reboot', 'manual')),
+        CHECK (trigger_kind IN ('cron', 'interval', 'once', 'reboot', 'manual', 'after')),
     trigger_expr TEXT,
     trigger_tz TEXT NOT NULL,
     every_seconds REAL,
@@ -26,7 +26,8 @@ CREATE TABLE jobs (
         CHECK (state IN ('active', 'paused', 'cancelled', 'done')),
     catchup TEXT NOT NULL DEFAULT 'once' CHECK (catchup IN ('skip', 'once', 'all')),
     catchup_limit INTEGER NOT NULL DEFAULT 6 CHECK (catchup_limit >= 1),
-    overlap TEXT NOT NULL DEFAULT 'forbid' CHECK (overlap IN ('forbid', 'allow', 'replace')),
+    overlap TEXT NOT NULL DEFAULT 'forbid'
+        CHECK (overlap IN ('forbid', 'allow', 'replace', 'queue')),
     timeout_seconds REAL,
     retries INTEGER NOT NULL DEFAULT 2 CHECK (retries >= 0),
     backoff_seconds REAL NOT NULL DEFAULT 10,
@@ -43,10 +44,22 @@ CREATE TABLE jobs (
     updated_at INTEGER NOT NULL,
     -- retention (SPEC §13): finished runs kept, and for how long (NULL: no age limit)
     keep_runs INTEGER NOT NULL DEFAULT 1000 CHECK (keep_runs >= 0),
-    keep_for_seconds REAL
-, notify TEXT NOT NULL DEFAULT '[]', grace_seconds REAL, warn_after_seconds REAL, revision INTEGER NOT NULL DEFAULT 0);
--- (the line above is as SQLite's ALTER TABLE ADD COLUMN leaves it: migration 0005 adds
--- the columns of notifications, SPEC §12, and 0006 the revision, SPEC §15)
+    keep_for_seconds REAL,
+    -- notifications (SPEC §12): [{channel, events}], and when a run is late or long
+    notify TEXT NOT NULL DEFAULT '[]',
+    grace_seconds REAL,
+    warn_after_seconds REAL,
+    -- the number of its last revision (SPEC §15)
+    revision INTEGER NOT NULL DEFAULT 0,
+    -- run policies (SPEC §14) and limits (SPEC §16, a JSON object of the set ones)
+    deadline_seconds REAL,
+    pause_after_failures INTEGER CHECK (pause_after_failures >= 1),
+    max_running INTEGER CHECK (max_running >= 1),
+    ok_exit TEXT NOT NULL DEFAULT '[]',
+    no_retry_exit TEXT NOT NULL DEFAULT '[]',
+    limits TEXT NOT NULL DEFAULT '{}',
+    paused_reason TEXT CHECK (paused_reason IN ('user', 'failures'))
+);
 
 CREATE INDEX jobs_next_run ON jobs (next_run_at) WHERE state = 'active';
 CREATE INDEX jobs_updated ON jobs (updated_at);
@@ -79,9 +92,11 @@ CREATE TABLE runs (
     settings TEXT NOT NULL,
     attempt_base INTEGER NOT NULL DEFAULT 0,
     hook_status TEXT,
-    created_at INTEGER NOT NULL, job_revision INTEGER,
+    created_at INTEGER NOT NULL, job_revision INTEGER, deadline_at INTEGER,
     UNIQUE (job_id, scheduled_for)
 );
+-- (deadline_at as ALTER TABLE ADD COLUMN leaves it, migration 0007: the instant after which
+-- a run that has not started is skipped, SPEC §14 --deadline; cleared by its first claim)
 
 CREATE UNIQUE INDEX runs_job_key ON runs (job_id, run_key) WHERE run_key IS NOT NULL;
 CREATE INDEX runs_claimable ON runs (state, not_before);
@@ -91,6 +106,7 @@ CREATE INDEX runs_job_state ON runs (job_id, state, scheduled_for);
 -- the listings of SPEC §13 (runs, runs --state, --since), newest window first
 CREATE INDEX runs_window ON runs (scheduled_for, id);
 CREATE INDEX runs_state_window ON runs (state, scheduled_for, id);
+CREATE INDEX runs_deadline ON runs (deadline_at) WHERE deadline_at IS NOT NULL;
 
 CREATE TABLE run_locks (
     run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
@@ -111,9 +127,12 @@ CREATE TABLE attempts (
     output_bytes INTEGER NOT NULL DEFAULT 0,
     daemon_id TEXT,
     host TEXT,
-    pid INTEGER,
+    pid INTEGER, cpu_user REAL, cpu_system REAL, max_rss INTEGER,
     PRIMARY KEY (run_id, attempt)
 );
+-- (the last three as ALTER TABLE ADD COLUMN leaves them, migration 0007: what the kernel
+-- counted for the attempt, SPEC §16: CPU seconds in user and system mode, the largest
+-- resident set in bytes)
 
 CREATE TABLE daemons (
     id TEXT PRIMARY KEY,
@@ -232,6 +251,23 @@ CREATE TRIGGER jobs_tally_delete AFTER DELETE ON jobs
 BEGIN
     DELETE FROM run_tallies WHERE job_id = OLD.id;
     DELETE FROM duration_tallies WHERE job_id = OLD.id;
+    DELETE FROM cpu_tallies WHERE job_id = OLD.id;
+END;
+
+-- cpu_tallies: per job, the CPU (user + system, microseconds) of every finished attempt
+-- (jobctl_run_cpu_seconds_total, SPEC §16), kept apart from the rows as the others are.
+CREATE TABLE cpu_tallies (
+    job_id INTEGER PRIMARY KEY,
+    cpu_us INTEGER NOT NULL
+);
+
+CREATE TRIGGER attempts_cpu_finish AFTER UPDATE OF finished_at ON attempts
+WHEN OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL AND NEW.cpu_user IS NOT NULL
+BEGIN
+    INSERT INTO cpu_tallies (job_id, cpu_us)
+    SELECT runs.job_id, CAST(ROUND((NEW.cpu_user + COALESCE(NEW.cpu_system, 0)) * 1e6) AS INTEGER)
+    FROM runs WHERE runs.id = NEW.run_id
+    ON CONFLICT (job_id) DO UPDATE SET cpu_us = cpu_us + excluded.cpu_us;
 END;
 
 -- notifications (SPEC §12): channels, the outbox, and the sent/failed counters

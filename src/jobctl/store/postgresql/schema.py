@@ -11,7 +11,7 @@ from typing import Any
 
 from ...errors import StoreError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: the key of the advisory lock held while migrating (any constant; 'jobctl' in ASCII)
 MIGRATION_LOCK_KEY = 0x6A6F6263746C
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ...errors import SecurityError
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 BUSY_TIMEOUT_MS = 30_000
 
 

@@ -1,0 +1,145 @@
+"""What an attempt costs and what it may use (SPEC §16), at the worker: real children
+through /bin/sh, reaped with their rusage, started under their limits."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import sys
+import time
+from dataclasses import replace
+
+import pytest
+
+from jobctl.models import AttemptResult, IoClass, Limits, RunSettings
+from jobctl.worker import LIMITS_FAILED_EXIT, Child, limits_prefix
+
+BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"}
+#: a child that holds 200 MiB resident (``b'x' * n`` writes every page)
+ALLOC_200M = f"{sys.executable} -c \"b = b'x' * (200 << 20); print(len(b))\""
+
+
+def _settings(command: str, limits: Limits | None = None) -> RunSettings:
+    s = RunSettings(
+        command=command,
+        shell="/bin/sh",
+        cwd=None,
+        env={},
+        stdin=None,
+        timeout_seconds=None,
+        backoff_seconds=10.0,
+        on_failure=None,
+    )
+    return s if limits is None else replace(s, limits=limits)
+
+
+def _run(command: str, limits: Limits | None = None, timeout: float = 30.0) -> AttemptResult:
+    import selectors
+
+    child = Child.start(_settings(command, limits), BASE_ENV, time.monotonic())
+    sel = selectors.DefaultSelector()
+    assert child.output_fd is not None and child.pidfd is not None
+    sel.register(child.output_fd, selectors.EVENT_READ, "output")
+    sel.register(child.pidfd, selectors.EVENT_READ, "exit")
+    deadline = time.monotonic() + timeout
+    try:
+        while not child.finished:
+            assert time.monotonic() < deadline, "the child did not finish in time"
+            for key, _ in sel.select(0.1):
+                if sel.get_map().get(key.fd) is not key:
+                    continue
+                if key.data == "output":
+                    if not child.on_output():
+                        sel.unregister(key.fd)
+                else:
+                    sel.unregister(key.fd)
+                    if child.output_fd is not None:
+                        sel.unregister(child.output_fd)
+                    child.on_exit()
+    finally:
+        sel.close()
+    return child.result()
+
+
+def test_max_rss_of_a_child_that_holds_200_mib_is_at_least_200_mib():
+    result = _run(ALLOC_200M)
+    assert result.ok, result.output
+    assert result.max_rss is not None and result.max_rss >= 200 << 20
+
+
+def test_cpu_time_of_the_main_process_and_what_it_waited_for_is_counted():
+    # the shell waits for a busy child: the child's CPU is the attempt's
+    busy = f'{sys.executable} -c "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"'
+    result = _run(busy)
+    assert result.ok, result.output
+    assert result.cpu_user is not None and result.cpu_system is not None
+    assert result.cpu_user + result.cpu_system >= 0.3
+
+
+def test_memory_max_makes_the_200_mib_child_fail():
+    result = _run(ALLOC_200M, Limits(memory_max=100 << 20))
+    assert not result.ok
+    assert result.exit_code == 1 and b"MemoryError" in result.output
+
+
+def test_nice_is_seen_by_the_child_and_its_children():
+    result = _run("ps -o ni= -p $$; sh -c 'ps -o ni= -p $$'", Limits(nice=10))
+    assert result.ok, result.output
+    assert result.output.split() == [b"10", b"10"]
+    # the daemon's own thread keeps its niceness
+    assert os.getpriority(os.PRIO_PROCESS, 0) == 0
+
+
+def test_io_class_idle_is_seen_by_the_child():
+    script = (
+        f'{sys.executable} -c "import ctypes, os; '
+        "libc = ctypes.CDLL(None, use_errno=True); "
+        'print(libc.syscall(252, 1, 0) >> 13)"'
+    )
+    if os.uname().machine != "x86_64":
+        pytest.skip("ioprio_get's number is x86_64's here")
+    assert _run(script).output.strip() != b"3"
+    result = _run(script, Limits(io_class=IoClass.IDLE))
+    assert result.ok, result.output
+    assert result.output.strip() == b"3"  # IOPRIO_CLASS_IDLE
+
+
+def test_cpu_max_stops_a_busy_loop_with_cpu_limit():
+    started = time.monotonic()
+    result = _run("while :; do :; done", Limits(cpu_max_seconds=1.0))
+    assert result.signal == signal.SIGXCPU
+    assert result.error == "cpu limit"
+    assert result.cpu_user is not None and result.cpu_user + (result.cpu_system or 0) >= 0.9
+    assert time.monotonic() - started < 25
+
+
+def test_cpu_max_holds_for_a_process_that_ignores_sigxcpu():
+    # the hard limit, a second above: SIGKILL, still a cpu limit
+    result = _run("trap '' XCPU; while :; do :; done", Limits(cpu_max_seconds=1.0))
+    assert result.signal == signal.SIGKILL
+    assert result.error == "cpu limit"
+
+
+def test_files_max_is_the_limit_of_every_process_and_cannot_be_raised():
+    result = _run("ulimit -n; sh -c 'ulimit -n'; ulimit -n 4096", Limits(files_max=64))
+    lines = result.output.split(b"\n")
+    assert lines[:2] == [b"64", b"64"]
+    assert not result.ok  # raising it past the hard limit is refused
+
+
+def test_a_limit_above_the_daemons_hard_limit_is_that_hard_limit():
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY:
+        pytest.skip("no hard limit on open files here")
+    result = _run("ulimit -n", Limits(files_max=hard + 1000))
+    assert result.ok, result.output
+    assert result.output.strip() == str(hard).encode()
+
+
+def test_no_limits_no_prefix_and_a_failed_limit_line_is_exit_125():
+    assert limits_prefix(Limits()) == ""
+    assert "ulimit -S -v 1048576" in limits_prefix(Limits(memory_max=1 << 30))
+    result = _run(limits_prefix(Limits(files_max=64)).replace("64", "-1") + "echo never")
+    assert result.exit_code == LIMITS_FAILED_EXIT
+    assert b"never" not in result.output
