@@ -12,6 +12,27 @@ from enum import Enum
 from typing import Any
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple[tuple[int, int, str], ...]:
+    """The key that sorts names as people count: ``job-2`` before ``job-10``.
+
+    The name is cut into runs of digits and of other characters; a run of digits compares
+    by its value (``007`` and ``7`` by value, then the shorter text first, so the order is
+    total), other text by its case-folded form, then as written. Digits sort before other
+    text at the same place; a name sorts before the longer names it begins."""
+    key: list[tuple[int, int, str]] = []
+    for i, part in enumerate(_DIGITS.split(name)):
+        if not part:
+            continue
+        if i % 2:
+            key.append((0, int(part), part))
+        else:
+            key.append((1, 0, part.casefold()))
+    key.append((-1, 0, name))  # a name that is a prefix of another sorts first
+    return tuple(key)
+
 
 OUTPUT_LIMIT_BYTES = 64 * 1024
 DEFAULT_CATCHUP_LIMIT = 6

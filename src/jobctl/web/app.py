@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..clock import SystemClock
 from . import api as api_routes
-from . import pages
+from . import console, pages
 from .context import AnyClock, Web, error_status, error_text
 
 if TYPE_CHECKING:
@@ -138,6 +138,7 @@ def create_app(
             for method, path, handler in api_routes.ROUTES
         ],
         *pages.routes(web),
+        *console.routes(web),
         Mount("/static", app=StaticFiles(packages=[("jobctl.web", "static")]), name="static"),
     ]
     app = Starlette(

@@ -24,9 +24,11 @@ from .. import output
 from ..durations import format_duration
 from ..errors import JobctlError, NotFound
 from ..models import FINISHED_RUN_STATES, RunState
-from .api import SHOW_RUNS_LIMIT, pause_or_resume, run_detail, run_id_of
+from ..zones import local_zone_name, zone_exists
+from .api import pause_or_resume, run_detail, run_id_of
 from .auth import CSRF_FIELD, SESSION_COOKIE, SESSION_SECONDS, same_secret
 from .bodies import BadRequest, query_int
+from .charts import seconds_text
 from .context import Forbidden, Web, error_status, error_text, read_body
 
 if TYPE_CHECKING:
@@ -35,8 +37,6 @@ if TYPE_CHECKING:
 #: how often the live output stream re-reads the store, and sends a keep-alive comment
 EVENTS_POLL_SECONDS = 0.5
 EVENTS_KEEPALIVE_SECONDS = 15.0
-STRIP_RUNS = 20
-JOB_PAGE_RUNS = 50
 
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("jobctl.web", "templates"),
@@ -71,10 +71,29 @@ def _duration(start: datetime | None, end: datetime | None, now: datetime) -> st
     return format_duration(int(seconds))
 
 
-_env.filters["local"] = output.local_time
+#: the browser's IANA zone, set by the dashboard's script; dates are shown in it
+TZ_COOKIE = "jobctl_tz"
+
+
+def zone_name(request: Request) -> str:
+    """The zone dates are shown in: the browser's (its cookie) when valid, else the
+    machine's local zone."""
+    given = request.cookies.get(TZ_COOKIE)
+    if given and zone_exists(given):
+        return given
+    return local_zone_name()
+
+
+@jinja2.pass_context
+def _local(context: Any, dt: datetime | None) -> str:
+    return output.local_time(dt, context.get("tz"))
+
+
+_env.filters["local"] = _local
 _env.filters["schedule"] = output.schedule_text
 _env.globals["relative"] = relative
 _env.globals["duration"] = _duration
+_env.globals["seconds"] = lambda s: "-" if s is None else seconds_text(s)
 
 
 def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
@@ -87,6 +106,7 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
         csrf_field=CSRF_FIELD,
         signed_in=request.state.auth is not None,
         now=web.clock.now(),
+        tz=zone_name(request),
         **context,
     )
     return HTMLResponse(page, status_code=status_code)
@@ -125,7 +145,7 @@ def _safe_next(target: str) -> str:
     return target
 
 
-async def _form(web: Web, request: Request, *, csrf: bool = True) -> dict[str, str]:
+async def read_form(web: Web, request: Request, *, csrf: bool = True) -> dict[str, str]:
     """An ``application/x-www-form-urlencoded`` body (capped), its CSRF token checked."""
     body = await read_body(request)
     try:
@@ -137,7 +157,7 @@ async def _form(web: Web, request: Request, *, csrf: bool = True) -> dict[str, s
     return fields
 
 
-def _page_error(request: Request, e: Exception) -> Response:
+def page_error(request: Request, e: Exception) -> Response:
     status = error_status(e)
     if status is None:
         raise e
@@ -147,28 +167,12 @@ def _page_error(request: Request, e: Exception) -> Response:
 # ---------------------------------------------------------------------- sign-in
 
 
-async def home(request: Request) -> Response:
-    web: Web = request.app.state.web
-    if request.state.auth is None:
-        return login_page(web, request)
-
-    def read(store: Store) -> dict[str, Any]:
-        jobs = store.list_jobs()
-        return {
-            "jobs": jobs,
-            "last": store.last_runs(),
-            "strips": store.recent_runs_by_job(STRIP_RUNS),
-        }
-
-    return render(request, "jobs.html", **(await web.db(read)))
-
-
 async def login(request: Request) -> Response:
     web: Web = request.app.state.web
     try:
-        fields = await _form(web, request, csrf=False)
+        fields = await read_form(web, request, csrf=False)
     except Exception as e:
-        return _page_error(request, e)
+        return page_error(request, e)
     target = _safe_next(fields.get("next", "/"))
     if not same_secret(fields.get("token", "").strip(), web.token):
         return login_page(web, request, 401, "wrong token", target)
@@ -189,9 +193,9 @@ async def login(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     web: Web = request.app.state.web
     try:
-        await _form(web, request)
+        await read_form(web, request)
     except Exception as e:
-        return _page_error(request, e)
+        return page_error(request, e)
     web.sessions.end(request.cookies.get(SESSION_COOKIE))
     response = RedirectResponse("/", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
@@ -199,25 +203,6 @@ async def logout(request: Request) -> Response:
 
 
 # ---------------------------------------------------------------------- pages
-
-
-async def job_page(request: Request) -> Response:
-    web: Web = request.app.state.web
-    name = request.path_params["name"]
-
-    def read(store: Store) -> dict[str, Any]:
-        job = store.get_job(name)
-        return {
-            "job": job,
-            "last": store.last_runs([job.id]).get(job.id),
-            "runs": store.list_runs(name, limit=JOB_PAGE_RUNS),
-        }
-
-    try:
-        context = await web.db(read)
-    except Exception as e:
-        return _page_error(request, e)
-    return render(request, "job.html", show_runs=SHOW_RUNS_LIMIT, **context)
 
 
 def _run_context(store: Store, run_id: int, attempt: int | None) -> dict[str, Any]:
@@ -249,7 +234,7 @@ async def run_page(request: Request) -> Response:
         attempt = query_int(request.query_params.get("attempt"), "attempt")
         context = await web.db(lambda store: _run_context(store, run_id, attempt))
     except Exception as e:
-        return _page_error(request, e)
+        return page_error(request, e)
     live = not context["final"] and attempt is None
     return render(request, "run.html", live=live, **context)
 
@@ -282,7 +267,7 @@ async def run_events(request: Request) -> Response:
     try:
         run_id = run_id_of(request)
     except Exception as e:
-        return _page_error(request, e)
+        return page_error(request, e)
 
     async def stream() -> AsyncIterator[str]:
         last: dict[str, Any] | None = None
@@ -318,7 +303,7 @@ def _action(kind: str, verb: str) -> Any:
         web: Web = request.app.state.web
         now = web.clock.now()
         try:
-            await _form(web, request)
+            await read_form(web, request)
             if kind == "job":
                 name = request.path_params["name"]
                 target = await web.db(lambda store: _job_verb(web, store, verb, name, now))
@@ -326,11 +311,11 @@ def _action(kind: str, verb: str) -> Any:
                 run_id = run_id_of(request)
                 target = await web.db(lambda store: _run_verb(web, store, verb, run_id, now))
         except (JobctlError, BadRequest, Forbidden) as e:
-            return _page_error(request, e)
+            return page_error(request, e)
         except Exception as e:
             if error_status(e) is None:
                 raise
-            return _page_error(request, e)
+            return page_error(request, e)
         return RedirectResponse(target, status_code=303)
 
     return endpoint
@@ -354,10 +339,8 @@ def _run_verb(web: Web, store: Store, verb: str, run_id: int, now: datetime) -> 
 
 def routes(web: Web) -> list[BaseRoute]:
     return [
-        Route("/", home, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
-        Route("/jobs/{name}", job_page, methods=["GET"]),
         Route("/jobs/{name}/run", _action("job", "run"), methods=["POST"]),
         Route("/jobs/{name}/pause", _action("job", "pause"), methods=["POST"]),
         Route("/jobs/{name}/resume", _action("job", "resume"), methods=["POST"]),

@@ -1,0 +1,342 @@
+"""The dashboard as an operations console (SPEC §17) in headless Chromium: the overview,
+search, paging and natural order among 2,000 jobs, retry all dead, a job's chart, delete
+with its confirmation, the timeline, the runs across jobs, and parts that refresh by
+themselves. Each page is saved as a screenshot under the test's temporary folder."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Jobctl, wait_until
+from webhelpers import TOKEN, Server, browser, needs_chromium, token_file
+
+pytestmark = needs_chromium
+__all__ = ["browser"]
+
+
+@pytest.fixture
+def server(db: Path, tmp_path: Path) -> Iterator[Server]:
+    s = Server(db, tmp_path / "serve.log", token_file=token_file(tmp_path))
+    try:
+        yield s.wait_ready()
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def shot(browser: Any, tmp_path: Path) -> Any:
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+
+    def save(name: str) -> Path:
+        path = shots / f"{name}.png"
+        assert browser.save_screenshot(str(path))
+        assert path.stat().st_size > 1000
+        return path
+
+    return save
+
+
+def sign_in(browser: Any, server: Server) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(server.url + "/")
+    browser.find_element(By.ID, "token").send_keys(TOKEN)
+    browser.find_element(By.ID, "sign-in").click()
+    wait_until(lambda: browser.find_elements(By.ID, "overview"), 15, what="the overview")
+
+
+def add_jobs(jobctl: Jobctl, names: Sequence[str], *, command: str = "true") -> None:
+    """Jobs that never fire during a test (1 January at midnight), in one transaction."""
+    from jobctl.models import JobSpec, Trigger, TriggerKind
+
+    now = datetime.now(UTC)
+    specs = [
+        (
+            JobSpec(
+                name=n,
+                trigger=Trigger(TriggerKind.CRON, "UTC", expr="0 0 1 1 *"),
+                command=command,
+            ),
+            datetime(now.year + 1, 1, 1, tzinfo=UTC),
+        )
+        for n in names
+    ]
+    jobctl.store().add_jobs(specs, now)
+
+
+def history(jobctl: Jobctl, name: str, spans: Sequence[tuple[datetime, float, int]]) -> None:
+    """Runs of job ``name`` played through the store as a daemon would: each is enqueued
+    at its start, claimed, and finished ``seconds`` later with that exit code."""
+    store = jobctl.store()
+    for start, seconds, exit_code in spans:
+        run, _ = store.enqueue_run(name, start)
+        [c], _ = store.claim("test-daemon", "test-host", start, 3600, limit=1)
+        assert c.run.id == run.id
+        store.finish(
+            c.run, c.run.attempt, "test-daemon", start + timedelta(seconds=seconds), exit_code
+        )
+
+
+def text_of(browser: Any, selector: str) -> str:
+    """The element's text; "" while it is missing or the page changes under us."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        found = browser.find_elements(By.CSS_SELECTOR, selector)
+        return str(found[0].text) if found else ""
+    except StaleElementReferenceException:
+        return ""
+
+
+def rows(browser: Any) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [r.get_attribute("data-job") for r in browser.find_elements(By.CSS_SELECTOR, "tr.job")]
+
+
+def test_overview_dead_first_search_paging_natural_order_retry_all_dead(
+    browser: Any, server: Server, jobctl: Jobctl, shot: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    add_jobs(jobctl, [f"job-{i}" for i in range(1, 2000)])
+    jobctl("add", "zz-broken", "--manual", "--retries", "0", "--", "exit 3")
+    jobctl("add", "needle-finder", "--manual", "--description", "finds the haystack", "--", "true")
+    history(jobctl, "zz-broken", [(datetime.now(UTC) - timedelta(minutes=5), 1.0, 3)])
+    assert jobctl.json("runs", "zz-broken")[0]["state"] == "dead"
+
+    sign_in(browser, server)
+    # the dead job first, then the others by name in natural order, 50 to a page
+    names = rows(browser)
+    assert len(names) == 50
+    assert names[0] == "zz-broken"
+    assert "dead" in browser.find_element(By.CSS_SELECTOR, "tr.job.attention .why").text
+    assert names[1:] == [f"job-{i}" for i in range(1, 50)]
+    assert "2001 jobs" in browser.find_element(By.CSS_SELECTOR, ".summary").text
+    # the runs of the last 24 h by state
+    dead_count = browser.find_element(By.CSS_SELECTOR, 'a.count[data-state="dead"]')
+    assert dead_count.text.split()[0] == "1"
+    # dates stay on one line in a 1,400 px window
+    when = browser.find_element(
+        By.CSS_SELECTOR, 'tr.job[data-job="zz-broken"] td[data-label="last run"] time'
+    )
+    font = float(
+        browser.execute_script("return parseFloat(getComputedStyle(arguments[0]).fontSize)", when)
+    )
+    assert when.size["height"] < 2 * font  # one line (two would be about 2.4 times the font)
+    shot("overview")
+
+    # the next page
+    browser.find_element(By.ID, "next-page").click()
+    wait_until(lambda: browser.find_element(By.ID, "page-number").text == "2", 15)
+    assert rows(browser) == [f"job-{i}" for i in range(50, 100)]
+    shot("overview-page-2")
+
+    # a search, server-side, finds one job among 2,001 (by its description here)
+    box = browser.find_element(By.ID, "q")
+    box.clear()
+    box.send_keys("haystack")
+    browser.find_element(By.ID, "filter").click()
+    wait_until(lambda: "q=haystack" in browser.current_url, 15)
+    assert rows(browser) == ["needle-finder"]
+    shot("overview-search")
+
+    # the last-run filter
+    browser.get(server.url + "/?last=dead")
+    assert rows(browser) == ["zz-broken"]
+
+    # retry all dead: the dead run is pending again, the job no longer needs attention
+    browser.get(server.url + "/")
+    browser.find_element(By.XPATH, "//button[text()='retry all dead']").click()
+    wait_until(lambda: jobctl.json("runs", "zz-broken")[0]["state"] == "pending", 15)
+    wait_until(lambda: browser.find_elements(By.ID, "overview"), 15)
+    assert rows(browser)[0] == "job-1"
+    assert not browser.find_elements(By.CSS_SELECTOR, "tr.job.attention")
+
+    # readable in a 400 px window: nothing wider than the window
+    browser.set_window_size(400, 900)
+    browser.get(server.url + "/")
+    width = browser.execute_script("return document.documentElement.scrollWidth")
+    inner = browser.execute_script("return window.innerWidth")
+    assert width <= inner + 1
+    shot("overview-400px")
+
+
+def test_job_page_chart_retry_and_delete_with_confirmation(
+    browser: Any, server: Server, jobctl: Jobctl, shot: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    jobctl("add", "chart", "--manual", "--retries", "0", "--", "true")
+    t0 = datetime.now(UTC) - timedelta(hours=2)
+    spans = [(1.0, 0), (2.0, 0), (3.0, 0), (4.0, 0), (10.0, 7), (2.0, 0), (5.0, 0)]
+    history(
+        jobctl, "chart", [(t0 + timedelta(minutes=i), s, code) for i, (s, code) in enumerate(spans)]
+    )
+    runs = jobctl.json("runs", "chart", "--limit", "100")
+    assert len(runs) == 7
+
+    sign_in(browser, server)
+    browser.get(server.url + "/jobs/chart")
+    bars = browser.find_elements(By.CSS_SELECTOR, "svg.durations rect.bar")
+    # one bar per run, oldest on the left, coloured by state
+    assert [int(b.get_attribute("data-run")) for b in bars] == [r["id"] for r in reversed(runs)]
+    seconds = [float(b.get_attribute("data-seconds")) for b in bars]
+    assert seconds == pytest.approx([s for s, _ in spans])
+    assert ["s-dead" in b.get_attribute("class") for b in bars] == [c != 0 for _, c in spans]
+    heights = [float(b.get_attribute("height")) for b in bars]
+    assert heights.index(max(heights)) == 4
+    median = browser.find_element(By.CSS_SELECTOR, "svg.durations line.median")
+    assert float(median.get_attribute("data-seconds")) == pytest.approx(
+        statistics.median(s for s, _ in spans)
+    )
+    assert "median 3.0s" in browser.find_element(By.ID, "job-chart").text
+    shot("job")
+
+    # retry its dead runs
+    browser.find_element(By.XPATH, "//button[text()='retry dead runs']").click()
+    wait_until(lambda: not [r for r in jobctl.json("runs", "chart") if r["state"] == "dead"], 15)
+
+    # a POST from the signed-in page without the CSRF token is refused, and deletes nothing
+    for path, body in (("/jobs/chart/delete", "confirm=yes&force=yes"), ("/retry-dead", "")):
+        status = browser.execute_async_script(
+            """
+            const done = arguments[arguments.length - 1];
+            fetch(arguments[0], {method: 'POST', credentials: 'same-origin',
+                  headers: {'Content-Type': 'application/x-www-form-urlencoded'},
+                  body: arguments[1]}).then(r => done(r.status), e => done(String(e)));
+            """,
+            path,
+            body,
+        )
+        assert status == 403
+    assert jobctl.json("show", "chart")["name"] == "chart"
+
+    # delete: the first press only asks
+    browser.find_element(By.ID, "delete").click()
+    wait_until(lambda: browser.find_elements(By.ID, "confirm-delete"), 15)
+    assert jobctl.json("show", "chart")["name"] == "chart"
+    shot("job-delete-confirm")
+    browser.find_element(By.ID, "keep").click()
+    wait_until(lambda: browser.current_url.endswith("/jobs/chart"), 15)
+    browser.find_element(By.ID, "delete").click()
+    wait_until(lambda: browser.find_elements(By.ID, "confirm-delete"), 15)
+    browser.find_element(By.ID, "confirm-delete").click()
+    wait_until(lambda: "deleted chart" in text_of(browser, "main"), 15)
+    assert "chart" not in [j["name"] for j in jobctl.json("list")]
+
+
+def test_timeline_shows_overlapping_attempts_in_the_browsers_zone(
+    browser: Any, server: Server, jobctl: Jobctl, shot: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    # a zone half an hour off UTC: its hours start at half past UTC hours
+    browser.execute_cdp_cmd("Emulation.setTimezoneOverride", {"timezoneId": "Asia/Kolkata"})
+    jobctl("add", "alpha", "--manual", "--retries", "0", "--", "true")
+    jobctl("add", "beta", "--manual", "--retries", "0", "--", "true")
+    jobctl("add", "gamma", "--manual", "--retries", "0", "--", "true")
+    now = datetime.now(UTC)
+    history(jobctl, "alpha", [(now - timedelta(hours=3), 3600.0, 0)])
+    history(jobctl, "beta", [(now - timedelta(hours=2, minutes=30), 3600.0, 1)])
+    history(
+        jobctl, "gamma", [(now - timedelta(hours=30), 60.0, 0), (now - timedelta(hours=1), 60.0, 0)]
+    )
+
+    sign_in(browser, server)
+    browser.get(server.url + "/timeline")
+    # (Chromium names the zone by its older name, Asia/Calcutta)
+    wait_until(lambda: "Asia/Calcutta" in text_of(browser, "#timeline"), 15, what="the zone")
+
+    def bars(job: str) -> list[Any]:
+        return browser.find_elements(By.CSS_SELECTOR, f'svg.timeline rect.bar[data-job="{job}"]')
+
+    (a,), (b,) = bars("alpha"), bars("beta")
+    ax1, ax2 = float(a.get_attribute("data-x1")), float(a.get_attribute("data-x2"))
+    bx1, bx2 = float(b.get_attribute("data-x1")), float(b.get_attribute("data-x2"))
+    assert ax1 < bx1 < ax2 < bx2  # they overlap, alpha first
+    assert a.get_attribute("y") != b.get_attribute("y")  # one row a job
+    assert "s-succeeded" in a.get_attribute("class")
+    assert "s-dead" in b.get_attribute("class")
+    assert len(bars("gamma")) == 1  # the attempt of 30 h ago is not in the last 24 h
+    marks = browser.find_elements(By.CSS_SELECTOR, "svg.timeline line.hour")
+    assert 23 <= len(marks) <= 24
+    for m in marks:
+        at = datetime.fromisoformat(m.get_attribute("data-at").replace("Z", "+00:00"))
+        assert at.minute == 30
+    shot("timeline")
+
+
+def test_runs_across_jobs_with_filters_and_paging(
+    browser: Any, server: Server, jobctl: Jobctl, shot: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    jobctl("add", "one", "--manual", "--retries", "0", "--", "true")
+    jobctl("add", "two", "--manual", "--retries", "0", "--", "true")
+    now = datetime.now(UTC)
+    history(jobctl, "one", [(now - timedelta(minutes=100 - i), 1.0, 0) for i in range(60)])
+    history(jobctl, "two", [(now - timedelta(minutes=39 - i), 1.0, i % 2) for i in range(10)])
+    history(jobctl, "one", [(now - timedelta(days=3), 1.0, 0)])
+
+    sign_in(browser, server)
+    browser.get(server.url + "/runs")
+
+    def shown() -> list[int]:
+        return [
+            int(r.get_attribute("data-run"))
+            for r in browser.find_elements(By.CSS_SELECTOR, "tr.run")
+        ]
+
+    everything = [r["id"] for r in jobctl.json("runs", "--limit", "1000")]
+    assert shown() == everything[:50]
+    shot("runs")
+    browser.find_element(By.ID, "next-page").click()
+    wait_until(lambda: shown() and shown()[0] == everything[50], 15)
+    assert shown() == everything[50:71]
+    # filtered by job and state
+    browser.get(server.url + "/runs?job=two&state=dead")
+    assert shown() == [r["id"] for r in jobctl.json("runs", "two", "--state", "dead")]
+    assert len(shown()) == 5
+    # by time: the run of three days ago is left out
+    browser.get(server.url + "/runs?job=one&since=1d")
+    assert len(shown()) == 50
+    browser.find_element(By.ID, "next-page").click()
+    wait_until(lambda: len(shown()) == 10, 15)
+    shot("runs-filtered")
+    browser.get(server.url + "/runs?since=yesterday-ish")
+    assert "invalid since" in text_of(browser, "main")
+
+
+def test_lists_refresh_without_a_full_reload(
+    browser: Any, server: Server, jobctl: Jobctl, start_daemon: Any, shot: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    jobctl("add", "slow", "--manual", "--", "sleep 2")
+    sign_in(browser, server)
+    start_daemon()
+    run_id = jobctl.json("run", "slow")["id"]
+    browser.get(server.url + "/runs")
+    row = f'tr.run[data-run="{run_id}"]'
+    wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, row), 15)
+    assert "succeeded" not in browser.find_element(By.CSS_SELECTOR, row).text
+    browser.execute_script("window.__still_this_page = 1")
+
+    def finished_on_page() -> bool:
+        try:
+            return "succeeded" in browser.find_element(By.CSS_SELECTOR, row).text
+        except Exception:
+            return False
+
+    wait_until(finished_on_page, 30, what="the finished run on the page")
+    assert jobctl.json("runs", "slow")[0]["state"] == "succeeded"
+    assert browser.execute_script("return window.__still_this_page") == 1  # no reload
+    shot("runs-refreshed")
