@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import StoreView
+from conftest import StoreView, finish_one
 
 from jobctl.cli import main
 from jobctl.models import RunState
@@ -193,7 +193,8 @@ def make_dead(db: Path, *run_ids: int) -> None:
         from jobctl.models import AttemptResult, Decision
 
         for run_id in run_ids:
-            done = store.daemon.finish_attempt(
+            done = finish_one(
+                store.daemon,
                 run_id,
                 attempts[run_id],
                 "test-daemon",

@@ -20,6 +20,34 @@ from jobctl.cli import cli as click_cli
 from jobctl.store import open_store
 
 
+def finish_one(
+    daemon_store: Any,
+    run_id: int,
+    attempt: int,
+    daemon_id: str,
+    now: Any,
+    result: Any,
+    decision: Any,
+    job_id: int = 0,
+) -> Any:
+    """Record one attempt's end as a daemon's turn does (nothing claimed)."""
+    from jobctl.store.values import FinishItem
+
+    res = daemon_store.record_and_claim(
+        daemon_id,
+        "host",
+        now,
+        30.0,
+        finishes=[FinishItem(run_id, attempt, result, decision, job_id=job_id)],
+        started=[],
+        limit=0,
+        low_limit=None,
+        reserved_priority=None,
+        on_expired=lambda e: None,
+    )
+    return res.finished[0]
+
+
 def wait_until(
     cond: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = "condition"
 ) -> Any:
@@ -87,11 +115,13 @@ class StoreView:
     ) -> tuple[list[Any], list[Any]]:
         from jobctl import planner
 
-        claimed, ended = self.daemon.claim_runs(
+        res = self.daemon.record_and_claim(
             daemon,
             host,
             now,
             lease,
+            finishes=[],
+            started=[],
             limit=limit,
             low_limit=None,
             reserved_priority=None,
@@ -99,7 +129,7 @@ class StoreView:
                 e.attempt, e.max_attempts, e.cancel_requested
             ),
         )
-        return claimed, [r for r, _ in ended]
+        return res.claimed, [r for r, _ in res.ended]
 
     def finish(self, run: Any, attempt: int, daemon: str, now: Any, exit_code: int = 0) -> Any:
         import random
@@ -109,7 +139,7 @@ class StoreView:
 
         result = AttemptResult(exit_code)
         decision = planner.decide(run, attempt, result, now, random.Random(0))
-        return self.daemon.finish_attempt(run.id, attempt, daemon, now, result, decision)
+        return finish_one(self.daemon, run.id, attempt, daemon, now, result, decision)
 
     def __getattr__(self, name: str) -> Any:
         try:

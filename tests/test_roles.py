@@ -190,37 +190,70 @@ def test_executor_stores_a_running_attempts_output_once_a_second(tmp_path):
     store.close()
 
 
-def test_ends_buffered_when_the_lease_goes_reach_the_new_leader(tmp_path):
+def test_ends_are_passed_to_the_leading_scheduler_in_one_batch(tmp_path):
     # the loop passes the jobs whose runs ended to its scheduler every 50 ms; if the lease
-    # went meanwhile, the leader is told instead (else a fixed-delay job would never get
-    # its next window)
+    # went meanwhile, nothing is passed here: the store told the leader, wherever it is,
+    # when it recorded the ends (test_a_recorded_end_wakes_the_other_daemons)
     from jobctl.daemon import PASS_ON_SECONDS
 
     store = StoreView(tmp_path / "p.db")
     clock = FakeClock(T0)
     d = _daemon(store, clock)
-    told: list[str] = []
-    store.daemon.notify = told.append  # type: ignore[method-assign]
     ended: list[list[int] | None] = []
     d.scheduler.on_runs_ended = lambda ids, now: ended.append(ids)  # type: ignore[method-assign]
     try:
         d.scheduler.leading = True
         d.executor._ended_jobs = [7]
         d._pass_on(clock.now(), 0.0)
-        assert told == ["run"] and ended == []  # buffered
+        assert ended == []  # buffered
         d.executor._ended_jobs = [8]
         d._pass_on(clock.now(), PASS_ON_SECONDS)
         assert ended == [[7, 8]]  # one pass for both
-        told.clear()
         d.executor._ended_jobs = [9]
         d._pass_on(clock.now(), 1.0)
         d.scheduler.leading = False  # the lease went
         d._pass_on(clock.now(), 1.0 + PASS_ON_SECONDS)
         assert ended == [[7, 8]]
-        assert told == ["run", "job:9"]
     finally:
         d.waker.close()
         d.selector.close()
+        store.close()
+
+
+def test_a_recorded_end_wakes_the_other_daemons(tmp_path):
+    # the store announces its own commits: an attempt's end wakes the other daemons with
+    # "run" (what it held is free) and "job:ID" (the leader moves a fixed-delay job on)
+    from conftest import finish_one
+
+    from jobctl.models import AttemptResult, Decision, RunState
+
+    store = StoreView(tmp_path / "p.db")
+    other = store.daemon.open_waker("other")
+    try:
+        store.daemon.register_daemon("other", 1, "h", "b", T0, 30.0)
+        me = StoreView(tmp_path / "p.db")
+        try:
+            me.daemon.register_daemon("me", 2, "h", "b", T0, 30.0)
+            job = me.add_job(JobSpec("j", Trigger(TriggerKind.MANUAL, tz="UTC"), "true"), T0)
+            me.enqueue_run("j", T0)
+            (claimed,), _ = me.claim("me", "h", T0, 30.0)
+            other.drain()
+            done = finish_one(
+                me.daemon,
+                claimed.run.id,
+                claimed.run.attempt,
+                "me",
+                T0,
+                AttemptResult(0),
+                Decision(RunState.SUCCEEDED, None),
+                job_id=job.id,
+            )
+            assert done.state is RunState.SUCCEEDED
+            assert sorted(other.drain()) == sorted([f"job:{job.id}", "run"])
+        finally:
+            me.close()
+    finally:
+        other.close()
         store.close()
 
 

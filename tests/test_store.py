@@ -73,7 +73,9 @@ def _finish(store, run, attempt, daemon, now, code=0, rng=None):
         code, output=b"hi" if code == 0 else b"", output_bytes=2 if code == 0 else 0
     )
     decision = planner.decide(run, attempt, result, now, rng or random.Random(0))
-    return store.d.finish_attempt(run.id, attempt, daemon, now, result, decision)
+    from conftest import finish_one
+
+    return finish_one(store.d, run.id, attempt, daemon, now, result, decision)
 
 
 def _fire(store, job, now, has_leased_ok=True):
@@ -148,17 +150,19 @@ def _expired(lease):
 
 
 def _claim(store, daemon="d1", now=T0, lease=30.0, limit=10):
-    claimed, ended = store.d.claim_runs(
+    res = store.d.record_and_claim(
         daemon,
         "host",
         now,
         lease,
+        finishes=[],
+        started=[],
         limit=limit,
         low_limit=None,
         reserved_priority=None,
         on_expired=_expired,
     )
-    return [c.run for c in claimed], [r for r, _ in ended]
+    return [c.run for c in res.claimed], [r for r, _ in res.ended]
 
 
 def test_claim_is_exclusive_and_fenced(store):

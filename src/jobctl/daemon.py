@@ -357,7 +357,6 @@ class Daemon:
         running = self.phase is Phase.RUNNING
         if running and self.scheduler.fire_due(now):
             self.executor.wake(cancels=True)  # an --overlap replace may have asked
-            self.store.notify("run")
         self.executor.tick(now, mono)
         if running and self.executor.wants_claim(now):
             self.executor.claim(now, mono)
@@ -377,30 +376,19 @@ class Daemon:
         return True
 
     def _pass_on(self, now: datetime, mono: float) -> None:
-        """Runs that ended: the other daemons are told at once (they may claim what was
-        freed); a leading scheduler moves fixed-delay jobs on (every PASS_ON_SECONDS),
-        otherwise the leader is told."""
+        """Runs that ended: a leading scheduler moves fixed-delay jobs on (every
+        PASS_ON_SECONDS). The store already told the other daemons when it recorded the
+        ends (``run``, and ``job:ID`` for the leader, wherever it is)."""
         ended = self.executor.take_ended()
-        if ended:
-            self.store.notify("run")
-            if not self.scheduler.leading:
-                self._tell_leader(ended)
-            else:
-                self._ended += ended
-                if self._pass_on_at is None:
-                    self._pass_on_at = mono + PASS_ON_SECONDS
+        if ended and self.scheduler.leading:
+            self._ended += ended
+            if self._pass_on_at is None:
+                self._pass_on_at = mono + PASS_ON_SECONDS
         if self._pass_on_at is None or mono < self._pass_on_at:
             return
         ended, self._ended, self._pass_on_at = self._ended, [], None
         if self.scheduler.leading:
             self.scheduler.on_runs_ended(ended, now)
-        else:  # the lease went meanwhile: the leader moves them on
-            self._tell_leader(ended)
-
-    def _tell_leader(self, job_ids: list[int]) -> None:
-        """The leading daemon moves these jobs on (fixed-delay ones get their next window)."""
-        for job_id in sorted(set(job_ids)):
-            self.store.notify(f"job:{job_id}")
 
     def _advance_phase(self, mono: float) -> None:
         if self.signal_received is not None and self.phase is Phase.RUNNING:
@@ -522,8 +510,7 @@ class Daemon:
         self.executor.on_cancel(renewal.cancel, mono)
         self.executor.wake()
         if renewal.leader and not self.scheduler.leading:
-            if self.scheduler.take_lease(now):
-                self.store.notify("run")
+            self.scheduler.take_lease(now)
         elif not renewal.leader and self.scheduler.leading:
             self.scheduler.lose_lease()
         elif renewal.leader:

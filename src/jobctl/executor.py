@@ -233,7 +233,9 @@ class Executor:
             pids_due = bool(self._started) and mono >= self._pids_due_at()
             # an attempt that ended before its pid was written takes the pid into its end
             finishes = [
-                FinishItem(e.run.id, e.attempt, e.result, e.decision, pid[0] if pid else None)
+                FinishItem(
+                    e.run.id, e.attempt, e.result, e.decision, pid[0] if pid else None, e.run.job_id
+                )
                 for e in ending
                 for pid in [self._started.get((e.run.id, e.attempt))]
             ]

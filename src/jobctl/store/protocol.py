@@ -25,9 +25,7 @@ from typing import Any, Protocol
 
 from ..models import (
     Attempt,
-    AttemptResult,
     DaemonInfo,
-    Decision,
     Job,
     JobSpec,
     Run,
@@ -35,11 +33,9 @@ from ..models import (
     WaitFacts,
 )
 from .values import (
-    Claimed,
     CopiedJob,
     DbInfo,
     ExpiredFn,
-    Finished,
     FinishItem,
     Fired,
     Heads,
@@ -347,29 +343,6 @@ class DaemonStore(Protocol):
         ...
 
     # the executor -------------------------------------------------------------------
-    def claim_runs(
-        self,
-        daemon_id: str,
-        host: str,
-        now: datetime,
-        lease_seconds: float,
-        *,
-        limit: int,
-        low_limit: int | None,
-        reserved_priority: int | None,
-        on_expired: ExpiredFn,
-    ) -> tuple[list[Claimed], list[tuple[Run, Decision]]]:
-        """Claim up to ``limit`` due runs, highest priority first, then oldest window.
-
-        First, leases of other daemons that expired are settled: ``on_expired`` decides
-        each (retry now, dead, cancelled) and the lost attempt is recorded ``lost``; those
-        that ended are returned with their decision (for the on-failure hook). Then each
-        claim is one compare-and-set: still pending/failed and due, none of its locks held
-        by a leased run, and with ``forbid``/``replace`` no other run of its job leased.
-        Runs of priority < ``reserved_priority`` are claimed at most ``low_limit`` times.
-        """
-        ...
-
     def record_and_claim(
         self,
         daemon_id: str,
@@ -386,14 +359,24 @@ class DaemonStore(Protocol):
     ) -> TurnResult:
         """What one loop turn learned, and its claims, in ONE transaction (all or nothing).
 
-        In this order: the ``(run_id, attempt, pid)`` of children ``started`` exactly as
-        :meth:`set_attempt_processes` (first, so an attempt that started and ended since
-        the last turn keeps its pid); each of ``finishes`` exactly as
-        :meth:`finish_attempt` (fenced; a fenced-out one gives ``Finished(None)``,
-        and nothing of it is written); then, only when
-        ``limit`` > 0, expired leases settled and up to ``limit`` runs claimed exactly as
-        :meth:`claim_runs` (so the workers, locks and overlap the finishes freed are
-        claimable in the same call). ``limit`` 0 claims nothing and settles no lease.
+        In this order:
+
+        1. The ``(run_id, attempt, pid)`` of children ``started`` (first, so an attempt that
+           started and ended since the last turn keeps its pid). Fenced.
+        2. Each of ``finishes``: the attempt's end and the planner's decision. Fenced: a run
+           no longer leased by that attempt is not touched (``Finished(None)``); a cancel
+           requested meanwhile applies ``decision.if_cancelled`` instead.
+        3. Only when ``limit`` > 0: leases of other daemons that expired are settled
+           (``on_expired`` decides each: retry now, dead, cancelled; the lost attempt is
+           recorded ``lost``; those that ended are returned in ``ended``), then up to
+           ``limit`` due runs are claimed, highest priority first, then oldest window, each
+           a compare-and-set: still pending/failed and due, none of its locks held by a
+           leased run, and with ``forbid``/``replace`` no other run of its job leased. Runs
+           of priority < ``reserved_priority`` are claimed at most ``low_limit`` times. The
+           workers, locks and overlap the finishes freed are claimable in the same call.
+
+        ``limit`` 0 claims nothing and settles no lease. The ends are announced to the
+        other daemons (``run``, and ``job:ID`` of each ended run's job) when it commits.
         """
         ...
 
@@ -409,32 +392,8 @@ class DaemonStore(Protocol):
         attempt no longer leases (taken over, deleted by ``rm --force``). Read only."""
         ...
 
-    def notify(self, message: str) -> None:
-        """A hint to the other daemons that something changed (after the commit)."""
-        ...
-
-    def set_attempt_processes(
-        self, daemon_id: str, started: Sequence[tuple[int, int, int]]
-    ) -> None:
-        """Record ``(run_id, attempt, pid)`` of children started in one turn. Fenced."""
-        ...
-
     def save_output(self, daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
         """Store ``(run_id, attempt, tail, total bytes)`` of running attempts. Fenced."""
-        ...
-
-    def finish_attempt(
-        self,
-        run_id: int,
-        attempt: int,
-        daemon_id: str,
-        now: datetime,
-        result: AttemptResult,
-        decision: Decision,
-    ) -> Finished:
-        """Record an attempt's end and persist the planner's ``decision``. Fenced: a run no
-        longer leased by this attempt is not touched (``state`` None). A cancel requested
-        meanwhile applies ``decision.if_cancelled`` instead (one UPDATE, no read first)."""
         ...
 
     def record_hook(self, run_id: int, status: str) -> None:

@@ -56,7 +56,7 @@ class Finished:
 
 @dataclass(frozen=True)
 class FinishItem:
-    """An attempt's end to record (see :meth:`DaemonStore.finish_attempt`)."""
+    """An attempt's end to record (see :meth:`DaemonStore.record_and_claim`)."""
 
     run_id: int
     attempt: int
@@ -64,12 +64,15 @@ class FinishItem:
     decision: Decision
     #: the child's pid when it was not recorded while the attempt ran (a short one)
     pid: int | None = None
+    #: the run's job (0: not known): its end is announced to the daemons as ``job:ID``
+    job_id: int = 0
 
 
 @dataclass(frozen=True)
 class TurnResult:
     """What :meth:`DaemonStore.record_and_claim` did: ``finished`` has one entry per
-    finish passed in, in the same order; ``claimed`` and ``ended`` as :meth:`claim_runs`."""
+    finish passed in, in the same order; ``claimed`` the runs now held; ``ended`` the
+    expired leases of other daemons that ended, with the planner's decision."""
 
     finished: list[Finished]
     claimed: list[Claimed]

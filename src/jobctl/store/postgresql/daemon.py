@@ -20,17 +20,15 @@ make two runs of one window.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from ...clock import from_us, to_us
-from ...errors import Conflict, NotFound, StoreError
+from ...errors import Conflict, NotFound
 from ...models import (
     MAX_SKIPPED_ROWS,
-    AttemptResult,
     Decision,
     Job,
     JobState,
@@ -311,11 +309,6 @@ class PgDaemonStore:
         self.measure_clock_offset()
         return Renewal(leader, lost, cancel)
 
-    def notify(self, message: str) -> None:
-        """A hint to the daemons of every host (NOTIFY; the writes announce themselves)."""
-        with contextlib.suppress(StoreError), self.db.write():
-            self.db.announce(message)
-
     def leader_lease_expiry(self) -> datetime | None:
         rows = self.db.read("SELECT holder, expires_at FROM scheduler_lease WHERE id = 1")
         if not rows or rows[0]["holder"] is None:
@@ -526,7 +519,7 @@ class PgDaemonStore:
                 ended.append((run_by_id(self.db, c, lease.run_id), decision))
         return ended
 
-    def claim_runs(
+    def _claim_runs(
         self,
         daemon_id: str,
         host: str,
@@ -672,10 +665,10 @@ class PgDaemonStore:
         claimed: list[Claimed] = []
         ended: list[tuple[Run, Decision]] = []
         with self.db.batch():
-            self.set_attempt_processes(daemon_id, started)
+            self._set_pids(daemon_id, started)
             finished = [self._finish(daemon_id, now, f) for f in finishes]
             if limit > 0:
-                claimed, ended = self.claim_runs(
+                claimed, ended = self._claim_runs(
                     daemon_id,
                     host,
                     now,
@@ -687,9 +680,7 @@ class PgDaemonStore:
                 )
         return TurnResult(finished, claimed, ended)
 
-    def set_attempt_processes(
-        self, daemon_id: str, started: Sequence[tuple[int, int, int]]
-    ) -> None:
+    def _set_pids(self, daemon_id: str, started: Sequence[tuple[int, int, int]]) -> None:
         if not started:
             return
         with self.db.write() as c:
@@ -716,17 +707,6 @@ class PgDaemonStore:
                 "AND attempt = %(attempt)s AND state = 'leased' AND leased_by = %(me)s)",
                 output_params(daemon_id, outputs),
             )
-
-    def finish_attempt(
-        self,
-        run_id: int,
-        attempt: int,
-        daemon_id: str,
-        now: datetime,
-        result: AttemptResult,
-        decision: Decision,
-    ) -> Finished:
-        return self._finish(daemon_id, now, FinishItem(run_id, attempt, result, decision))
 
     def _finish(self, daemon_id: str, now: datetime, f: FinishItem) -> Finished:
         run_params, attempt_params = finish_params(f, to_us(now), daemon_id)

@@ -11,7 +11,6 @@ from ...clock import from_us, to_us
 from ...errors import NotFound, StoreError
 from ...models import (
     MAX_SKIPPED_ROWS,
-    AttemptResult,
     Decision,
     Job,
     JobState,
@@ -46,7 +45,7 @@ from ..values import (
 )
 from . import sql
 from .db import Db
-from .wake import WakeSocket, poke
+from .wake import WakeSocket
 
 #: the column names of each hot-path statement, read from its first cursor
 _NAMES: dict[str, tuple[str, ...]] = {}
@@ -102,7 +101,6 @@ class SqliteDaemonStore:
     def __init__(self, db: Db) -> None:
         self.db = db
         self._wake_address: str | None = None
-        self._peers: list[str] = []
         self._seen_version: int | None = None
 
     # ------------------------------------------------------------------ daemons
@@ -211,11 +209,8 @@ class SqliteDaemonStore:
     def _refresh_peers(self) -> None:
         # the daemons list changes rarely: re-read once per renewal
         rows = self.db.read(sql.WAKE_ADDRESSES)
-        self._peers = [r[0] for r in rows if r[0] != self._wake_address]
-
-    def notify(self, message: str) -> None:
-        """A hint to the other daemons (known as of the last renewal)."""
-        poke(self._peers, message)
+        # this daemon's own writes wake the others, known as of the last renewal
+        self.db.peers = [r[0] for r in rows if r[0] != self._wake_address]
 
     def leader_lease_expiry(self) -> datetime | None:
         rows = self.db.read(sql.LEADER_LEASE)
@@ -354,6 +349,8 @@ class SqliteDaemonStore:
                     if (run_id := inserted.get((job.id, to_us(w.scheduled_for)))) is not None
                 ]
                 out.append(Fired(job.moved_to(p.next_run_at), p, ids))
+            if inserted:
+                self.db.announce("run")
         return out
 
     def record_reboot(self, job_id: int, now: datetime, boot_id: str) -> int | None:
@@ -380,6 +377,8 @@ class SqliteDaemonStore:
                     "job_id": job_id,
                 },
             )
+            if run_id is not None:
+                self.db.announce("run")
             return run_id
 
     def idle_fixed_delay(self, job_ids: Sequence[int] | None) -> list[IdleFixedDelay]:
@@ -403,32 +402,6 @@ class SqliteDaemonStore:
             return cur.rowcount == 1
 
     # ------------------------------------------------------------------ the executor
-
-    def claim_runs(
-        self,
-        daemon_id: str,
-        host: str,
-        now: datetime,
-        lease_seconds: float,
-        *,
-        limit: int,
-        low_limit: int | None,
-        reserved_priority: int | None,
-        on_expired: ExpiredFn,
-    ) -> tuple[list[Claimed], list[tuple[Run, Decision]]]:
-        res = self.record_and_claim(
-            daemon_id,
-            host,
-            now,
-            lease_seconds,
-            finishes=[],
-            started=[],
-            limit=limit,
-            low_limit=low_limit,
-            reserved_priority=reserved_priority,
-            on_expired=on_expired,
-        )
-        return res.claimed, res.ended
 
     def record_and_claim(
         self,
@@ -546,14 +519,6 @@ class SqliteDaemonStore:
         lost = frozenset(run_id for run_id, a in held if (run_id, a) not in leased)
         return cancel, lost
 
-    def set_attempt_processes(
-        self, daemon_id: str, started: Sequence[tuple[int, int, int]]
-    ) -> None:
-        if not started:
-            return
-        with self.db.write() as c:
-            self._set_pids(c, daemon_id, started)
-
     def _set_pids(
         self, c: sqlite3.Connection, daemon_id: str, started: Sequence[tuple[int, int, int]]
     ) -> None:
@@ -567,19 +532,6 @@ class SqliteDaemonStore:
             return
         with self.db.write() as c:
             c.executemany(sql.SAVE_OUTPUT, output_params(daemon_id, outputs))
-
-    def finish_attempt(
-        self,
-        run_id: int,
-        attempt: int,
-        daemon_id: str,
-        now: datetime,
-        result: AttemptResult,
-        decision: Decision,
-    ) -> Finished:
-        item = FinishItem(run_id, attempt, result, decision)
-        with self.db.write() as c:
-            return self._finish_all(c, daemon_id, now, [item])[0]
 
     def _finish_all(
         self, c: sqlite3.Connection, daemon_id: str, now: datetime, items: Sequence[FinishItem]
@@ -603,9 +555,12 @@ class SqliteDaemonStore:
                 state = None if row is None else RunState(row[0])
             if state is not None:
                 attempts.append(attempt_params)
+                if f.job_id:
+                    self.db.announce(f"job:{f.job_id}")  # a fixed-delay job moves on
             out.append(Finished(state))
         if attempts:
             c.executemany(sql.FINISH_ATTEMPT, attempts)
+            self.db.announce("run")  # what they held is free for the other daemons
         return out
 
     def record_hook(self, run_id: int, status: str) -> None:
