@@ -191,28 +191,31 @@ def test_executor_stores_a_running_attempts_output_once_a_second(tmp_path):
 
 
 def test_ends_are_passed_to_the_leading_scheduler_in_one_batch(tmp_path):
-    # the loop passes the jobs whose runs ended to its scheduler every 50 ms; if the lease
-    # went meanwhile, nothing is passed here: the store told the leader, wherever it is,
-    # when it recorded the ends (test_a_recorded_end_wakes_the_other_daemons)
-    from jobctl.daemon import PASS_ON_SECONDS
+    # the scheduler passes the jobs whose runs ended on every 50 ms, and says when (its
+    # next_wake); if the lease went meanwhile, nothing is passed here: the store told the
+    # leader, wherever it is, when it recorded the ends
+    # (test_a_recorded_end_wakes_the_other_daemons)
+    from jobctl.scheduler import PASS_ON_SECONDS
 
     store = StoreView(tmp_path / "p.db")
     clock = FakeClock(T0)
     d = _daemon(store, clock)
+    s = d.scheduler
     ended: list[list[int] | None] = []
-    d.scheduler.on_runs_ended = lambda ids, now: ended.append(ids)  # type: ignore[method-assign]
+    s.on_runs_ended = lambda ids, now: ended.append(ids)  # type: ignore[method-assign]
     try:
-        d.scheduler.leading = True
-        d.executor._ended_jobs = [7]
-        d._pass_on(clock.now(), 0.0)
+        s.leading = True
+        s.runs_ended([7], 0.0)
+        s.turn(clock.now(), 0.0, firing=False)
         assert ended == []  # buffered
-        d.executor._ended_jobs = [8]
-        d._pass_on(clock.now(), PASS_ON_SECONDS)
+        assert s.next_wake(clock.now(), 0.0, firing=False) == pytest.approx(PASS_ON_SECONDS)
+        s.runs_ended([8], 0.01)
+        s.turn(clock.now(), PASS_ON_SECONDS, firing=False)
         assert ended == [[7, 8]]  # one pass for both
-        d.executor._ended_jobs = [9]
-        d._pass_on(clock.now(), 1.0)
-        d.scheduler.leading = False  # the lease went
-        d._pass_on(clock.now(), 1.0 + PASS_ON_SECONDS)
+        assert s.next_wake(clock.now(), PASS_ON_SECONDS, firing=False) is None
+        s.runs_ended([9], 1.0)
+        s.lose_lease()  # the lease went
+        s.turn(clock.now(), 1.0 + PASS_ON_SECONDS, firing=False)
         assert ended == [[7, 8]]
     finally:
         d.waker.close()

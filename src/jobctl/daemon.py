@@ -45,10 +45,6 @@ STORE_ERROR_BACKOFF_SECONDS = 0.5
 SWEEP_DELAY_SECONDS = 0.1
 #: a sleep at least this long is idle: the store does the upkeep it put off meanwhile
 IDLE_SECONDS = 0.2
-#: the jobs whose runs ended reach the scheduler at most this often (one read of the
-#: fixed-delay jobs among them for a burst of ends, not one a turn); a fixed-delay job's
-#: next window counts from its run's recorded end, so the wait does not move it
-PASS_ON_SECONDS = 0.05
 #: the end of a wait slept precisely (see :meth:`Poller.select`), and the kernel's slack
 #: on a long ``epoll`` timeout (0.1 % of it)
 PRECISE_SECONDS = 0.002
@@ -238,8 +234,6 @@ class Daemon:
         self.reaper = StrayReaper()
         self.strays: set[int] = set()
         self.sweep_at: float | None = None
-        self._ended: list[int] = []
-        self._pass_on_at: float | None = None
         self.waker = store.open_waker(self.id)
         self._sig_r, self._sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
@@ -355,14 +349,14 @@ class Daemon:
         if mono >= self.next_heartbeat:
             self._heartbeat(now, mono)
         running = self.phase is Phase.RUNNING
-        if running and self.scheduler.fire_due(now):
+        if self.scheduler.turn(now, mono, firing=running):
             self.executor.wake(cancels=True)  # an --overlap replace may have asked
         self.executor.tick(now, mono)
         if running and self.executor.wants_claim(now):
             self.executor.claim(now, mono)
         elif self.executor.unrecorded(mono):
             self.executor.record(now, mono)
-        self._pass_on(now, mono)
+        self.scheduler.runs_ended(self.executor.take_ended(), mono)
         if self.config.reap_strays:
             if self.executor.take_exited() and self.sweep_at is None:
                 self.sweep_at = mono + SWEEP_DELAY_SECONDS
@@ -372,23 +366,8 @@ class Daemon:
         if self.phase is not Phase.RUNNING and not self.executor.busy:
             return False
         self._wait(now, mono)
-        self._pass_on(self.clock.now(), self.clock.monotonic())
+        self.scheduler.runs_ended(self.executor.take_ended(), self.clock.monotonic())
         return True
-
-    def _pass_on(self, now: datetime, mono: float) -> None:
-        """Runs that ended: a leading scheduler moves fixed-delay jobs on (every
-        PASS_ON_SECONDS). The store already told the other daemons when it recorded the
-        ends (``run``, and ``job:ID`` for the leader, wherever it is)."""
-        ended = self.executor.take_ended()
-        if ended and self.scheduler.leading:
-            self._ended += ended
-            if self._pass_on_at is None:
-                self._pass_on_at = mono + PASS_ON_SECONDS
-        if self._pass_on_at is None or mono < self._pass_on_at:
-            return
-        ended, self._ended, self._pass_on_at = self._ended, [], None
-        if self.scheduler.leading:
-            self.scheduler.on_runs_ended(ended, now)
 
     def _advance_phase(self, mono: float) -> None:
         if self.signal_received is not None and self.phase is Phase.RUNNING:
@@ -396,14 +375,13 @@ class Daemon:
             self.kill_deadline = mono + self.config.shutdown_grace_seconds
             self.log(
                 f"signal {self.signal_received}: no new claims; waiting up to "
-                f"{self.config.shutdown_grace_seconds:g}s for {len(self.executor.held)} running"
+                f"{self.config.shutdown_grace_seconds:g}s for {len(self.executor.held_attempts())} running"
             )
-            if self.scheduler.leading:
+            if self.scheduler.lose_lease():
                 try:
                     self.store.release_leader(self.id)
                 except StoreError as e:
                     self.log(f"cannot release the scheduler lease: {e}")
-                self.scheduler.lose_lease()
         if (
             self.phase is Phase.DRAINING
             and self.kill_deadline is not None
@@ -415,22 +393,15 @@ class Daemon:
     def _wait(self, now: datetime, mono: float) -> None:
         timeout = max(self.next_heartbeat - mono, 0.0)
         running = self.phase is Phase.RUNNING
-        if running:
-            head = self.scheduler.next_due()
-            if head is not None:
-                timeout = min(timeout, max((head - now).total_seconds(), 0.0))
-            if self.executor.next_claim_wall is not None:
-                wait = (self.executor.next_claim_wall - now).total_seconds()
-                timeout = min(timeout, max(wait, 0.0))
-            if self.executor.wants_claim(now):
-                timeout = 0.0
-        d = self.executor.next_deadline(mono)
-        if d is not None:
-            timeout = min(timeout, max(d - mono, 0.0))
+        # each role answers one question: when does it next need a turn?
+        for wait in (
+            self.scheduler.next_wake(now, mono, firing=running),
+            self.executor.next_wake(now, mono, claiming=running),
+        ):
+            if wait is not None:
+                timeout = min(timeout, wait)
         if self.sweep_at is not None:
             timeout = min(timeout, max(self.sweep_at - mono, 0.0))
-        if self._pass_on_at is not None:
-            timeout = min(timeout, max(self._pass_on_at - mono, 0.0))
         if self.phase is Phase.DRAINING and self.kill_deadline is not None:
             timeout = min(timeout, max(self.kill_deadline - mono, 0.0))
         timeout = min(timeout, MAX_SLEEP_SECONDS)
@@ -509,12 +480,7 @@ class Daemon:
         self.executor.on_lost(renewal.lost)
         self.executor.on_cancel(renewal.cancel, mono)
         self.executor.wake()
-        if renewal.leader and not self.scheduler.leading:
-            self.scheduler.take_lease(now)
-        elif not renewal.leader and self.scheduler.leading:
-            self.scheduler.lose_lease()
-        elif renewal.leader:
-            self.scheduler.catch_changes(now)
+        self.scheduler.on_renewal(renewal.leader, now)
         if not renewal.leader and self.phase is Phase.RUNNING:
             # try again right when the holder's lease runs out: failover within one lease
             try:

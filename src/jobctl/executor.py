@@ -151,6 +151,21 @@ class Executor:
             self.next_claim_wall is not None and now >= self.next_claim_wall
         )
 
+    def next_wake(self, now: datetime, mono: float, *, claiming: bool) -> float | None:
+        """Seconds from now until this role needs a turn (0: at once), or None: never
+        until something wakes the loop: a claim owed or due (with ``claiming``), a
+        child's timeout or kill, a pid or an output tail to record."""
+        waits = []
+        if claiming:
+            if self.wants_claim(now):
+                return 0.0
+            if self.next_claim_wall is not None:
+                waits.append((self.next_claim_wall - now).total_seconds())
+        d = self.next_deadline(mono)
+        if d is not None:
+            waits.append(d - mono)
+        return max(min(waits), 0.0) if waits else None
+
     def next_deadline(self, mono: float) -> float | None:
         """The next monotonic time :meth:`tick` has something to do."""
         times = []

@@ -29,9 +29,15 @@ FIRE_AHEAD_SECONDS = 0.25
 _AHEAD_US = int(FIRE_AHEAD_SECONDS * 1_000_000)
 
 
+#: the jobs whose runs ended are passed on together, at most this often (a burst's ends
+#: move their fixed-delay jobs on in one read, not one each)
+PASS_ON_SECONDS = 0.05
+
+
 class Scheduler:
-    """The heap and the firing. Drive it with :meth:`take_lease` / :meth:`lose_lease`, then
-    :meth:`fire_due` each turn while it leads; :meth:`next_due` says when to wake."""
+    """The heap and the firing. The loop drives it with four calls: :meth:`on_renewal`
+    (what each heartbeat said of the lease), :meth:`runs_ended`, :meth:`turn`, and
+    :meth:`next_wake`, the one question it asks: when do you next need a turn?"""
 
     def __init__(
         self,
@@ -55,6 +61,50 @@ class Scheduler:
         #: windows at or before this instant (µs) passed while no scheduler ran: missed
         self.missed_until_us = -1
         self._reload = False
+        #: jobs whose runs ended, passed on together at ``_pass_on_at`` (monotonic)
+        self._ended: list[int] = []
+        self._pass_on_at: float | None = None
+
+    # ------------------------------------------------------------------ what the loop asks
+
+    def next_wake(self, now: datetime, mono: float, *, firing: bool) -> float | None:
+        """Seconds from now until this role needs a turn (0: at once), or None: never
+        until something wakes the loop. With ``firing`` false (the daemon is stopping)
+        only the passing-on of ended runs counts."""
+        waits = []
+        if self._pass_on_at is not None:
+            waits.append(self._pass_on_at - mono)
+        head = self.next_due() if firing else None
+        if head is not None:
+            waits.append((head - now).total_seconds())
+        return max(min(waits), 0.0) if waits else None
+
+    def turn(self, now: datetime, mono: float, *, firing: bool) -> bool:
+        """Fire one chunk of due windows (with ``firing``) and pass on the runs that
+        ended when that is due. Returns whether runs were created."""
+        created = firing and self.fire_due(now)
+        if self._pass_on_at is not None and mono >= self._pass_on_at:
+            ended, self._ended, self._pass_on_at = self._ended, [], None
+            self.on_runs_ended(ended, now)
+        return created
+
+    def runs_ended(self, job_ids: list[int], mono: float) -> None:
+        """Runs of these jobs ended here: while leading, they are passed on within
+        PASS_ON_SECONDS (otherwise the store told the leader when it recorded them)."""
+        if not self.leading or not job_ids:
+            return
+        self._ended += job_ids
+        if self._pass_on_at is None:
+            self._pass_on_at = mono + PASS_ON_SECONDS
+
+    def on_renewal(self, leader: bool, now: datetime) -> None:
+        """A heartbeat said whether this daemon holds the scheduler lease."""
+        if leader and not self.leading:
+            self.take_lease(now)
+        elif not leader and self.leading:
+            self.lose_lease()
+        elif leader:
+            self.catch_changes(now)
 
     # ------------------------------------------------------------------ the lease
 
@@ -78,12 +128,16 @@ class Scheduler:
         self.log(f"took the scheduler lease: scheduling {len(self.heap)} jobs")
         return created
 
-    def lose_lease(self) -> None:
-        if self.leading:
+    def lose_lease(self) -> bool:
+        """Stop leading; returns whether it led."""
+        led = self.leading
+        if led:
             self.log("lost the scheduler lease")
         self.leading = False
         self.heap = planner.FireHeap()
         self.at_time = planner.FireHeap()
+        self._ended, self._pass_on_at = [], None
+        return led
 
     def _load(self) -> None:
         self.heap.load(self.store.schedule_heads())
