@@ -375,7 +375,8 @@ class Daemon:
             self.kill_deadline = mono + self.config.shutdown_grace_seconds
             self.log(
                 f"signal {self.signal_received}: no new claims; waiting up to "
-                f"{self.config.shutdown_grace_seconds:g}s for {len(self.executor.held_attempts())} running"
+                f"{self.config.shutdown_grace_seconds:g}s for "
+                f"{len(self.executor.held_attempts())} running"
             )
             if self.scheduler.lose_lease():
                 try:
