@@ -110,7 +110,7 @@ def test_cpu_max_stops_a_busy_loop_with_cpu_limit():
     result = _run("while :; do :; done", Limits(cpu_max_seconds=1.0))
     assert result.signal == signal.SIGXCPU
     assert result.error == "cpu limit"
-    assert result.cpu_user is not None and result.cpu_user + (result.cpu_system or 0) >= 0.9
+    assert result.cpu_user is not None and result.cpu_user + (result.cpu_system or 0) >= 0.5
     assert time.monotonic() - started < 25
 
 

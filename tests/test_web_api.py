@@ -682,3 +682,47 @@ def test_metrics_parse_as_prometheus_text(
     assert [s.value for s in families["jobctl_daemons"].samples] == [1]
     missed = {s.labels["job"]: s.value for s in families["jobctl_missed_windows"].samples}
     assert missed == {"fails": 0, "idle": 0, "quick": 0}
+
+
+def test_metrics_count_the_cpu_and_peak_memory_of_runs(
+    server: Server, jobctl: Jobctl, start_daemon: Any
+) -> None:
+    """SPEC §16: jobctl_run_cpu_seconds_total (a counter that prune does not lower) and
+    jobctl_run_max_rss_bytes (the last finished run's)."""
+    import sys
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    busy = (
+        f"{sys.executable} -c \"import time\nb = b'x' * (64 << 20)\n"
+        't = time.process_time()\nwhile time.process_time() - t < 0.3: pass"'
+    )
+    jobctl("add", "busy", "--manual", "--", busy)
+    start_daemon()
+    for _ in range(2):
+        run_id = jobctl.json("run", "busy")["id"]
+        wait_until(lambda r=run_id: jobctl.json("inspect", str(r))["state"] == "succeeded", 30)
+
+    def samples() -> dict[str, float]:
+        text = server.request("GET", "/metrics").text
+        return {
+            s.name: s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.labels.get("job") == "busy" and ("cpu" in s.name or "rss" in s.name)
+        }
+
+    first = samples()
+    assert first["jobctl_run_cpu_seconds_total"] >= 0.6
+    assert first["jobctl_run_max_rss_bytes"] >= 64 << 20
+    runs = jobctl.json("runs", "busy")
+    assert first["jobctl_run_cpu_seconds_total"] == pytest.approx(sum(r["cpu"] for r in runs))
+    # retention and prune delete rows, never the counter
+    wait_until(
+        lambda: jobctl("prune", "--older-than", "1s") and jobctl.json("runs", "busy") == [],
+        10,
+        what="the runs pruned",
+    )
+    after = samples()
+    assert after["jobctl_run_cpu_seconds_total"] == first["jobctl_run_cpu_seconds_total"]
+    assert "jobctl_run_max_rss_bytes" not in after

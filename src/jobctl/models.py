@@ -495,6 +495,10 @@ class Run:
     attempt_finished_at: datetime | None = None
     #: the host of the last attempt
     host: str | None = None
+    #: SPEC §16: user + system CPU seconds and the largest resident set (bytes) of its
+    #: last attempt, once it ended
+    cpu: float | None = None
+    max_rss: int | None = None
 
     @classmethod
     def of(cls, fields: dict[str, Any]) -> Run:

@@ -14,7 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from .clock import iso
-from .models import Attempt, DaemonInfo, Job, Run, RunState, TriggerKind, Waiting
+from .durations import format_duration
+from .models import Attempt, DaemonInfo, Job, Limits, Run, RunState, TriggerKind, Waiting
 
 # ---------------------------------------------------------------------- JSON
 
@@ -64,6 +65,8 @@ def run_json(run: Run) -> dict[str, Any]:
         "duration": run.duration_seconds,
         "host": run.host,
         "hook_status": run.hook_status,
+        "cpu": run.cpu,
+        "max_rss": run.max_rss,
     }
 
 
@@ -91,6 +94,13 @@ def job_json(job: Job, last_run: Run | None) -> dict[str, Any]:
         "jitter": s.jitter_seconds,
         "on_failure": s.on_failure,
         "locks": list(s.locks),
+        "paused_reason": _paused_reason(job),
+        "deadline": s.deadline_seconds,
+        "pause_after_failures": s.pause_after_failures,
+        "max_running": s.max_running,
+        "ok_exit": list(s.ok_exit),
+        "no_retry_exit": list(s.no_retry_exit),
+        "limits": s.limits.to_dict(),
         "next_run_at": iso(job.next_run_at),
         "missed_total": job.missed_total,
         "last_run": run_json(last_run) if last_run else None,
@@ -110,7 +120,18 @@ def attempt_json(a: Attempt) -> dict[str, Any]:
         "output_bytes": a.output_bytes,
         "host": a.host,
         "pid": a.pid,
+        "cpu_user": a.cpu_user,
+        "cpu_system": a.cpu_system,
+        "max_rss": a.max_rss,
     }
+
+
+def _paused_reason(job: Job) -> str | None:
+    """``user`` or ``failures`` for a paused job (``user`` when the store kept none), else
+    None."""
+    if job.state.value != "paused":
+        return None
+    return job.paused_reason.value if job.paused_reason is not None else "user"
 
 
 def waiting_json(w: Waiting | None) -> dict[str, Any] | None:
@@ -315,6 +336,16 @@ def print_job(job: Job, runs: Sequence[Run]) -> None:
         ("locks", ", ".join(s.locks) or "-"),
         ("missed", str(job.missed_total)),
     ]
+    fields[4:5] = [("state", job.state.value + _paused_by(job))]
+    policies = [
+        ("deadline", format_duration(s.deadline_seconds) if s.deadline_seconds else None),
+        ("pause after", f"{s.pause_after_failures} dead runs" if s.pause_after_failures else None),
+        ("max running", str(s.max_running) if s.max_running else None),
+        ("ok exit", ",".join(map(str, s.ok_exit)) or None),
+        ("no-retry exit", ",".join(map(str, s.no_retry_exit)) or None),
+        ("limits", limits_text(s.limits) or None),
+    ]
+    fields[-1:-1] = [(k, v) for k, v in policies if v is not None]
     width = max(len(k) for k, _ in fields)
     lines = [f"{k:<{width}}  {safe(v)}".rstrip() for k, v in fields]
     if sys.stdout.isatty():
@@ -325,6 +356,29 @@ def print_job(job: Job, runs: Sequence[Run]) -> None:
     else:
         sys.stdout.write("".join(line + "\n" for line in lines) + "\n")
     print_runs(runs)
+
+
+def _paused_by(job: Job) -> str:
+    reason = _paused_reason(job)
+    return " (by failures)" if reason == "failures" else ""
+
+
+def limits_text(limits: Limits) -> str:
+    """``nice 5, io idle, memory 1G, cpu 1m, files 64`` (only those set)."""
+    from .specs import format_size
+
+    parts = []
+    if limits.nice is not None:
+        parts.append(f"nice {limits.nice}")
+    if limits.io_class is not None:
+        parts.append(f"io {limits.io_class.value}")
+    if limits.memory_max is not None:
+        parts.append(f"memory {format_size(limits.memory_max)}")
+    if limits.cpu_max_seconds is not None:
+        parts.append(f"cpu {format_duration(limits.cpu_max_seconds)}")
+    if limits.files_max is not None:
+        parts.append(f"files {limits.files_max}")
+    return ", ".join(parts)
 
 
 def print_status(
@@ -468,10 +522,24 @@ def print_inspect(
                 str(a.output_bytes),
                 a.host or "-",
                 "-" if a.pid is None else str(a.pid),
+                "-" if a.cpu_user is None else f"{a.cpu_user + (a.cpu_system or 0):.2f}s",
+                "-" if a.max_rss is None else f"{a.max_rss / (1 << 20):.1f}M",
             ]
         )
     _table(
-        ["ATTEMPT", "STARTED", "ENDED", "DURATION", "EXIT", "ERROR", "OUTPUT", "HOST", "PID"],
+        [
+            "ATTEMPT",
+            "STARTED",
+            "ENDED",
+            "DURATION",
+            "EXIT",
+            "ERROR",
+            "OUTPUT",
+            "HOST",
+            "PID",
+            "CPU",
+            "MAXRSS",
+        ],
         rows,
     )
 

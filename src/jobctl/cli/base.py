@@ -230,6 +230,13 @@ def trigger_options(f: Callable[..., Any]) -> Callable[..., Any]:
             shell_complete=_complete_zones,
             help="IANA zone the cron expression is read in (default: local).",
         ),
+        click.option(
+            "--after",
+            metavar="JOB[:STATES]",
+            shell_complete=_complete_jobs,
+            help="Run when a run of JOB ends in STATES (comma list of succeeded, dead, "
+            "cancelled; default succeeded), for that run's window.",
+        ),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -252,10 +259,10 @@ def policy_options(f: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--overlap",
-            metavar="forbid|allow|replace",
-            shell_complete=_complete_choices(["forbid", "allow", "replace"]),
-            help="A window while a run is leased: skip it, run both, or replace "
-            "(default forbid; allow for --manual).",
+            metavar="forbid|allow|replace|queue",
+            shell_complete=_complete_choices(["forbid", "allow", "replace", "queue"]),
+            help="A window while a run is leased: skip it, run both, replace, or let one "
+            "wait (default forbid; allow for --manual).",
         ),
         click.option(
             "--timeout", metavar="DURATION", help="Kill the attempt's process group after DURATION."
@@ -300,6 +307,54 @@ def policy_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--lock", multiple=True, metavar="NAME", help="Every run holds this lock (repeatable)."
         ),
+        click.option(
+            "--deadline",
+            metavar="DURATION",
+            help="A run not started within DURATION of its window is skipped (manual runs "
+            "are exempt).",
+        ),
+        click.option(
+            "--pause-after-failures",
+            type=INT64,
+            metavar="N",
+            help="Pause the job after N runs in a row end dead (0: never).",
+        ),
+        click.option(
+            "--max-running",
+            type=INT64,
+            metavar="N",
+            help="With --overlap allow: at most N runs at once, across all daemons (0: no cap).",
+        ),
+        click.option(
+            "--ok-exit",
+            metavar="CODES",
+            help="Exit codes that count as success besides 0 (comma list, 1-255).",
+        ),
+        click.option(
+            "--no-retry-exit",
+            metavar="CODES",
+            help="Exit codes after which the run is dead at once, whatever retries are left.",
+        ),
+        click.option(
+            "--nice", type=INT64, metavar="N", help="Run the attempt at niceness N (0 to 19)."
+        ),
+        click.option(
+            "--io-class",
+            metavar="best-effort|idle",
+            shell_complete=_complete_choices(["best-effort", "idle"]),
+            help="I/O scheduling class of the attempt's processes.",
+        ),
+        click.option(
+            "--memory-max",
+            metavar="SIZE",
+            help="Address space a process of the attempt may use (1M and up: K, M, G, T).",
+        ),
+        click.option(
+            "--cpu-max",
+            metavar="DURATION",
+            help="CPU time a process of the attempt may use; then it fails with cpu limit.",
+        ),
+        click.option("--files-max", type=INT64, metavar="N", help="Open files a process may hold."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -322,8 +377,28 @@ POLICY_KEYS = (
     "stdin",
     "description",
     "lock",
+    "deadline",
+    "pause_after_failures",
+    "max_running",
+    "ok_exit",
+    "no_retry_exit",
+    "nice",
+    "io_class",
+    "memory_max",
+    "cpu_max",
+    "files_max",
 )
-TRIGGER_KEYS = ("cron", "every", "after_completion", "start", "at", "in_", "manual", "tz")
+TRIGGER_KEYS = (
+    "cron",
+    "every",
+    "after_completion",
+    "start",
+    "at",
+    "in_",
+    "manual",
+    "tz",
+    "after",
+)
 
 
 def _split(kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

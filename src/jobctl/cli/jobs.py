@@ -52,7 +52,7 @@ def add(
 
     One COMMAND argument is a shell string; several are shell-quoted and joined.
     """
-    from ..specs import build_spec, check_start_settings, trigger_warnings
+    from ..specs import build_spec, check_after, check_start_settings, trigger_warnings
 
     trig, policies = _split(kwargs)
     now = obj.now()
@@ -60,6 +60,8 @@ def add(
 
     spec = build_spec(name, trig, policies, command, now)
     warn_all(trigger_warnings(spec.trigger) + check_start_settings(spec.cwd, spec.shell))
+    if trig.after is not None:
+        check_after(spec.name, spec.trigger, obj.store().list_jobs())
     job = obj.store().add_job(
         spec, next_fire(spec.trigger, now), now, paused=paused, replace_existing=replace_
     )
@@ -99,6 +101,7 @@ def edit(
     )
     if "trigger" in changes:
         warn_all(specs.trigger_warnings(changes["trigger"]))
+        specs.check_after(changes.get("name", name), changes["trigger"], store.list_jobs())
     warn_all(specs.check_start_settings(changes.get("cwd"), changes.get("shell")))
     from ..triggers import next_fire
 
@@ -199,7 +202,9 @@ def next_(
         trigger = job.trigger
         after = durations.parse_time(from_, trigger.tz, now) if from_ else now
         times = triggers.upcoming(job, after, count)
-        if job.state.value == "paused":
+        if trigger.kind.value == "after":
+            warn(f"job {job.name} follows {trigger.expr}: it runs when a run of that job ends")
+        elif job.state.value == "paused":
             warn(f"job {job.name} is paused: these are the times it would fire once resumed")
         elif job.state.value != "active":
             warn(f"job {job.name} is {job.state.value}: it fires no more")
@@ -214,6 +219,8 @@ def next_(
         times = triggers.next_fires(trigger, after, count)
     if as_json:
         output.print_json([iso(x) for x in times])
+    elif trigger.kind.value == "after":
+        output.print_lines([f"follows {trigger.expr}"])
     elif not times:
         output.print_lines(["no fire times"])
     else:

@@ -177,6 +177,7 @@ class Commands:
         cols = spec_columns(spec)
         cols.update(
             state=(JobState.PAUSED if paused else JobState.ACTIVE).value,
+            paused_reason="user" if paused else None,
             schedule_from=to_us(now),
             next_run_at=None if paused else opt_us(next_run_at),
             updated_at=to_us(now),
@@ -501,6 +502,13 @@ class Commands:
         and each state it has runs in (a job without runs: one row, state None). One query."""
         rows = self.db.read(self.q.run_counts_by_job)
         return [(r["name"], int(r["missed_total"]), r["state"], int(r["n"])) for r in rows]
+
+    def run_costs_by_job(self) -> list[tuple[str, float | None, int | None]]:
+        rows = self.db.read(self.q.run_costs_by_job)
+        return [
+            (r["name"], None if r["cpu_us"] is None else int(r["cpu_us"]) / 1e6, r["max_rss"])
+            for r in rows
+        ]
 
     def attempt_duration_histogram(
         self, bounds_seconds: Sequence[float]

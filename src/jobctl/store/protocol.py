@@ -222,6 +222,12 @@ class CommandStore(Protocol):
         """(job, its missed_total, state or None, count) for every job and state it has."""
         ...
 
+    def run_costs_by_job(self) -> list[tuple[str, float | None, int | None]]:
+        """(job name, CPU seconds of every attempt that ever finished, the largest resident
+        set in bytes of its last finished run's last attempt) for every job, by name (SPEC
+        §16); None where nothing was counted. One query."""
+        ...
+
     def attempt_duration_histogram(
         self, bounds_seconds: Sequence[float]
     ) -> list[tuple[str, list[int], int, float]]:

@@ -39,7 +39,7 @@ LOCK_HOLDERS = """
 """
 LOCKS_FREE = f"NOT EXISTS (SELECT 1 {LOCK_HOLDERS})"
 JOB_PAUSED = "j.state = 'paused'"
-OVERLAP_GUARDED = "j.overlap IN ('forbid', 'replace')"
+OVERLAP_GUARDED = "j.overlap IN ('forbid', 'replace', 'queue')"
 #: another leased run of the same job
 OVERLAP_HOLDERS = """
     FROM runs sib WHERE sib.job_id = runs.job_id AND sib.id <> runs.id AND sib.state = 'leased'
@@ -85,6 +85,7 @@ class Queries:
     live_daemons: str
     waiting: str
     run_counts_by_job: str
+    run_costs_by_job: str
     attempt_duration_histogram: str
     # jobs
     insert_job: str
@@ -116,7 +117,8 @@ def queries(d: Fragments) -> Queries:
 SELECT runs.*, jobs.name AS job_name,
        (SELECT {d.lines_of("l.name")} FROM run_locks l WHERE l.run_id = runs.id) AS lock_list,
        la.started_at AS attempt_started_at, la.finished_at AS attempt_finished_at,
-       la.host AS attempt_host
+       la.host AS attempt_host, la.cpu_user + la.cpu_system AS attempt_cpu,
+       la.max_rss AS attempt_max_rss
 FROM runs JOIN jobs ON jobs.id = runs.job_id
 LEFT JOIN attempts la ON la.run_id = runs.id AND la.attempt = runs.attempt
 """
@@ -180,6 +182,17 @@ WHERE runs.id = :run_id
         run_counts_by_job="SELECT jobs.name, jobs.missed_total, c.state, COALESCE(c.n, 0) AS n "
         "FROM jobs LEFT JOIN (SELECT job_id, state, COUNT(*) AS n FROM runs "
         "GROUP BY job_id, state) c ON c.job_id = jobs.id ORDER BY jobs.name, c.state",
+        # the CPU tallied apart from the rows (retention never lowers it), and the peak
+        # memory of each job's last finished run, off the (job_id, state, scheduled_for)
+        # index: no scan of a job's history
+        run_costs_by_job="""
+SELECT jobs.name,
+    (SELECT SUM(t.cpu_us) FROM cpu_tallies t WHERE t.job_id = jobs.id) AS cpu_us,
+    (SELECT a.max_rss FROM attempts a WHERE a.run_id = (
+        SELECT r.id FROM runs r WHERE r.job_id = jobs.id AND r.state IN ('succeeded', 'dead')
+        ORDER BY r.scheduled_for DESC LIMIT 1) ORDER BY a.attempt DESC LIMIT 1) AS max_rss
+FROM jobs ORDER BY jobs.name
+""",
         # {buckets}: one "SUM(CASE WHEN duration <= US THEN 1 ELSE 0 END) AS bN," per bound
         attempt_duration_histogram="SELECT jobs.name, {buckets} COUNT(*) AS n, "
         "COALESCE(SUM(a.finished_at - a.started_at), 0) AS total FROM attempts a "
@@ -187,10 +200,10 @@ WHERE runs.id = :run_id
         "WHERE a.finished_at IS NOT NULL GROUP BY jobs.id, jobs.name ORDER BY jobs.name",
         insert_job="INSERT INTO jobs ({names}) VALUES ({marks}) RETURNING id",
         update_job="UPDATE jobs SET {sets} WHERE id = ?",
-        pause_job="UPDATE jobs SET state = 'paused', next_run_at = NULL, updated_at = ? "
-        "WHERE id = ?",
-        resume_job="UPDATE jobs SET state = 'active', schedule_from = ?, next_run_at = ?, "
+        pause_job="UPDATE jobs SET state = 'paused', paused_reason = 'user', next_run_at = NULL, "
         "updated_at = ? WHERE id = ?",
+        resume_job="UPDATE jobs SET state = 'active', paused_reason = NULL, schedule_from = ?, "
+        "next_run_at = ?, updated_at = ? WHERE id = ?",
         cancel_job="UPDATE jobs SET state = 'cancelled', next_run_at = NULL, updated_at = ? "
         "WHERE id = ?",
         delete_job="DELETE FROM jobs WHERE id = ?",

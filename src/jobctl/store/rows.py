@@ -16,7 +16,9 @@ from ..models import (
     Job,
     JobSpec,
     JobState,
+    Limits,
     Overlap,
+    PausedReason,
     Run,
     RunReason,
     RunSettings,
@@ -66,6 +68,13 @@ _OVERLAPS = {k.value: k for k in Overlap}
 _RUN_STATES = {k.value: k for k in RunState}
 _RUN_REASONS = {k.value: k for k in RunReason}
 _SKIP_REASONS = {k.value: k for k in SkipReason}
+_PAUSED_REASONS = {k.value: k for k in PausedReason}
+
+
+def _codes(text: str) -> tuple[int, ...]:
+    return () if text == "[]" else tuple(json.loads(text))
+
+
 #: triggers by their columns: many jobs share one (``0 * * * *``, a burst's interval), and
 #: an equal trigger is one object (frozen), so the planner's memo finds it at once
 _TRIGGERS: dict[tuple[Any, ...], Trigger] = {}
@@ -118,8 +127,15 @@ def job_from_row(r: Any) -> Job:
         jitter_seconds=r["jitter_seconds"],
         on_failure=r["on_failure"],
         locks=() if r["locks"] == "[]" else tuple(json.loads(r["locks"])),
+        deadline_seconds=r["deadline_seconds"],
+        pause_after_failures=r["pause_after_failures"],
+        max_running=r["max_running"],
+        ok_exit=_codes(r["ok_exit"]),
+        no_retry_exit=_codes(r["no_retry_exit"]),
+        limits=Limits.from_dict(None if r["limits"] == "{}" else json.loads(r["limits"])),
     )
     next_run_at = r["next_run_at"]
+    paused_reason = r["paused_reason"]
     return Job(
         id=r["id"],
         spec=spec,
@@ -128,6 +144,7 @@ def job_from_row(r: Any) -> Job:
         next_run_at=None if next_run_at is None else from_us(next_run_at),
         missed_total=r["missed_total"],
         last_boot_id=r["last_boot_id"],
+        paused_reason=None if paused_reason is None else _PAUSED_REASONS[paused_reason],
     )
 
 
@@ -162,6 +179,8 @@ def run_from_row(r: Any) -> Run:
             "attempt_started_at": opt_dt(r["attempt_started_at"]),
             "attempt_finished_at": opt_dt(r["attempt_finished_at"]),
             "host": r["attempt_host"],
+            "cpu": r["attempt_cpu"],
+            "max_rss": r["attempt_max_rss"],
         }
     )
 
@@ -177,6 +196,9 @@ def attempt_from_row(r: Any) -> Attempt:
         output_bytes=r["output_bytes"],
         host=r["host"],
         pid=r["pid"],
+        cpu_user=r["cpu_user"],
+        cpu_system=r["cpu_system"],
+        max_rss=r["max_rss"],
     )
 
 
@@ -195,6 +217,9 @@ def settings_json(spec: JobSpec) -> str:
         spec.timeout_seconds,
         spec.backoff_seconds,
         spec.on_failure,
+        spec.ok_exit,
+        spec.no_retry_exit,
+        spec.limits,
     )
     text = _SETTINGS_TEXT.get(key)
     if text is None:
@@ -226,7 +251,11 @@ def finish_params(
     attempt = {
         "now": now_us,
         "exit_code": result.exit_code,
-        "error": result.error,
+        # an --ok-exit code is no error of the attempt either
+        "error": None if decision.state is RunState.SUCCEEDED else result.error,
+        "cpu_user": result.cpu_user,
+        "cpu_system": result.cpu_system,
+        "max_rss": result.max_rss,
         "output": result.output[-OUTPUT_LIMIT_BYTES:],
         "total": result.output_bytes,
         "pid": f.pid,
@@ -290,4 +319,12 @@ def spec_columns(spec: JobSpec) -> dict[str, Any]:
         "jitter_seconds": spec.jitter_seconds,
         "on_failure": spec.on_failure,
         "locks": json.dumps(list(spec.locks)),
+        "deadline_seconds": spec.deadline_seconds,
+        "pause_after_failures": spec.pause_after_failures,
+        "max_running": spec.max_running,
+        "ok_exit": json.dumps(list(spec.ok_exit)),
+        "no_retry_exit": json.dumps(list(spec.no_retry_exit)),
+        "limits": json.dumps(
+            {k: v for k, v in spec.limits.to_dict().items() if v is not None}, sort_keys=True
+        ),
     }

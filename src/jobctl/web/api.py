@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 from .. import output
 from ..clock import iso
 from ..errors import NotFound
+from ..specs import check_after
 from ..triggers import next_fire
 from . import metrics
 from .auth import CSRF_HEADER
@@ -96,6 +97,7 @@ async def create_job(web: Web, request: Request) -> Response:
     spec, paused = job_spec_from_body(body, now)
 
     def write(store: Store) -> dict[str, Any]:
+        check_after(spec.name, spec.trigger, store.list_jobs())
         job = store.add_job(spec, next_fire(spec.trigger, now), now, paused=paused)
         return output.job_json(job, None)
 
@@ -122,6 +124,8 @@ async def patch_job(web: Web, request: Request) -> Response:
 
     def write(store: Store) -> dict[str, Any]:
         changes = job_changes_from_body(body, now, store.get_job(name))
+        if "trigger" in changes:
+            check_after(changes.get("name", name), changes["trigger"], store.list_jobs())
         restart = "trigger" in changes
         nxt = next_fire(changes["trigger"], now) if restart else None
         job = store.edit_job(name, changes, now, next_run_at=nxt, restart_schedule=restart)

@@ -31,7 +31,16 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 #: fields of the job object that are read-only: ignored when a ``show --json`` object is
 #: posted back
 READ_ONLY_JOB_FIELDS = frozenset(
-    {"id", "state", "next_run_at", "missed_total", "last_run", "created_at", "runs"}
+    {
+        "id",
+        "state",
+        "next_run_at",
+        "missed_total",
+        "last_run",
+        "created_at",
+        "runs",
+        "paused_reason",
+    }
 )
 TRIGGER_FIELDS = frozenset({"kind", "expr", "tz", "every", "at", "start", "after_completion"})
 # JSON field -> the policy key of ``cli.base.POLICY_KEYS``, and how its value is read
@@ -51,8 +60,15 @@ _POLICY_FIELDS: dict[str, str] = {
     "stdin": "str",
     "description": "str",
     "locks": "locks",
+    "deadline": "duration",
+    "pause_after_failures": "int",
+    "max_running": "int",
+    "ok_exit": "codes",
+    "no_retry_exit": "codes",
+    "limits": "limits",
 }
 JOB_FIELDS = frozenset({"name", "trigger", "command", "paused", *_POLICY_FIELDS})
+LIMIT_FIELDS = frozenset({"nice", "io_class", "memory_max", "cpu_max", "files_max"})
 
 
 class BadRequest(Exception):
@@ -118,6 +134,42 @@ def _str_list(value: Any, what: str) -> list[str]:
     return value
 
 
+def _codes(value: Any, what: str) -> str:
+    """A list of exit codes -> the comma text ``--ok-exit`` takes."""
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise UsageError(f"invalid {what}: must be an array of exit codes 1-255")
+    return ",".join(str(v) for v in value)
+
+
+def _size_text(value: Any, what: str) -> str:
+    """A number of bytes or a SIZE string -> the text ``--memory-max`` takes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value % 1024:
+            raise UsageError(f"invalid {what} {value}: a whole number of KiB, at least 1M")
+        return f"{value // 1024}K"
+    if isinstance(value, str):
+        return value
+    raise UsageError(f"invalid {what} {json.dumps(value)}: must be bytes or a SIZE such as '1G'")
+
+
+def _limits(value: Any, out: dict[str, Any]) -> None:
+    """The ``limits`` object (null members: not given) -> the limit flags' values."""
+    if not isinstance(value, dict):
+        raise UsageError("invalid limits: must be an object")
+    _check_fields(value, LIMIT_FIELDS, "limits.")
+    for key in ("nice", "files_max"):
+        if value.get(key) is not None:
+            out[key] = _int(value[key], f"limits.{key}")
+    if value.get("io_class") is not None:
+        out["io_class"] = _str(value["io_class"], "limits.io_class")
+    if value.get("memory_max") is not None:
+        out["memory_max"] = _size_text(value["memory_max"], "limits.memory_max")
+    if value.get("cpu_max") is not None:
+        out["cpu_max"] = _duration_text(value["cpu_max"], "limits.cpu_max")
+
+
 def _check_fields(body: Mapping[str, Any], allowed: frozenset[str], where: str = "") -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
@@ -144,6 +196,10 @@ def _policies(body: Mapping[str, Any]) -> dict[str, Any]:
             out["env"] = _env_pairs(value, field)
         elif kind == "locks":
             out["lock"] = _str_list(value, field)
+        elif kind == "codes":
+            out[field] = _codes(value, field)
+        elif kind == "limits":
+            _limits(value, out)
     return out
 
 

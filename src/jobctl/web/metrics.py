@@ -81,6 +81,27 @@ def render(store: Any, now: datetime) -> str:
         "Duration of every finished attempt, by job.",
         samples,
     )
+    costs = store.run_costs_by_job()
+    family(
+        "jobctl_run_cpu_seconds_total",
+        "counter",
+        "CPU seconds (user + system) of every finished attempt, by job.",
+        (
+            f'jobctl_run_cpu_seconds_total{{job="{_label(job)}"}} {_num(cpu)}'
+            for job, cpu, _ in costs
+            if cpu is not None
+        ),
+    )
+    family(
+        "jobctl_run_max_rss_bytes",
+        "gauge",
+        "Largest resident set of the last finished run's last attempt, by job.",
+        (
+            f'jobctl_run_max_rss_bytes{{job="{_label(job)}"}} {rss}'
+            for job, _, rss in costs
+            if rss is not None
+        ),
+    )
     family("jobctl_daemons", "gauge", "Live daemons.", [f"jobctl_daemons {daemons}"])
     family(
         "jobctl_missed_windows_total",

@@ -113,7 +113,8 @@ INSERT_ATTEMPT = """
 INSERT INTO attempts (run_id, attempt, started_at, daemon_id, host) VALUES (%s, %s, %s, %s, %s)
 ON CONFLICT (run_id, attempt) DO UPDATE SET started_at = EXCLUDED.started_at,
     daemon_id = EXCLUDED.daemon_id, host = EXCLUDED.host, finished_at = NULL,
-    exit_code = NULL, error = NULL, output = NULL, output_bytes = 0, pid = NULL
+    exit_code = NULL, error = NULL, output = NULL, output_bytes = 0, pid = NULL,
+    cpu_user = NULL, cpu_system = NULL, max_rss = NULL
 """
 
 UPSERT_DAEMON = """
@@ -717,7 +718,8 @@ class PgDaemonStore:
             c.execute(
                 "UPDATE attempts SET finished_at = %(now)s, exit_code = %(exit_code)s, "
                 "error = %(error)s, output = %(output)s, output_bytes = %(total)s, "
-                "pid = COALESCE(%(pid)s, pid) "
+                "pid = COALESCE(%(pid)s, pid), cpu_user = %(cpu_user)s, "
+                "cpu_system = %(cpu_system)s, max_rss = %(max_rss)s "
                 "WHERE run_id = %(run_id)s AND attempt = %(attempt)s",
                 attempt_params,
             )

@@ -181,6 +181,7 @@ RETURNING *, (SELECT name FROM jobs WHERE jobs.id = runs.job_id) AS job_name,
     (SELECT group_concat(name, char(10)) FROM run_locks
      WHERE run_locks.run_id = runs.id) AS lock_list,
     :now AS attempt_started_at, NULL AS attempt_finished_at, :host AS attempt_host,
+    NULL AS attempt_cpu, NULL AS attempt_max_rss,
     -- a first attempt has no previous one: no lookup (CASE is evaluated lazily)
     CASE WHEN runs.attempt > 1 THEN (SELECT host FROM attempts prev
         WHERE prev.run_id = runs.id AND prev.attempt = runs.attempt - 1) END AS prev_host,
@@ -192,7 +193,8 @@ INSERT_ATTEMPT = """
 INSERT INTO attempts (run_id, attempt, started_at, daemon_id, host) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (run_id, attempt) DO UPDATE SET started_at = excluded.started_at,
     daemon_id = excluded.daemon_id, host = excluded.host, finished_at = NULL,
-    exit_code = NULL, error = NULL, output = NULL, output_bytes = 0, pid = NULL
+    exit_code = NULL, error = NULL, output = NULL, output_bytes = 0, pid = NULL,
+    cpu_user = NULL, cpu_system = NULL, max_rss = NULL
 """
 # fenced: the pid lands only while the attempt holds its lease
 SET_ATTEMPT_PID = """
@@ -235,7 +237,8 @@ WHERE id = :run_id AND attempt = :attempt AND state = 'leased' AND leased_by = :
 """
 FINISH_ATTEMPT = """
 UPDATE attempts SET finished_at = :now, exit_code = :exit_code, error = :error,
-    output = :output, output_bytes = :total, pid = COALESCE(:pid, pid)
+    output = :output, output_bytes = :total, pid = COALESCE(:pid, pid),
+    cpu_user = :cpu_user, cpu_system = :cpu_system, max_rss = :max_rss
 WHERE run_id = :run_id AND attempt = :attempt
 """
 RECORD_HOOK = "UPDATE runs SET hook_status = ? WHERE id = ?"
