@@ -49,6 +49,7 @@ STORE_LAYERS = {
     "dialect": 1,
     "transfer": 2,
     "commands": 3,
+    "dashboard": 3,
     "protocol": 4,
 }
 SQLITE_LAYERS = {"sql": 0, "schema": 0, "wake": 0, "db": 1, "daemon": 2}

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobctl.models import JobState, RunState, natural_key
+from jobctl.store.values import JobFacts
 from jobctl.web import charts, triage
-from jobctl.web.reads import JobFacts
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 

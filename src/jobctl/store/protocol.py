@@ -28,6 +28,7 @@ from ..models import (
     DaemonInfo,
     Job,
     JobSpec,
+    JobState,
     Run,
     RunState,
     WaitFacts,
@@ -40,9 +41,11 @@ from .values import (
     Fired,
     Heads,
     IdleFixedDelay,
+    JobFacts,
     PlanFn,
     Renewal,
     Status,
+    TimelineBar,
     TurnResult,
     Waker,
 )
@@ -414,6 +417,63 @@ class DaemonStore(Protocol):
     def get_run(self, run_id: int) -> Run: ...
 
 
+class DashboardReads(Protocol):
+    """What ``jobctl serve``'s dashboard reads (SPEC §17), each an indexed statement or a
+    few: none reads every run. Times are aware UTC datetimes passed in."""
+
+    def job_facts(
+        self, query: str | None, state: JobState | None, failed_since: datetime
+    ) -> list[JobFacts]:
+        """Every job whose name, description or command holds ``query`` (ignoring case;
+        every job when None) and, when given, whose state is ``state``, in no order;
+        ``notifications_failed`` counts those that ended ``failed`` since ``failed_since``."""
+        ...
+
+    def jobs_by_ids(self, ids: Sequence[int]) -> list[Job]:
+        """Those jobs, in the order of ``ids`` (ids of deleted jobs are left out)."""
+        ...
+
+    def last_runs(self, job_ids: Sequence[int]) -> dict[int, Run]:
+        """Per job id, its most recent run by window that was not skipped."""
+        ...
+
+    def recent_runs(self, job_ids: Sequence[int], per_job: int) -> dict[int, list[Run]]:
+        """The ``per_job`` most recent runs of each job (skipped too), newest first."""
+        ...
+
+    def run_counts_since(self, since: datetime) -> dict[str, int]:
+        """Runs whose window is at or after ``since``, counted by state (every state)."""
+        ...
+
+    def busy_workers(self) -> dict[str, int]:
+        """Leased runs per daemon id."""
+        ...
+
+    def runs_page(
+        self,
+        job_name: str | None,
+        state: RunState | None,
+        since: datetime | None,
+        before: tuple[datetime, int] | None,
+        limit: int,
+    ) -> list[Run]:
+        """Runs, newest window first (then newest id), of one job or all, of one state or
+        all, whose window is at or after ``since``, and strictly before ``before``
+        (window, id) when given: a page goes on after the last row of the one before.
+        Raises NotFound for an unknown job."""
+        ...
+
+    def finished_runs(self, job_id: int, limit: int) -> list[Run]:
+        """The ``limit`` most recent runs of a job (by window) whose last attempt has
+        ended, newest first: what its duration chart draws."""
+        ...
+
+    def timeline(self, job_ids: Sequence[int], start: datetime, end: datetime) -> list[TimelineBar]:
+        """The attempts of those jobs that overlap ``[start, end)`` (running ones too),
+        by start, of runs whose window is at most a day before ``start``."""
+        ...
+
+
 class Store(Protocol):
     """An open database: both faces over one connection (or pool)."""
 
@@ -425,6 +485,9 @@ class Store(Protocol):
 
     @property
     def daemon(self) -> DaemonStore: ...
+
+    @property
+    def dashboard(self) -> DashboardReads: ...
 
     def check_safe(self) -> None:
         """Refuse (SecurityError) a database others could use to run commands as us."""

@@ -51,6 +51,10 @@ JOB_FREE = f"""NOT EXISTS (
     )"""
 
 
+_NOT_SKIPPED = "r.state <> 'skipped'"
+_RUN_STATES = ("pending", "leased", "succeeded", "failed", "dead", "cancelled", "skipped")
+
+
 @dataclass(frozen=True)
 class Queries:
     """Every statement of :class:`~jobctl.store.commands.Commands`, in one dialect."""
@@ -104,6 +108,15 @@ class Queries:
     prune: str
     # db copy
     insert_row: str
+    # the dashboard (SPEC §17): jobctl.store.dashboard
+    dash_job_facts: str
+    dash_failed_notifications: str
+    dash_jobs_by_ids: str
+    dash_last_runs: str
+    dash_run_counts_since: str
+    dash_busy_workers: str
+    dash_finished_runs: str
+    dash_timeline: str
 
     def translated(self, fn: Callable[[str], str]) -> Queries:
         """The same statements with ``fn`` applied to each (another parameter style)."""
@@ -241,4 +254,51 @@ AND COALESCE(finished_at, scheduled_for) < ?
 """,
         # {table}, {names}, {named}: a row of a copied database, by column name
         insert_row="INSERT INTO {table} ({names}) VALUES ({named})",
+        # {where}: the search and the job state. Each job's last run, open runs and
+        # retries come off the indexes on (job_id, scheduled_for) and (job_id, state, ...): one
+        # state a subquery, and "+ 0" so that no plan walks the index on (state, not_before)
+        # for the least not_before among every job's runs
+        dash_job_facts=f"""
+SELECT j.id, j.name, j.state, j.paused_reason,
+    (SELECT r.state FROM runs r WHERE r.job_id = j.id AND {_NOT_SKIPPED}
+     ORDER BY r.scheduled_for DESC LIMIT 1) AS last_state,
+    EXISTS (SELECT 1 FROM runs r WHERE r.job_id = j.id AND r.state = 'failed') AS failing,
+    (SELECT MIN(r.not_before + 0) FROM runs r
+     WHERE r.job_id = j.id AND r.state = 'pending') AS pending_due,
+    (SELECT MIN(r.not_before + 0) FROM runs r
+     WHERE r.job_id = j.id AND r.state = 'failed') AS failed_due
+FROM jobs j {{where}}
+""",
+        dash_failed_notifications="SELECT job_id, COUNT(*) AS n FROM notifications "
+        "WHERE state = 'failed' AND ended_at >= ? AND job_id IS NOT NULL GROUP BY job_id",
+        # {marks}: one per id
+        dash_jobs_by_ids="SELECT * FROM jobs WHERE id IN ({marks})",
+        dash_last_runs=run_select
+        + f"""
+WHERE runs.id IN (
+    SELECT (SELECT r.id FROM runs r WHERE r.job_id = j.id AND {_NOT_SKIPPED}
+            ORDER BY r.scheduled_for DESC LIMIT 1)
+    FROM jobs j WHERE j.id IN ({{marks}})
+)""",
+        # one count a state, each off the index on (state, scheduled_for, id) alone
+        dash_run_counts_since=" UNION ALL ".join(
+            f"SELECT '{state}' AS state, COUNT(*) AS n FROM runs "
+            f"WHERE state = '{state}' AND scheduled_for >= :since"
+            for state in _RUN_STATES
+        ),
+        dash_busy_workers="SELECT leased_by, COUNT(*) AS n FROM runs "
+        "WHERE state = 'leased' AND leased_by IS NOT NULL GROUP BY leased_by",
+        dash_finished_runs=run_select + " WHERE runs.job_id = ? AND la.finished_at IS NOT NULL"
+        " ORDER BY runs.scheduled_for DESC LIMIT ?",
+        # {marks}: one per job id; then the oldest window, the end, the end, the start, the
+        # most bars. The newest first, so the limit keeps the latest.
+        dash_timeline="""
+SELECT a.run_id, a.attempt, a.started_at, a.finished_at, runs.job_id, jobs.name AS job_name,
+    runs.state, runs.attempt AS run_attempt
+FROM runs JOIN jobs ON jobs.id = runs.job_id JOIN attempts a ON a.run_id = runs.id
+WHERE runs.job_id IN ({marks}) AND runs.scheduled_for >= ? AND runs.scheduled_for < ?
+    AND a.started_at < ? AND (a.finished_at IS NULL OR a.finished_at >= ?)
+ORDER BY a.started_at DESC, a.run_id DESC, a.attempt DESC
+LIMIT ?
+""",
     )

@@ -7,7 +7,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from ..models import Attempt, AttemptResult, DaemonInfo, Decision, Job, Plan, Run, RunState
+from ..models import (
+    Attempt,
+    AttemptResult,
+    DaemonInfo,
+    Decision,
+    Job,
+    JobState,
+    Plan,
+    Run,
+    RunState,
+)
 
 
 @dataclass(frozen=True)
@@ -155,3 +165,41 @@ class Waker(Protocol):
 PlanFn = Callable[[Job, bool], "Plan | None"]
 #: the planner's decision for an expired lease of another daemon
 ExpiredFn = Callable[[ExpiredLease], Decision]
+
+
+# ------------------------------------------------------------------------- the dashboard
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the dashboard's overview needs of every job to filter and rank it, before it
+    pages (SPEC §17)."""
+
+    id: int
+    name: str
+    state: JobState
+    #: the state of its most recent run (by window) that was not skipped, None without one
+    last_state: RunState | None
+    #: a run of the job waits for its retry (``failed``)
+    failing: bool
+    #: the earliest ``not_before`` among its pending and failed runs (due or not)
+    oldest_open_due: datetime | None
+    #: ``failures`` when ``--pause-after-failures`` paused it, ``user``, or None
+    paused_reason: str | None = None
+    #: its notifications that ended ``failed`` since the time asked about
+    notifications_failed: int = 0
+
+
+@dataclass(frozen=True)
+class TimelineBar:
+    """One attempt on the timeline: its run's job, its span, and what became of it."""
+
+    job_id: int
+    job_name: str
+    run_id: int
+    attempt: int
+    started_at: datetime
+    #: None while it runs
+    finished_at: datetime | None
+    #: ``leased`` while it runs; for its run's last attempt the run's state; else ``failed``
+    state: str

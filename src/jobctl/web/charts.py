@@ -17,7 +17,7 @@ from markupsafe import Markup, escape
 
 from ..clock import iso
 from ..models import Run
-from .reads import TimelineBar
+from ..store.values import TimelineBar
 
 CHART_WIDTH = 1000
 CHART_HEIGHT = 180

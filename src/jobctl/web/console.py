@@ -2,7 +2,7 @@
 a job's page with its chart, the timeline, deleting a job after a confirmation, retrying
 dead runs.
 
-Each page reads through :class:`~jobctl.web.reads.DashboardReads`, ranks and pages with
+Each page reads through :class:`~jobctl.store.protocol.DashboardReads`, ranks and pages with
 :mod:`jobctl.web.triage`, draws with :mod:`jobctl.web.charts`. The parts of a page that
 change (marked ``data-refresh``) are re-read by the page's script every few seconds.
 """
@@ -28,20 +28,16 @@ from .api import SHOW_RUNS_LIMIT
 from .bodies import query_int, query_state
 from .context import Web
 from .pages import login_page, page_error, read_form, render, zone_name
-from .reads import ComposedReads, DashboardReads
 
 if TYPE_CHECKING:
     from ..store import CommandStore as Store
+    from ..store.protocol import DashboardReads
 
 STRIP_RUNS = 20
 JOB_PAGE_RUNS = 50
 CHART_RUNS = 100
 OVERVIEW_HOURS = 24
 TIMELINE_HOURS = 24
-
-
-def reads_of(store: Store) -> DashboardReads:
-    return ComposedReads(store)
 
 
 def _page_number(request: Request) -> int:
@@ -82,9 +78,9 @@ async def home(request: Request) -> Response:
         return page_error(request, e)
     now = web.clock.now()
 
-    def read(store: Store) -> dict[str, Any]:
-        reads = reads_of(store)
-        facts = reads.job_facts(query, JobState(job_state) if job_state else None)
+    def read(store: Store, reads: DashboardReads) -> dict[str, Any]:
+        job_state_filter = JobState(job_state) if job_state else None
+        facts = reads.job_facts(query, job_state_filter, now - timedelta(hours=OVERVIEW_HOURS))
         ranked = triage.rank(facts, now, last_state=last)
         page = triage.page_of(ranked, number)
         ids = [r.facts.id for r in page.items]
@@ -103,7 +99,7 @@ async def home(request: Request) -> Response:
             "any_jobs": bool(facts) or bool(query or job_state),
         }
 
-    context = await web.db(read)
+    context = await web.view(read)
     params = {"q": query or "", "state": job_state or "", "last": last or ""}
     page = context["page"]
     return render(
@@ -167,8 +163,8 @@ async def runs_list(request: Request) -> Response:
         since_text = (q.get("since") or "").strip()
         since = parse_since(since_text, now, zone_name(request)) if since_text else None
         before = _before(q.get("before"))
-        runs = await web.db(
-            lambda store: reads_of(store).runs_page(job, state, since, before, triage.PAGE_SIZE + 1)
+        runs = await web.view(
+            lambda _, reads: reads.runs_page(job, state, since, before, triage.PAGE_SIZE + 1)
         )
     except (JobctlError, ValueError) as e:
         return page_error(request, e)
@@ -197,9 +193,8 @@ async def job_page(request: Request) -> Response:
     web: Web = request.app.state.web
     name = request.path_params["name"]
 
-    def read(store: Store) -> dict[str, Any]:
+    def read(store: Store, reads: DashboardReads) -> dict[str, Any]:
         job = store.get_job(name)
-        reads = reads_of(store)
         runs = store.list_runs(name, limit=JOB_PAGE_RUNS)
         return {
             "job": job,
@@ -210,7 +205,7 @@ async def job_page(request: Request) -> Response:
         }
 
     try:
-        context = await web.db(read)
+        context = await web.view(read)
     except Exception as e:
         return page_error(request, e)
     return render(request, "job.html", show_runs=SHOW_RUNS_LIMIT, **context)
@@ -232,12 +227,12 @@ async def delete_page(request: Request) -> Response:
             deleted = await web.db(write)
             return RedirectResponse(_link("/", {"deleted": deleted}), status_code=303)
 
-        def read(store: Store) -> dict[str, Any]:
+        def read(store: Store, reads: DashboardReads) -> dict[str, Any]:
             job = store.get_job(name)
-            leased = reads_of(store).runs_page(name, RunState.LEASED, None, None, 1)
+            leased = reads.runs_page(name, RunState.LEASED, None, None, 1)
             return {"job": job, "leased": bool(leased)}
 
-        context = await web.db(read)
+        context = await web.view(read)
     except Exception as e:
         return page_error(request, e)
     return render(request, "delete.html", **context)
@@ -279,15 +274,15 @@ async def timeline(request: Request) -> Response:
         return page_error(request, e)
     start = now - timedelta(hours=TIMELINE_HOURS)
 
-    def read(store: Store) -> dict[str, Any]:
-        reads = reads_of(store)
-        facts = sorted(reads.job_facts(query, None), key=lambda f: natural_key(f.name))
+    def read(store: Store, reads: DashboardReads) -> dict[str, Any]:
+        found = reads.job_facts(query, None, start)
+        facts = sorted(found, key=lambda f: natural_key(f.name))
         page = triage.page_of(facts, number)
         rows = [(f.id, f.name) for f in page.items]
         bars = reads.timeline([f.id for f in page.items], start, now)
         return {"page": page, "rows": rows, "bars": bars}
 
-    context = await web.db(read)
+    context = await web.view(read)
     page = context["page"]
     params = {"q": query or ""}
     svg = charts.timeline_svg(context["rows"], context["bars"], start, now, now, zone)

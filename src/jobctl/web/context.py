@@ -22,6 +22,7 @@ from .bodies import BadRequest
 
 if TYPE_CHECKING:
     from ..store import CommandStore, Store
+    from ..store.protocol import DashboardReads
 
 T = TypeVar("T")
 AnyClock = SystemClock | FakeClock
@@ -78,6 +79,19 @@ class Web:
             handle = self.open_store()
             try:
                 return fn(handle.commands)
+            finally:
+                handle.close()
+
+        return await run_in_threadpool(work)
+
+    async def view(self, fn: Callable[[CommandStore, DashboardReads], T]) -> T:
+        """``fn(store, dashboard)``: the commands' face and the dashboard's reads of one
+        connection, opened for this call, in a worker thread."""
+
+        def work() -> T:
+            handle = self.open_store()
+            try:
+                return fn(handle.commands, handle.dashboard)
             finally:
                 handle.close()
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
 from ..models import JobState, RunState, natural_key
-from .reads import JobFacts
+from ..store.values import JobFacts
 
 T = TypeVar("T")
 

@@ -17,7 +17,8 @@ from datetime import datetime, timedelta
 
 from ...clock import Clock
 from ..commands import Commands
-from ..protocol import CommandStore
+from ..dashboard import Dashboard
+from ..protocol import CommandStore, DashboardReads
 from .daemon import PgDaemonStore
 from .db import EXTRA_MISSING, PgDb, load_driver
 from .schema import SCHEMA_VERSION
@@ -36,6 +37,7 @@ class PostgresStore:
         self.location = db.location
         self.commands: CommandStore = Commands(db)
         self.daemon = PgDaemonStore(db)
+        self.dashboard: DashboardReads = Dashboard(db)
 
     @classmethod
     def open(cls, url: str, *, create: bool = True) -> PostgresStore:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..commands import Commands
+from ..dashboard import Dashboard
 from .daemon import SqliteDaemonStore
 from .db import Db
 from .schema import SCHEMA_VERSION, check_ownership, migrations, schema_sql, split_statements
@@ -27,6 +28,7 @@ class SqliteStore:
         self.location = str(db.path)
         self.commands = Commands(db)
         self.daemon = SqliteDaemonStore(db)
+        self.dashboard = Dashboard(db)
 
     @classmethod
     def open(cls, path: Path | str, *, create: bool = True) -> SqliteStore:

@@ -1,0 +1,186 @@
+"""The dashboard's reads (:class:`~jobctl.store.protocol.DashboardReads`), written once over
+a :class:`~.dialect.Dialect` with the statements ``dash_*`` of :mod:`.queries`.
+
+Each read is one statement, or one short indexed statement a job of the page shown (at most
+50): none reads every run, so a page costs about the same with 10 million runs as with a
+thousand (SPEC §17).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..clock import from_us, to_us
+from ..errors import NotFound
+from ..models import Job, JobState, Run, RunState
+from .dialect import Dialect
+from .rows import job_from_row, opt_dt, run_from_row
+from .values import JobFacts, TimelineBar
+
+#: the runs of a window this long before the timeline's start are looked at for attempts
+TIMELINE_LOOKBACK = timedelta(days=1)
+#: the most bars a timeline holds (the latest attempts)
+MAX_TIMELINE_BARS = 5000
+
+
+def _like(text: str) -> str:
+    """``%text%`` for ``LIKE … ESCAPE '!'``, lower-cased, its wildcards taken literally."""
+    escaped = text.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_")
+    return f"%{escaped}%"
+
+
+class Dashboard:
+    """:class:`~jobctl.store.protocol.DashboardReads` over one dialect."""
+
+    def __init__(self, db: Dialect) -> None:
+        self.db = db
+        self.q = db.q
+
+    def job_facts(
+        self, query: str | None, state: JobState | None, failed_since: datetime
+    ) -> list[JobFacts]:
+        where: list[str] = []
+        params: dict[str, Any] = {}
+        if query:
+            q = self.db.named("q")
+            where.append(
+                "("
+                + " OR ".join(
+                    f"LOWER({col}) LIKE {q} ESCAPE '!'"
+                    for col in ("j.name", "COALESCE(j.description, '')", "j.command")
+                )
+                + ")"
+            )
+            params["q"] = _like(query)
+        if state is not None:
+            where.append(f"j.state = {self.db.named('state')}")
+            params["state"] = state.value
+        clause = ("WHERE " + " AND ".join(where)) if where else ""
+        failed = {
+            int(r["job_id"]): int(r["n"])
+            for r in self.db.read(self.q.dash_failed_notifications, (to_us(failed_since),))
+        }
+        return [
+            JobFacts(
+                id=int(r["id"]),
+                name=r["name"],
+                state=JobState(r["state"]),
+                last_state=RunState(r["last_state"]) if r["last_state"] else None,
+                failing=bool(r["failing"]),
+                oldest_open_due=opt_dt(
+                    min(
+                        (t for t in (r["pending_due"], r["failed_due"]) if t is not None),
+                        default=None,
+                    )
+                ),
+                paused_reason=r["paused_reason"],
+                notifications_failed=failed.get(int(r["id"]), 0),
+            )
+            for r in self.db.read(self.q.dash_job_facts.format(where=clause), params)
+        ]
+
+    def jobs_by_ids(self, ids: Sequence[int]) -> list[Job]:
+        if not ids:
+            return []
+        rows = self.db.read(self.q.dash_jobs_by_ids.format(marks=self.db.marks(len(ids))), ids)
+        by_id = {int(r["id"]): job_from_row(r) for r in rows}
+        return [by_id[i] for i in ids if i in by_id]
+
+    def last_runs(self, job_ids: Sequence[int]) -> dict[int, Run]:
+        if not job_ids:
+            return {}
+        sql = self.q.dash_last_runs.format(marks=self.db.marks(len(job_ids)))
+        runs = [run_from_row(r) for r in self.db.read(sql, list(job_ids))]
+        return {r.job_id: r for r in runs}
+
+    def recent_runs(self, job_ids: Sequence[int], per_job: int) -> dict[int, list[Run]]:
+        out: dict[int, list[Run]] = {}
+        for job_id in job_ids:
+            rows = self.db.read(self.q.recent_runs_of_job, (job_id, per_job))
+            if rows:
+                out[job_id] = [run_from_row(r) for r in rows]
+        return out
+
+    def run_counts_since(self, since: datetime) -> dict[str, int]:
+        rows = self.db.read(self.q.dash_run_counts_since, {"since": to_us(since)})
+        return {r["state"]: int(r["n"]) for r in rows}
+
+    def busy_workers(self) -> dict[str, int]:
+        return {r["leased_by"]: int(r["n"]) for r in self.db.read(self.q.dash_busy_workers)}
+
+    def runs_page(
+        self,
+        job_name: str | None,
+        state: RunState | None,
+        since: datetime | None,
+        before: tuple[datetime, int] | None,
+        limit: int,
+    ) -> list[Run]:
+        mark = self.db.marks(1)
+        where: list[str] = []
+        params: list[Any] = []
+        if job_name is not None:
+            rows = self.db.read(self.q.job_id_by_name, (job_name,))
+            if not rows:
+                raise NotFound(f"no job named {job_name!r}")
+            where.append(f"runs.job_id = {mark}")
+            params.append(int(rows[0]["id"]))
+        if state is not None:
+            where.append(f"runs.state = {mark}")
+            params.append(state.value)
+        if since is not None:
+            where.append(f"runs.scheduled_for >= {mark}")
+            params.append(to_us(since))
+        if before is not None:
+            where.append(
+                f"(runs.scheduled_for < {mark}"
+                f" OR (runs.scheduled_for = {mark} AND runs.id < {mark}))"
+            )
+            at = to_us(before[0])
+            params += [at, at, before[1]]
+        clause = ("WHERE " + " AND ".join(where)) if where else ""
+        params.append(limit)
+        return [
+            run_from_row(r) for r in self.db.read(self.q.list_runs.format(where=clause), params)
+        ]
+
+    def finished_runs(self, job_id: int, limit: int) -> list[Run]:
+        return [run_from_row(r) for r in self.db.read(self.q.dash_finished_runs, (job_id, limit))]
+
+    def timeline(self, job_ids: Sequence[int], start: datetime, end: datetime) -> list[TimelineBar]:
+        if not job_ids:
+            return []
+        sql = self.q.dash_timeline.format(marks=self.db.marks(len(job_ids)))
+        params = [
+            *job_ids,
+            to_us(start - TIMELINE_LOOKBACK),
+            to_us(end),
+            to_us(end),
+            to_us(start),
+            MAX_TIMELINE_BARS,
+        ]
+        bars = [_bar(r) for r in self.db.read(sql, params)]
+        bars.reverse()
+        return bars
+
+
+def _bar(r: Any) -> TimelineBar:
+    """An attempt row as a bar: running, its run's end when it was the last, else failed."""
+    attempt = int(r["attempt"])
+    if r["finished_at"] is None:
+        state = "leased"
+    elif attempt == int(r["run_attempt"]) and r["state"] != "leased":
+        state = r["state"]
+    else:
+        state = "failed"
+    return TimelineBar(
+        job_id=int(r["job_id"]),
+        job_name=r["job_name"],
+        run_id=int(r["run_id"]),
+        attempt=attempt,
+        started_at=from_us(int(r["started_at"])),
+        finished_at=opt_dt(r["finished_at"]),
+        state=state,
+    )
