@@ -267,7 +267,7 @@ def build_scale_db(db: Path, jobs: int, *, fresh: bool = False) -> float:
 
 
 def dispatch_ms(db: Path, samples: int) -> list[float]:
-    """Enqueue a run of ``probe`` and poke the daemon, as ``jobctl run probe`` does; the
+    """Enqueue a run of ``probe`` as ``jobctl run probe`` does (the store wakes the daemon); the
     cost is attempt.started_at − run.created_at (ms), waited out one at a time."""
     from jobctl.store import open_store
 
@@ -277,8 +277,7 @@ def dispatch_ms(db: Path, samples: int) -> list[float]:
     try:
         for _ in range(samples):
             now = datetime.now(UTC)
-            run, _ = store.enqueue_run("probe", now)
-            store.notify(f"run:{run.id}")
+            run, _ = store.enqueue_run("probe", now)  # the store wakes the daemon after it
             deadline = time.monotonic() + 30
             while True:
                 attempts = store.get_attempts(run.id)

@@ -11,7 +11,7 @@ figures are the schedulers' cost, not the disk's). Each measurement gets a fresh
   (SIGCONT); runs/s from the first attempt start to
   the last finish, as recorded in the database.
 - **claim latency**: one run at a time, enqueue → attempt start (jobctl:
-  ``attempts.started_at − runs.created_at``, enqueued and poked as ``jobctl run`` does;
+  ``attempts.started_at − runs.created_at``, enqueued as ``jobctl run`` does;
   procrastinate: its ``started`` event − its ``deferred`` event), one daemon / worker.
 - **cli**: ``jobctl --db postgresql://… list --json`` (1,000 jobs) and ``jobctl --version``.
 """
@@ -170,8 +170,7 @@ def jobctl_throughput(srv: Server, daemons: int, runs: int) -> dict:
             t0 = time.perf_counter()
             now = datetime.now(UTC)
             for name in names:
-                store.commands.enqueue_run(name, now)
-            store.commands.notify("run")
+                store.commands.enqueue_run(name, now)  # each wakes the (stopped) daemons
             enqueue_s = time.perf_counter() - t0
         finally:
             store.close()
@@ -269,8 +268,7 @@ def jobctl_latency(srv: Server, samples: int) -> list[float]:
         store = handle.commands
         try:
             for _ in range(samples):
-                run, _ = store.enqueue_run("probe", datetime.now(UTC))
-                store.notify(f"run:{run.id}")
+                run, _ = store.enqueue_run("probe", datetime.now(UTC))  # wakes the daemon
                 deadline = time.monotonic() + 30
                 while True:
                     attempts = store.get_attempts(run.id)

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 from conftest import StoreView
 
-from bench.jobctl_runs import DaemonProc, build_scale_db
+from bench.jobctl_runs import DaemonProc, build_scale_db, dispatch_ms
 from bench.machine import durable_loop_seconds
 
 
@@ -47,3 +47,17 @@ def test_the_bench_daemon_log_is_read_from_its_file_with_the_time_each_line_was_
     finally:
         d.stop()
     assert any("stopped" in line for _, line in d.lines)
+
+
+def test_the_dispatch_probe_runs_through_a_real_daemon(tmp_path):
+    # the scale workload's dispatch figure: a probe run enqueued through the store (which
+    # wakes the daemon itself) and started by a real daemon, timed from its row to its start
+    db = tmp_path / "scale.db"
+    build_scale_db(db, 5)
+    d = DaemonProc(db, 1)
+    try:
+        d.wait_for(r"scheduling (\d+) jobs", 30)
+        costs = dispatch_ms(db, 2)
+    finally:
+        d.stop()
+    assert len(costs) == 2 and all(0 <= c < 5_000 for c in costs)
