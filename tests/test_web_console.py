@@ -340,3 +340,18 @@ def test_lists_refresh_without_a_full_reload(
     assert jobctl.json("runs", "slow")[0]["state"] == "succeeded"
     assert browser.execute_script("return window.__still_this_page") == 1  # no reload
     shot("runs-refreshed")
+
+    # the job's page shows what the run cost, as the daemon recorded it
+    from jobctl.web.charts import bytes_text, seconds_text
+
+    run = jobctl.json("inspect", str(run_id))
+    assert run["max_rss"] and run["cpu"] is not None
+    browser.get(server.url + "/jobs/slow")
+    cost = browser.find_element(By.CSS_SELECTOR, f'tr.cost[data-run="{run_id}"]')
+    assert cost.find_element(By.CSS_SELECTOR, 'td[data-label="peak memory"]').text == bytes_text(
+        run["max_rss"]
+    )
+    assert cost.find_element(By.CSS_SELECTOR, 'td[data-label="CPU"]').text == seconds_text(
+        run["cpu"]
+    )
+    assert "peak memory median" in browser.find_element(By.ID, "costs").text

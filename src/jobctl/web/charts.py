@@ -39,6 +39,38 @@ def seconds_text(seconds: float) -> str:
     return f"{h}h{m:02d}m"
 
 
+def bytes_text(size: float) -> str:
+    """``512B``, ``12.0K``, ``200.4M``, ``1.5G`` (powers of 1024, as ``--memory-max``)."""
+    for unit, power in (("G", 30), ("M", 20), ("K", 10)):
+        if size >= 1 << power:
+            return f"{size / (1 << power):.1f}{unit}"
+    return f"{int(size)}B"
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What the last runs of a job cost: CPU seconds (user + system) and peak memory
+    (bytes), median and largest, over the runs that recorded them."""
+
+    runs: int
+    cpu_median: float | None
+    cpu_max: float | None
+    rss_median: float | None
+    rss_max: int | None
+
+
+def costs(runs: Sequence[Run]) -> Costs:
+    cpu = [r.cpu for r in runs if r.cpu is not None]
+    rss = [r.max_rss for r in runs if r.max_rss is not None]
+    return Costs(
+        runs=max(len(cpu), len(rss)),
+        cpu_median=statistics.median(cpu) if cpu else None,
+        cpu_max=max(cpu) if cpu else None,
+        rss_median=statistics.median(rss) if rss else None,
+        rss_max=max(rss) if rss else None,
+    )
+
+
 @dataclass(frozen=True)
 class DurationChart:
     svg: Markup

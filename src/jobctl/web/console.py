@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 STRIP_RUNS = 20
 JOB_PAGE_RUNS = 50
 CHART_RUNS = 100
+COST_RUNS = 10
 OVERVIEW_HOURS = 24
 TIMELINE_HOURS = 24
 
@@ -196,11 +197,14 @@ async def job_page(request: Request) -> Response:
     def read(store: Store, reads: DashboardReads) -> dict[str, Any]:
         job = store.get_job(name)
         runs = store.list_runs(name, limit=JOB_PAGE_RUNS)
+        finished = reads.finished_runs(job.id, CHART_RUNS)
         return {
             "job": job,
             "last": reads.last_runs([job.id]).get(job.id),
             "runs": runs,
-            "chart": charts.duration_chart(reads.finished_runs(job.id, CHART_RUNS)),
+            "chart": charts.duration_chart(finished),
+            "costs": charts.costs(finished),
+            "cost_runs": finished[:COST_RUNS],
             "dead": len(reads.runs_page(name, RunState.DEAD, None, None, 1)),
         }
 

@@ -28,7 +28,7 @@ from ..zones import local_zone_name, zone_exists
 from .api import pause_or_resume, run_detail, run_id_of
 from .auth import CSRF_FIELD, SESSION_COOKIE, SESSION_SECONDS, same_secret
 from .bodies import BadRequest, query_int
-from .charts import seconds_text
+from .charts import bytes_text, seconds_text
 from .context import Forbidden, Web, error_status, error_text, read_body
 
 if TYPE_CHECKING:
@@ -90,10 +90,13 @@ def _local(context: Any, dt: datetime | None) -> str:
 
 
 _env.filters["local"] = _local
+_env.filters["dur"] = format_duration
+_env.filters["limits"] = output.limits_text
 _env.filters["schedule"] = output.schedule_text
 _env.globals["relative"] = relative
 _env.globals["duration"] = _duration
 _env.globals["seconds"] = lambda s: "-" if s is None else seconds_text(s)
+_env.globals["size"] = lambda b: "-" if b is None else bytes_text(b)
 
 
 def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
