@@ -390,3 +390,271 @@ def test_import_prune_is_refused_while_a_removed_job_runs(jobctl: Any, tmp_path:
     assert result.exit_code == 1
     assert "cron-1" in result.stderr
     assert len(_ids(jobctl)) == 8
+
+
+# ---------------------------------------------------------------------- apply
+
+
+def revisions(jobctl: Any) -> dict[str, int]:
+    return {j.name: j.revision for j in jobctl.store().list_jobs()}
+
+
+def test_export_then_apply_changes_nothing_and_prints_nothing(jobctl: Any) -> None:
+    add_every_job(jobctl)
+    jobctl("edit", "rate", "--retries", "4")
+    jobctl("pause", "cron-berlin")
+    before = revisions(jobctl)
+    jobs_before = {j.name: j for j in jobctl.store().list_jobs()}
+    text = export(jobctl)
+    result = jobctl("apply", "-", stdin=text)
+    assert (result.stdout, result.stderr) == ("", "")
+    assert json.loads(jobctl("apply", "--json", "--prune", "-", stdin=text).stdout) == {
+        "added": [],
+        "changed": [],
+        "removed": [],
+    }
+    json_text = export(jobctl, "--format", "json")
+    assert jobctl("apply", "--prune", "-", stdin=json_text).stdout == ""
+    assert revisions(jobctl) == before
+    after = {j.name: j for j in jobctl.store().list_jobs()}
+    for name, job in jobs_before.items():
+        assert (after[name].spec, after[name].state, after[name].next_run_at) == (
+            job.spec,
+            job.state,
+            job.next_run_at,
+        ), name
+
+
+def test_apply_adds_changes_and_prunes(jobctl: Any, tmp_path: Path) -> None:
+    jobctl("add", "keep", "--cron", "0 3 * * *", "--tz", "UTC", "--", "true")
+    jobctl("add", "drop", "--manual", "--", "true")
+    jobctl("add", "pause-me", "--every", "1h", "--", "true")
+    text = export(jobctl, "keep", "pause-me")
+    text = text.replace('cron = "0 3 * * *"', 'cron = "0 4 * * *"\nretries = 5')
+    text = text.replace("[jobs.pause-me]", "[jobs.pause-me]\npaused = true")
+    text += '\n[jobs.new]\nevery = "10m"\ncommand = "echo new"\n'
+    path = tmp_path / "jobs.toml"
+    path.write_text(text)
+
+    dry = jobctl("apply", "--dry-run", "--prune", str(path)).stdout
+    assert dry.splitlines() == [
+        "+ new",
+        '~ keep: cron "0 3 * * *" -> "0 4 * * *"; retries 2 -> 5',
+        "~ pause-me: paused false -> true",
+        "- drop",
+    ]
+    assert jobctl("export").stdout == jobctl("export").stdout
+    assert sorted(revisions(jobctl)) == ["drop", "keep", "pause-me"]  # nothing written
+    before_next = jobctl.store().get_job("keep").next_run_at
+
+    assert jobctl("apply", str(path)).stdout.splitlines() == dry.splitlines()[:3]
+    store = jobctl.store()
+    assert sorted(revisions(jobctl)) == ["drop", "keep", "new", "pause-me"]  # no --prune
+    keep = store.get_job("keep")
+    assert (keep.spec.trigger.expr, keep.spec.retries) == ("0 4 * * *", 5)
+    assert keep.next_run_at != before_next  # the new schedule starts now
+    assert store.get_job("pause-me").state.value == "paused"
+    assert store.get_job("new").spec.trigger.every_seconds == 600
+    result = json.loads(jobctl("apply", "--json", "--prune", str(path)).stdout)
+    assert result == {"added": [], "changed": [], "removed": ["drop"]}
+    assert sorted(revisions(jobctl)) == ["keep", "new", "pause-me"]
+
+
+def test_apply_with_errors_applies_nothing_and_lists_them_all(jobctl: Any, tmp_path: Path) -> None:
+    jobctl("add", "old", "--manual", "--", "true")
+    text = (
+        "[jobs.good]\n"  # 1
+        'cron = "0 3 * * *"\n'  # 2
+        'command = "true"\n'  # 3
+        "[jobs.bad]\n"  # 4
+        'cron = "61 * * * *"\n'  # 5
+        'command = "true"\n'  # 6
+        'catchup = "sometimes"\n'  # 7
+    )
+    result = jobctl("apply", "--prune", "-", stdin=text, ok=False)
+    assert result.exit_code == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 2
+    assert errors[0].startswith("Error: line 5: job bad: cron:")
+    assert errors[1].startswith("Error: line 7: job bad: catchup: invalid --catchup 'sometimes'")
+    assert result.stdout == ""
+    assert sorted(revisions(jobctl)) == ["old"]
+    bad_toml = jobctl("apply", "-", stdin='[jobs.a]\ncron = "x\n', ok=False)
+    assert bad_toml.exit_code == 2 and "Error: line 2: invalid TOML" in bad_toml.stderr
+    missing = jobctl("apply", str(tmp_path / "nope.toml"), ok=False)
+    assert missing.exit_code == 2 and missing.stderr.startswith("Error: cannot read")
+
+
+def test_apply_prune_is_refused_while_a_removed_job_runs(jobctl: Any) -> None:
+    jobctl("add", "busy", "--manual", "--", "sleep 100")
+    jobctl("add", "other", "--manual", "--", "true")
+    jobctl("run", "busy")
+    claimed, _ = jobctl.store().claim("d1", "host", datetime.now(UTC), 60.0)
+    assert len(claimed) == 1
+    text = export(jobctl, "other").replace('"true"', '"echo changed"')
+    result = jobctl("apply", "--prune", "-", stdin=text, ok=False)
+    assert result.exit_code == 1
+    assert "busy" in result.stderr and "nothing was applied" in result.stderr
+    assert jobctl.store().get_job("other").spec.command == "true"  # all or nothing
+    assert sorted(revisions(jobctl)) == ["busy", "other"]
+
+
+# ---------------------------------------------------------------------- edit -e
+
+
+def editor(tmp_path: Path, name: str, code: str) -> str:
+    """An editor that is a script: Python ``code`` run on the file's text ``t``; what it
+    leaves in ``t`` is saved."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(
+        "import sys\npath = sys.argv[1]\nt = open(path).read()\n"
+        + code
+        + "\nopen(path, 'w').write(t)\n"
+    )
+    return f"{sys.executable} {script}"
+
+
+def test_edit_in_editor_changes_a_schedule(
+    jobctl: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobctl("add", "a", "--cron", "0 3 * * *", "--tz", "UTC", "--", "true")
+    jobctl("add", "b", "--manual", "--", "true")
+    monkeypatch.setenv("EDITOR", editor(tmp_path, "sched", "t = t.replace('0 3 *', '15 3 *')"))
+    result = jobctl("edit", "-e", "a")
+    assert result.stdout == '~ a: cron "0 3 * * *" -> "15 3 * * *"\n'
+    assert jobctl.store().get_job("a").spec.trigger.expr == "15 3 * * *"
+    # $VISUAL comes before $EDITOR; a text saved unchanged changes nothing
+    monkeypatch.setenv("VISUAL", editor(tmp_path, "same", "pass"))
+    assert jobctl("edit", "-e").stdout == "no changes\n"
+    assert revisions(jobctl) == {"a": 2, "b": 1}
+
+
+def test_edit_in_editor_deletes_a_removed_table(
+    jobctl: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobctl("add", "a", "--manual", "--", "true")
+    jobctl("add", "b", "--manual", "--", "true")
+    jobctl("add", "c", "--manual", "--", "true")
+    code = "t = t[: t.index('[jobs.b]')]"
+    monkeypatch.setenv("EDITOR", editor(tmp_path, "delete", code))
+    assert jobctl("edit", "-e", "a", "b").stdout == "- b\n"
+    assert sorted(revisions(jobctl)) == ["a", "c"]
+    # only the jobs that were opened can be deleted: c was not in the text
+    monkeypatch.setenv("EDITOR", editor(tmp_path, "empty", "t = ''"))
+    assert jobctl("edit", "-e", "a").stdout == "- a\n"
+    assert sorted(revisions(jobctl)) == ["c"]
+
+
+def test_edit_in_editor_keeps_invalid_text(
+    jobctl: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobctl("add", "a", "--cron", "0 3 * * *", "--tz", "UTC", "--", "true")
+    monkeypatch.setenv("EDITOR", editor(tmp_path, "broken", "t = t + '\\nretries = = 3\\n'"))
+    result = jobctl("edit", "-e", ok=False)
+    assert result.exit_code == 2
+    assert "invalid TOML" in result.stderr
+    kept = Path(result.stderr.strip().rsplit(" ", 1)[1])
+    try:
+        assert kept.read_text().endswith("retries = = 3\n")
+    finally:
+        kept.unlink()
+    assert revisions(jobctl) == {"a": 1}
+    # and options beside -e are refused
+    assert jobctl("edit", "-e", "a", "--retries", "3", ok=False).exit_code == 2
+    assert jobctl("edit", ok=False).exit_code == 2
+
+
+# ---------------------------------------------------------------------- revisions
+
+
+def test_history_after_add_edit_pause_apply_and_rollback(jobctl: Any) -> None:
+    jobctl("add", "job", "--cron", "0 3 * * *", "--tz", "UTC", "--", "echo one")
+    jobctl("edit", "job", "--retries", "5")
+    jobctl("pause", "job")
+    jobctl("resume", "job")
+    text = export(jobctl, "job").replace("echo one", "echo two")
+    jobctl("apply", "-", stdin=text)
+    assert jobctl("rollback", "job", "1").stdout.startswith("rolled back job to revision 1")
+    history = json.loads(jobctl("history", "job", "--json").stdout)
+    assert [(h["revision"], h["source"]) for h in history] == [
+        (1, "cli"),
+        (2, "cli"),
+        (3, "cli"),
+        (4, "cli"),
+        (5, "apply"),
+        (6, "cli"),
+    ]
+    who = history[0]["who"]
+    assert "@" in who and all(h["who"] == who for h in history)
+    assert history[0]["changes"]["cron"] == [None, "0 3 * * *"]
+    assert history[1]["changes"] == {"retries": [2, 5]}
+    assert history[2]["changes"] == {"paused": [False, True]}
+    assert history[3]["changes"] == {"paused": [True, False]}
+    assert history[4]["changes"] == {"command": ["echo one", "echo two"]}
+    assert history[5]["changes"] == {"command": ["echo two", "echo one"], "retries": [5, 2]}
+    assert history[0]["at"].endswith("Z")
+    human = jobctl("history", "job").stdout.splitlines()
+    assert human[1].startswith("2  ") and human[1].endswith("retries 2 -> 5")
+    job = jobctl.store().get_job("job")
+    assert (job.spec.command, job.spec.retries, job.revision) == ("echo one", 2, 6)
+    # rolling back to what it already is writes nothing
+    assert "already" in jobctl("rollback", "job", "6").stdout
+    assert jobctl("rollback", "job", "99", ok=False).exit_code == 1
+    # rm deletes a job's revisions with it: a new job of that name starts again at 1
+    jobctl("rm", "job")
+    jobctl("add", "job", "--manual", "--", "true")
+    assert [h["revision"] for h in json.loads(jobctl("history", "job", "--json").stdout)] == [1]
+
+
+def test_a_run_carries_the_revision_its_job_had(jobctl: Any) -> None:
+    jobctl("add", "job", "--manual", "--", "true")
+    first = json.loads(jobctl("run", "job", "--json").stdout)
+    assert first["job_revision"] == 1
+    jobctl("edit", "job", "--command", "echo edited")
+    second = json.loads(jobctl("run", "job", "--json").stdout)
+    assert second["job_revision"] == 2
+    runs = {r["id"]: r["job_revision"] for r in json.loads(jobctl("runs", "--json").stdout)}
+    assert runs == {first["id"]: 1, second["id"]: 2}
+
+
+def test_cancel_and_import_write_revisions(jobctl: Any, tmp_path: Path) -> None:
+    _import(jobctl, tmp_path, "0 1 * * * echo one\n")
+    jobctl("cancel", "cron-1")
+    history = json.loads(jobctl("history", "cron-1", "--json").stdout)
+    assert [(h["source"], list(h["changes"])[:1]) for h in history] == [
+        ("import", ["cron"]),
+        ("cli", ["state"]),
+    ]
+    assert history[1]["changes"] == {"state": ["active", "cancelled"]}
+
+
+def test_api_history_and_rollback(jobctl: Any, db: Path, tmp_path: Path) -> None:
+    from webhelpers import Server, token_file
+
+    jobctl("add", "job", "--cron", "0 3 * * *", "--tz", "UTC", "--", "true")
+    server = Server(db, tmp_path / "serve.log", token_file=token_file(tmp_path)).wait_ready()
+    try:
+        a = server.request("PATCH", "/v1/jobs/job", {"retries": 7})
+        assert a.status == 200, a.text
+        a = server.request("POST", "/v1/jobs/job/pause")
+        assert a.status == 200, a.text
+        history = server.request("GET", "/v1/jobs/job/history")
+        assert history.status == 200
+        assert [(h["revision"], h["who"], h["source"], h["changes"]) for h in history.json()][
+            1:
+        ] == [
+            (2, "api", "api", {"retries": [2, 7]}),
+            (3, "api", "api", {"paused": [False, True]}),
+        ]
+        assert history.json() == json.loads(jobctl("history", "job", "--json").stdout)
+        a = server.request("POST", "/v1/jobs/job/rollback", {"revision": 1})
+        assert a.status == 200, a.text
+        assert (a.json()["retries"], a.json()["paused"], a.json()["revision"]) == (2, False, 4)
+        assert server.request("POST", "/v1/jobs/job/rollback", {"revision": 9}).status == 404
+        assert server.request("POST", "/v1/jobs/nope/rollback", {"revision": 1}).status == 404
+        assert server.request("GET", "/v1/jobs/nope/history").status == 404
+        bad = server.request("POST", "/v1/jobs/job/rollback", {"revision": "one"})
+        assert bad.status == 422
+        assert server.request("POST", "/v1/jobs/job/rollback", {}).status == 422
+    finally:
+        server.close()

@@ -33,6 +33,7 @@ LAYERS = {
     "executor": 7,
     "output": 7,
     "importer": 7,
+    "applier": 7,
     "daemon": 8,
     "web": 8,
     "cli": 9,

@@ -467,7 +467,8 @@ def test_a_transaction_aborted_to_break_a_deadlock_is_run_again(pg_url):
             )
             job = s.pause_job("a", T0)
             assert job.state.value == "paused"
-            assert admin.execute("SELECT last_value FROM jobctl.tries").fetchone()[0] == 3
+            # two aborted tries, then the pause and its revision number (SPEC §15)
+            assert admin.execute("SELECT last_value FROM jobctl.tries").fetchone()[0] == 4
 
 
 # ---------------------------------------------------------------- wake-ups

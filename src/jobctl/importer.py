@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from . import crontab, specs, triggers
 from .cronexpr import validate_cron_expr
-from .errors import Conflict, JobctlError
-from .models import Job, JobSpec, JobState, Run, RunState
+from .errors import JobctlError
+from .models import Job, JobSpec, JobState, Run
 
 if TYPE_CHECKING:
     from .store import CommandStore
@@ -171,23 +171,15 @@ def save_import(
     store: CommandStore, plan: ImportPlan, matched: Matched, now: datetime, *, prune: bool
 ) -> list[ImportedRow]:
     """Write every spec of an error-free plan in one transaction; with ``prune``, delete
-    the jobs no line matches (refused, before anything is written, while one of them has
-    a leased run)."""
+    the jobs no line matches in it too (refused, nothing written, while one of them has a
+    leased run)."""
     if plan.errors:
         raise ValueError("a plan with errors is never saved")
-    if prune:
-        for job in matched.removed:
-            if store.list_runs(job.name, RunState.LEASED, limit=1):
-                raise Conflict(
-                    f"job {job.name} has a leased run: not importing (wait for it, or "
-                    "import without --prune)"
-                )
     saved = store.add_jobs(
-        [(spec, triggers.next_fire(spec.trigger, now)) for spec in matched.specs], now
+        [(spec, triggers.next_fire(spec.trigger, now)) for spec in matched.specs],
+        now,
+        delete=[job.name for job in matched.removed] if prune else (),
     )
-    if prune:
-        for job in matched.removed:
-            store.delete_job(job.name)
     last = store.last_runs([job.id for job, _ in saved])
     return [
         ImportedRow(job, last.get(job.id), matched.actions[job.name] if changed else "unchanged")

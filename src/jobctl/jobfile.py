@@ -203,6 +203,13 @@ def export_table(d: Definition) -> dict[str, Any]:
     return out
 
 
+def stored_table(d: Definition) -> dict[str, Any]:
+    """The job's table with every value that is set, defaults included: what a revision
+    keeps, so that going back to it does not depend on the defaults of the day (or the
+    machine's zone)."""
+    return {k: v for k, v in full_table(d).items() if v is not None}
+
+
 def export_document(defs: Sequence[Definition]) -> dict[str, Any]:
     """``{"jobs": {NAME: table}}`` for the definitions, in the order given."""
     return {"jobs": {d.spec.name: export_table(d) for d in defs}}
@@ -329,6 +336,18 @@ def parse_text(text: str, now: datetime, existing: Mapping[str, Job] | None = No
             out.jobs[name] = d
     out.problems.sort(key=lambda p: (p.line is None, p.line or 0))
     return out
+
+
+def definition_from_table(
+    name: str, table: Mapping[str, Any], now: datetime, existing: Job | None = None
+) -> Definition:
+    """One job's table (as a revision keeps it) -> its definition, validated as
+    :func:`parse_text` validates a file's. Raises UsageError naming every problem."""
+    problems: list[Problem] = []
+    d = _definition(name, table, now, existing, _Lines(""), problems)
+    if problems or d is None:
+        raise UsageError("; ".join(p.message for p in problems) or f"job {name}: invalid")
+    return d
 
 
 _TOML_AT = re.compile(r"\(at line (\d+), column (\d+)\)")

@@ -368,6 +368,8 @@ class Job:
     missed_total: int
     last_boot_id: str | None
     paused_reason: PausedReason | None = None
+    #: the number of its last revision (SPEC §15); 0 before its first
+    revision: int = 0
 
     @property
     def name(self) -> str:
@@ -389,6 +391,7 @@ class Job:
             self.missed_total,
             self.last_boot_id,
             self.paused_reason,
+            self.revision,
         )
 
 
@@ -499,6 +502,8 @@ class Run:
     #: last attempt, once it ended
     cpu: float | None = None
     max_rss: int | None = None
+    #: the revision its job had when the run was created (SPEC §15)
+    job_revision: int | None = None
 
     @classmethod
     def of(cls, fields: dict[str, Any]) -> Run:

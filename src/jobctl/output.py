@@ -67,6 +67,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "hook_status": run.hook_status,
         "cpu": run.cpu,
         "max_rss": run.max_rss,
+        "job_revision": run.job_revision,
     }
 
 
@@ -105,6 +106,7 @@ def job_json(job: Job, last_run: Run | None) -> dict[str, Any]:
         "missed_total": job.missed_total,
         "last_run": run_json(last_run) if last_run else None,
         "created_at": iso(job.created_at),
+        "revision": job.revision,
     }
 
 
@@ -577,3 +579,32 @@ class StatusLine:
 
     def stop(self) -> None:
         self._live.stop()
+
+
+# ---------------------------------------------------------------------- revisions (SPEC §15)
+
+
+def revision_json(rev: Any) -> dict[str, Any]:
+    """``history --json``: ``{revision, at, who, source, changes}``."""
+    return {
+        "revision": rev.revision,
+        "at": iso(rev.at),
+        "who": rev.who,
+        "source": rev.source,
+        "changes": rev.changes,
+    }
+
+
+def print_history(revisions: Sequence[Any]) -> None:
+    """One line a revision: number, time, who, source, ``KEY OLD -> NEW; ...``."""
+    from .jobfile import describe_changes
+
+    if not revisions:
+        print_lines(["no revisions"])
+        return
+    print_lines(
+        [
+            f"{r.revision}  {local_time(r.at)}  {r.who}  {r.source}  {describe_changes(r.changes)}"
+            for r in revisions
+        ]
+    )

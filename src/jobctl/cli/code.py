@@ -1,10 +1,14 @@
-"""Jobs as code (SPEC §15): export, apply."""
+"""Jobs as code (SPEC §15): export, apply, edit -e (called by ``edit``), history,
+rollback."""
 
 from __future__ import annotations
 
+import sys
+from typing import Any, NoReturn
+
 import click
 
-from .base import Ctx, _complete_jobs, cli, pass_ctx
+from .base import Ctx, _complete_jobs, _one_line, cli, int64, pass_ctx, warn_all
 
 
 @cli.command()
@@ -33,3 +37,146 @@ def export(obj: Ctx, names: tuple[str, ...], fmt: str) -> None:
         jobs = store.list_jobs()
     document = jobfile.export_document([jobfile.Definition.of(j) for j in jobs])
     click.echo(jobfile.dumps(document, fmt), nl=False)
+
+
+def _read_source(source: str) -> str:
+    """A job file's text: a path, or ``-`` for stdin."""
+    from ..errors import UsageError
+
+    try:
+        if source == "-":
+            return sys.stdin.read()
+        with open(source, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError:
+        raise UsageError(f"{source}: not UTF-8 text") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {source}: {e.strerror}") from None
+
+
+def _file_errors(e: Any) -> NoReturn:
+    """Every problem of a job file, one ``Error:`` line each; exit 2."""
+    for problem in e.problems:
+        click.echo(f"Error: {_one_line(str(problem))}", err=True)
+    click.echo("nothing was applied", err=True)
+    sys.exit(2)
+
+
+def _show_plan(plan: Any, as_json: bool) -> None:
+    from .. import output
+
+    if as_json:
+        output.print_json(plan.to_json())
+    else:
+        output.print_lines(plan.lines())
+
+
+@cli.command()
+@click.argument("source", metavar="FILE|-")
+@click.option("--prune", is_flag=True, help="Delete the jobs that are not in the file.")
+@click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print {added, changed, removed} as JSON.")
+@pass_ctx
+def apply(obj: Ctx, source: str, prune: bool, dry_run: bool, as_json: bool) -> None:
+    """Make the jobs match a job file (as `export` writes it), all or nothing.
+
+    Prints `+ NAME`, `~ NAME: FIELD OLD -> NEW; ...` and `- NAME` (nothing for unchanged
+    jobs). With any error every one is listed, nothing is applied, and it exits 2.
+    """
+    from .. import applier
+    from ..jobfile import FileErrors
+
+    text = _read_source(source)
+    now = obj.now()
+    store = obj.reader() if dry_run else obj.store()
+    try:
+        plan = applier.plan_text(store, text, now, prune=prune)
+    except FileErrors as e:
+        _file_errors(e)
+    warn_all(applier.warnings(plan))
+    if not dry_run:
+        applier.apply_plan(store, plan, now, source="apply")
+        if not plan.empty():
+            obj.warn_if_no_daemon()
+    _show_plan(plan, as_json)
+
+
+def edit_in_editor(obj: Ctx, names: tuple[str, ...]) -> None:
+    """``edit -e``: the export of those jobs (all when none is named) in $VISUAL, else
+    $EDITOR, else vi; what was saved is applied as ``apply`` applies it, a job whose
+    table was removed being deleted. Invalid text: the errors, and the file kept."""
+    import os
+    import shlex
+    import subprocess
+    import tempfile
+
+    from .. import applier, jobfile
+    from ..errors import JobctlError
+
+    store = obj.store()
+    jobs = [store.get_job(n) for n in dict.fromkeys(names)] if names else store.list_jobs()
+    text = jobfile.dumps(jobfile.export_document([jobfile.Definition.of(j) for j in jobs]))
+    fd, path = tempfile.mkstemp(prefix="jobctl-edit-", suffix=".toml")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    try:
+        code = subprocess.call([*shlex.split(editor), path])
+    except (OSError, ValueError) as e:
+        os.unlink(path)
+        raise JobctlError(f"cannot start the editor {editor!r}: {e}") from None
+    if code != 0:
+        raise JobctlError(f"the editor exited {code}: nothing was changed (the text is in {path})")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        edited = f.read()
+    if edited == text:
+        os.unlink(path)
+        click.echo("no changes")
+        return
+    now = obj.now()
+    try:
+        plan = applier.plan_text(store, edited, now, scope=[j.name for j in jobs])
+    except jobfile.FileErrors as e:
+        for problem in e.problems:
+            click.echo(f"Error: {_one_line(str(problem))}", err=True)
+        click.echo(f"nothing was changed; the edited text is kept in {path}", err=True)
+        sys.exit(2)
+    warn_all(applier.warnings(plan))
+    applier.apply_plan(store, plan, now, source="cli")
+    os.unlink(path)
+    if plan.empty():
+        click.echo("no changes")
+        return
+    _show_plan(plan, False)
+    obj.warn_if_no_daemon()
+
+
+@cli.command()
+@click.argument("name", shell_complete=_complete_jobs)
+@click.option("--json", "as_json", is_flag=True, help="Print the revisions as JSON.")
+@pass_ctx
+def history(obj: Ctx, name: str, as_json: bool) -> None:
+    """Every change to a job: revision, time, who, from where, and what changed."""
+    from .. import output
+
+    revisions = obj.reader().history(name)
+    if as_json:
+        output.print_json([output.revision_json(r) for r in revisions])
+    else:
+        output.print_history(revisions)
+
+
+@cli.command()
+@click.argument("name", shell_complete=_complete_jobs)
+@click.argument("revision", type=int64(1))
+@pass_ctx
+def rollback(obj: Ctx, name: str, revision: int) -> None:
+    """Make a job as it was at a revision (itself a new revision)."""
+    store = obj.store()
+    before = store.get_job(name)
+    job = store.rollback_job(name, revision, obj.now())
+    if job.revision == before.revision:
+        click.echo(f"job {name} is already as at revision {revision}")
+    else:
+        click.echo(f"rolled back {name} to revision {revision} (now revision {job.revision})")
+        obj.warn_if_no_daemon()

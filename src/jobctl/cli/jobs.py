@@ -70,7 +70,14 @@ def add(
 
 
 @cli.command()
-@click.argument("name", shell_complete=_complete_jobs)
+@click.argument("names", nargs=-1, metavar="NAME", shell_complete=_complete_jobs)
+@click.option(
+    "-e",
+    "--editor",
+    "in_editor",
+    is_flag=True,
+    help="Edit the jobs named (all when none is) as a job file in $VISUAL or $EDITOR.",
+)
 @trigger_options
 @policy_options
 @click.option("--command", "new_command", metavar="COMMAND", help="A new shell command.")
@@ -80,7 +87,8 @@ def add(
 def edit(
     obj: Ctx,
     /,
-    name: str,
+    names: tuple[str, ...],
+    in_editor: bool,
     new_command: str | None,
     rename: str | None,
     as_json: bool,
@@ -89,10 +97,22 @@ def edit(
     """Change a job. Runs already created keep their settings.
 
     `--every D` alone keeps a fixed-delay job fixed-delay; `--tz` alone changes the zone of a
-    cron job.
+    cron job. `edit -e [NAME...]` opens the jobs' job file in $VISUAL, else $EDITOR, else vi,
+    and applies what was saved as `apply` does (a table removed deletes its job).
     """
     from .. import specs
 
+    if in_editor:
+        given = [k for k, v in kwargs.items() if v not in (None, (), False)]
+        if given or new_command is not None or rename is not None or as_json:
+            raise UsageError("-e takes only job names: the options are edited in the file")
+        from .code import edit_in_editor
+
+        edit_in_editor(obj, names)
+        return
+    if len(names) != 1:
+        raise UsageError("give one job NAME (or -e to edit jobs as a file in $EDITOR)")
+    name = names[0]
     trig, policies = _split(kwargs)
     now = obj.now()
     store = obj.store()

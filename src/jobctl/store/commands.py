@@ -9,12 +9,15 @@ cancel, the windows recorded ahead) are the ones the daemons' halves share.
 
 from __future__ import annotations
 
+import getpass
 import json
-from collections.abc import Sequence
+import socket
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from .. import jobfile
 from ..clock import from_us, to_us
 from ..errors import Conflict, NotFound, StoreError, UsageError
 from ..models import (
@@ -39,7 +42,7 @@ from .rows import (
     settings_json,
     spec_columns,
 )
-from .values import CopiedJob, DbInfo, Status
+from .values import CopiedJob, DbInfo, Revision, Status
 
 # ------------------------------------------------------------------ shared helpers
 
@@ -90,6 +93,7 @@ def insert_run(
             "settings": settings_json(spec),
             "now": to_us(now),
             "finished_at": to_us(now) if w.state is RunState.SKIPPED else None,
+            "job_revision": job.revision,
         },
     ).fetchone()
     if row is None:
@@ -113,6 +117,53 @@ def withdraw_early(db: Dialect, c: Any, job_id: int, now: datetime) -> list[int]
     pause, an edit or a cancel decides them again); their times (µs)."""
     rows = c.execute(db.q.withdraw_early_runs, (job_id, to_us(now))).fetchall()
     return [int(r["scheduled_for"]) for r in rows]
+
+
+def write_revision(
+    db: Dialect,
+    c: Any,
+    job_id: int,
+    old: jobfile.Definition | None,
+    new: jobfile.Definition,
+    now: datetime,
+    who: str,
+    source: str,
+    changes: Mapping[str, list[Any]] | None = None,
+) -> int | None:
+    """Inside a write: record a change to job ``job_id`` as its next revision (SPEC §15),
+    ``{KEY: [old, new]}`` from the two definitions (``old`` None: a new job) unless
+    ``changes`` says it; nothing when nothing changed. Every change to a job calls this in
+    its own transaction (a daemon's too: ``who`` and ``source`` ``daemon``). Returns the
+    revision written."""
+    diff = dict(changes) if changes is not None else jobfile.changes(old, new)
+    if not diff:
+        return None
+    revision = int(c.execute(db.q.job_revision_number, (job_id,)).fetchone()["revision"]) + 1
+    c.execute(db.q.set_job_revision, (revision, job_id))
+    c.execute(
+        db.q.insert_revision,
+        (
+            job_id,
+            revision,
+            to_us(now),
+            who,
+            source,
+            json.dumps(diff, ensure_ascii=False),
+            json.dumps(jobfile.stored_table(new), ensure_ascii=False),
+        ),
+    )
+    return revision
+
+
+def default_who() -> str:
+    """``USER@HOST``: who a command's revisions name."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no name for this uid (a container): its number
+        import os
+
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
 
 
 def daemon_info(r: Any) -> DaemonInfo:
@@ -139,6 +190,35 @@ class Commands:
         self.db = db
         self.q = db.q
         self.backend = db.backend
+        #: who and from where this face's changes are made, as revisions name them
+        self.who = default_who()
+        self.source = "cli"
+
+    def _revise(
+        self,
+        c: Any,
+        job_id: int,
+        old: Job | None,
+        new: Job,
+        now: datetime,
+        *,
+        source: str | None = None,
+        changes: Mapping[str, list[Any]] | None = None,
+    ) -> Job:
+        """Write the revision of a change from ``old`` to ``new``; ``new`` with its
+        revision number."""
+        revision = write_revision(
+            self.db,
+            c,
+            job_id,
+            None if old is None else jobfile.Definition.of(old),
+            jobfile.Definition.of(new),
+            now,
+            self.who,
+            source or self.source,
+            changes,
+        )
+        return new if revision is None else replace(new, revision=revision)
 
     # ------------------------------------------------------------------ jobs
 
@@ -211,14 +291,27 @@ class Commands:
             if existing is not None and not replace_existing:
                 raise Conflict(f"a job named {spec.name!r} already exists (use --replace)")
             job_id = None if existing is None else existing["id"]
-            self._upsert(c, spec, next_run_at, now, job_id, paused)
-            return job_from_row(job_row(self.db, c, spec.name))
+            before = None if existing is None else job_from_row(job_row(self.db, c, spec.name))
+            job_id = self._upsert(c, spec, next_run_at, now, job_id, paused)
+            new = job_from_row(job_row(self.db, c, spec.name))
+            return self._revise(c, job_id, before, new, now)
 
     def add_jobs(
-        self, items: Sequence[tuple[JobSpec, datetime | None]], now: datetime
+        self,
+        items: Sequence[tuple[JobSpec, datetime | None]],
+        now: datetime,
+        *,
+        delete: Sequence[str] = (),
+        source: str = "import",
     ) -> list[tuple[Job, bool]]:
         out = []
         with self.db.write() as c:
+            for name in delete:
+                row = job_row(self.db, c, name, lock=True)
+                if c.execute(self.q.leased_of_job, (row["id"],)).fetchone()["n"]:
+                    raise Conflict(f"job {name!r} has a running run; not deleting it")
+                c.execute(self.q.delete_job, (row["id"],))
+                self.db.announce(f"job:{row['id']}")
             for spec, next_run_at in items:
                 self.db.lock_name(c, spec.name)
                 row = c.execute(self.q.job_by_name, (spec.name,)).fetchone()
@@ -226,9 +319,12 @@ class Commands:
                 if row is not None and all(row[k] == v for k, v in cols.items()):
                     out.append((job_from_row(row), False))
                     continue
-                job_id = None if row is None else row["id"]
-                self._upsert(c, spec, next_run_at, now, job_id, False)
-                out.append((job_from_row(job_row(self.db, c, spec.name)), True))
+                before = None if row is None else job_from_row(row)
+                job_id = self._upsert(
+                    c, spec, next_run_at, now, None if row is None else row["id"], False
+                )
+                job = job_from_row(job_row(self.db, c, spec.name))
+                out.append((self._revise(c, job_id, before, job, now, source=source), True))
         return out
 
     def edit_job(
@@ -242,26 +338,38 @@ class Commands:
     ) -> Job:
         with self.db.write() as c:
             job = job_from_row(job_row(self.db, c, name, lock=True))
-            new_spec = replace(job.spec, **changes)
-            if new_spec.name != name:
-                self.db.lock_name(c, new_spec.name)
-                if c.execute(self.q.job_id_by_name, (new_spec.name,)).fetchone():
-                    raise Conflict(f"a job named {new_spec.name!r} already exists")
-            cols = spec_columns(new_spec)
-            cols["updated_at"] = to_us(now)
-            early = withdraw_early(self.db, c, job.id, now)
-            if restart_schedule and job.state in (JobState.ACTIVE, JobState.DONE):
-                # a new trigger starts from now; a one-shot that was done becomes active
-                cols["state"] = JobState.ACTIVE.value
-                cols["schedule_from"] = to_us(now)
-                cols["next_run_at"] = opt_us(next_run_at)
-            elif early:
-                # the window comes again, decided with the job as it is now
-                cols["state"] = JobState.ACTIVE.value
-                cols["next_run_at"] = min(early)
-            self._update(c, job.id, cols)
-            self.db.announce(f"job:{job.id}")
-            return job_from_row(job_row(self.db, c, new_spec.name))
+            new = self._edit_tx(c, job, changes, now, next_run_at, restart_schedule)
+            return self._revise(c, job.id, job, new, now)
+
+    def _edit_tx(
+        self,
+        c: Any,
+        job: Job,
+        changes: dict[str, Any],
+        now: datetime,
+        next_run_at: datetime | None,
+        restart_schedule: bool,
+    ) -> Job:
+        new_spec = replace(job.spec, **changes)
+        if new_spec.name != job.name:
+            self.db.lock_name(c, new_spec.name)
+            if c.execute(self.q.job_id_by_name, (new_spec.name,)).fetchone():
+                raise Conflict(f"a job named {new_spec.name!r} already exists")
+        cols = spec_columns(new_spec)
+        cols["updated_at"] = to_us(now)
+        early = withdraw_early(self.db, c, job.id, now)
+        if restart_schedule and job.state in (JobState.ACTIVE, JobState.DONE):
+            # a new trigger starts from now; a one-shot that was done becomes active
+            cols["state"] = JobState.ACTIVE.value
+            cols["schedule_from"] = to_us(now)
+            cols["next_run_at"] = opt_us(next_run_at)
+        elif early:
+            # the window comes again, decided with the job as it is now
+            cols["state"] = JobState.ACTIVE.value
+            cols["next_run_at"] = min(early)
+        self._update(c, job.id, cols)
+        self.db.announce(f"job:{job.id}")
+        return job_from_row(job_row(self.db, c, new_spec.name))
 
     def pause_job(self, name: str, now: datetime) -> Job:
         with self.db.write() as c:
@@ -271,7 +379,8 @@ class Commands:
             withdraw_early(self.db, c, row["id"], now)
             c.execute(self.q.pause_job, (to_us(now), row["id"]))
             self.db.announce(f"job:{row['id']}")
-            return job_from_row(job_row(self.db, c, name))
+            job = job_from_row(job_row(self.db, c, name))
+            return self._revise(c, job.id, job_from_row(row), job, now)
 
     def resume_job(self, name: str, next_run_at: datetime | None, now: datetime) -> Job:
         with self.db.write() as c:
@@ -282,7 +391,8 @@ class Commands:
                 return job_from_row(row)
             c.execute(self.q.resume_job, (to_us(now), opt_us(next_run_at), to_us(now), row["id"]))
             self.db.announce(f"job:{row['id']}")
-            return job_from_row(job_row(self.db, c, name))
+            job = job_from_row(job_row(self.db, c, name))
+            return self._revise(c, job.id, job_from_row(row), job, now)
 
     def delete_job(self, name: str, *, force: bool = False) -> Job:
         with self.db.write() as c:
@@ -302,7 +412,102 @@ class Commands:
             c.execute(self.q.cancel_job, (to_us(now), row["id"]))
             self.db.announce(f"job:{row['id']}")
             self.db.announce("run")
-            return job_from_row(job_row(self.db, c, name)), ids
+            job = job_from_row(job_row(self.db, c, name))
+            if row["state"] != JobState.CANCELLED.value:
+                changes = {"state": [row["state"], JobState.CANCELLED.value]}
+                job = self._revise(c, job.id, job, job, now, changes=changes)
+            return job, ids
+
+    # ------------------------------------------------------------------ jobs as code
+
+    def apply_plan(
+        self,
+        plan: jobfile.ApplyPlan,
+        next_runs: Mapping[str, datetime | None],
+        now: datetime,
+        *,
+        source: str = "apply",
+    ) -> None:
+        """Make the jobs as ``plan`` says, all or nothing (SPEC §15): deleted as ``rm``
+        deletes (Conflict while one has a leased run), changed as ``edit`` changes (runs
+        already created keep their settings; ``paused`` pauses or resumes), added as
+        ``add`` adds. ``next_runs`` holds the first window of each added or changed job
+        (by name). A job changed by someone else since the plan read it is a Conflict:
+        nothing is applied."""
+        with self.db.write() as c:
+            for job in plan.removed:
+                row = self._unchanged_row(c, job)
+                if c.execute(self.q.leased_of_job, (row["id"],)).fetchone()["n"]:
+                    raise Conflict(
+                        f"job {job.name!r} has a running run; nothing was applied (cancel it "
+                        "first, or keep the job in the file)"
+                    )
+                c.execute(self.q.delete_job, (row["id"],))
+                self.db.announce(f"job:{row['id']}")
+            for change in plan.changed:
+                old = job_from_row(self._unchanged_row(c, change.job))
+                spec_changes = change.spec_changes()
+                restart = "trigger" in spec_changes
+                new = old
+                if spec_changes:
+                    new = self._edit_tx(
+                        c, old, spec_changes, now, next_runs.get(change.job.name), restart
+                    )
+                if change.new.paused and new.state is JobState.ACTIVE:
+                    withdraw_early(self.db, c, new.id, now)
+                    c.execute(self.q.pause_job, (to_us(now), new.id))
+                elif not change.new.paused and new.state is JobState.PAUSED:
+                    nxt = opt_us(next_runs.get(new.name))
+                    c.execute(self.q.resume_job, (to_us(now), nxt, to_us(now), new.id))
+                self.db.announce(f"job:{new.id}")
+                new = job_from_row(job_row(self.db, c, new.name))
+                self._revise(c, new.id, old, new, now, source=source)
+            for d in plan.added:
+                self.db.lock_name(c, d.spec.name)
+                if c.execute(self.q.job_id_by_name, (d.spec.name,)).fetchone() is not None:
+                    raise Conflict(f"job {d.spec.name!r} was added meanwhile; nothing was applied")
+                job_id = self._upsert(c, d.spec, next_runs.get(d.spec.name), now, None, d.paused)
+                new = job_from_row(job_row(self.db, c, d.spec.name))
+                self._revise(c, job_id, None, new, now, source=source)
+
+    def _unchanged_row(self, c: Any, job: Job) -> Any:
+        """The job's row, locked, when it is still at the revision ``job`` was read at."""
+        row = c.execute(self.q.job_by_name_locked, (job.name,)).fetchone()
+        if row is None or row["id"] != job.id or row["revision"] != job.revision:
+            raise Conflict(f"job {job.name!r} changed meanwhile; nothing was applied: run again")
+        return row
+
+    def history(self, name: str) -> list[Revision]:
+        """The revisions of a job, oldest first. Raises NotFound."""
+        job = self.get_job(name)
+        return [
+            Revision(
+                revision=int(r["revision"]),
+                at=from_us(r["at"]),
+                who=r["who"],
+                source=r["source"],
+                changes=json.loads(r["changes"]),
+                definition=json.loads(r["definition"]),
+            )
+            for r in self.db.read(self.q.revisions_of_job, (job.id,))
+        ]
+
+    def rollback_job(self, name: str, revision: int, now: datetime) -> Job:
+        """Make the job as it was at ``revision`` (itself a new revision; nothing when it
+        is already so). Raises NotFound for an unknown job or revision, UsageError when
+        that definition is no longer valid (a one-shot time now past)."""
+        from ..triggers import next_fire
+
+        job = self.get_job(name)
+        found = [r for r in self.history(name) if r.revision == revision]
+        if not found:
+            raise NotFound(f"job {name!r} has no revision {revision}")
+        wanted = jobfile.definition_from_table(name, found[0].definition, now, job)
+        plan = jobfile.plan_apply({name: wanted}, [job])
+        if plan.empty():
+            return job
+        self.apply_plan(plan, {name: next_fire(wanted.spec.trigger, now)}, now, source=self.source)
+        return self.get_job(name)
 
     # ------------------------------------------------------------------ runs
 

@@ -19,10 +19,11 @@ Rules that hold for every method of every backend:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from ..jobfile import ApplyPlan
 from ..models import (
     Attempt,
     DaemonInfo,
@@ -44,6 +45,7 @@ from .values import (
     JobFacts,
     PlanFn,
     Renewal,
+    Revision,
     Status,
     TimelineBar,
     TurnResult,
@@ -57,6 +59,10 @@ class CommandStore(Protocol):
     """What the CLI (and ``jobctl serve``) may do. Each method is one transaction."""
 
     backend: str
+    #: who this face's changes are made by (``USER@HOST``, ``api``) and from where
+    #: (``cli``, ``api``), as their revisions name them (SPEC §15)
+    who: str
+    source: str
 
     # jobs --------------------------------------------------------------------------
     def get_job(self, name: str) -> Job:
@@ -87,10 +93,17 @@ class CommandStore(Protocol):
         ...
 
     def add_jobs(
-        self, items: Sequence[tuple[JobSpec, datetime | None]], now: datetime
+        self,
+        items: Sequence[tuple[JobSpec, datetime | None]],
+        now: datetime,
+        *,
+        delete: Sequence[str] = (),
+        source: str = "import",
     ) -> list[tuple[Job, bool]]:
-        """Create or overwrite several jobs at once (import). Returns (job, changed): a job
-        identical to the stored one is left untouched, so a second import changes nothing."""
+        """Create or overwrite several jobs at once (import), deleting the jobs named in
+        ``delete`` first (Conflict while one has a leased run). Returns (job, changed): a
+        job identical to the stored one is left untouched, so a second import changes
+        nothing. Each change is a revision from ``source``."""
         ...
 
     def edit_job(
@@ -128,6 +141,32 @@ class CommandStore(Protocol):
     def cancel_job(self, name: str, now: datetime) -> tuple[Job, list[int]]:
         """Cancel a job's open runs and stop the job for good (a window recorded ahead of
         its time that has not come yet is taken back, not cancelled)."""
+        ...
+
+    # jobs as code (SPEC §15) ---------------------------------------------------------
+    # every method above that changes a job writes its revision in its own transaction
+
+    def apply_plan(
+        self,
+        plan: ApplyPlan,
+        next_runs: Mapping[str, datetime | None],
+        now: datetime,
+        *,
+        source: str = "apply",
+    ) -> None:
+        """Apply a job file's plan all or nothing: deletions as ``delete_job`` (Conflict
+        while one has a leased run), changes as ``edit_job`` plus pause/resume, additions
+        as ``add_job``; ``next_runs`` the first window of each added or changed job by
+        name. A job that changed since the plan read it (another revision) is a Conflict."""
+        ...
+
+    def history(self, name: str) -> list[Revision]:
+        """A job's revisions, oldest first. Raises NotFound."""
+        ...
+
+    def rollback_job(self, name: str, revision: int, now: datetime) -> Job:
+        """The job as it was at ``revision``, as a new revision. Raises NotFound for an
+        unknown revision, UsageError when that definition is no longer valid."""
         ...
 
     # runs --------------------------------------------------------------------------

@@ -98,6 +98,11 @@ class Queries:
     resume_job: str
     cancel_job: str
     delete_job: str
+    # revisions (SPEC §15)
+    job_revision_number: str
+    set_job_revision: str
+    insert_revision: str
+    revisions_of_job: str
     # runs
     insert_run: str
     insert_run_lock: str
@@ -220,11 +225,18 @@ FROM jobs ORDER BY jobs.name
         cancel_job="UPDATE jobs SET state = 'cancelled', next_run_at = NULL, updated_at = ? "
         "WHERE id = ?",
         delete_job="DELETE FROM jobs WHERE id = ?",
+        job_revision_number="SELECT revision FROM jobs WHERE id = ?",
+        set_job_revision="UPDATE jobs SET revision = ? WHERE id = ?",
+        insert_revision="INSERT INTO job_revisions "
+        "(job_id, revision, at, who, source, changes, definition) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        revisions_of_job="SELECT * FROM job_revisions WHERE job_id = ? ORDER BY revision",
         insert_run="""
 INSERT INTO runs (job_id, scheduled_for, state, skip_reason, reason, catchup_from, attempt,
-    max_attempts, not_before, priority, run_key, env, settings, created_at, finished_at)
+    max_attempts, not_before, priority, run_key, env, settings, created_at, finished_at,
+    job_revision)
 VALUES (:job_id, :scheduled_for, :state, :skip_reason, :reason, :catchup_from, 0,
-    :max_attempts, :not_before, :priority, :run_key, :env, :settings, :now, :finished_at)
+    :max_attempts, :not_before, :priority, :run_key, :env, :settings, :now, :finished_at,
+    :job_revision)
 ON CONFLICT (job_id, scheduled_for) DO NOTHING
 RETURNING id
 """,

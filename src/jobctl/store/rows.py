@@ -145,6 +145,7 @@ def job_from_row(r: Any) -> Job:
         missed_total=r["missed_total"],
         last_boot_id=r["last_boot_id"],
         paused_reason=None if paused_reason is None else _PAUSED_REASONS[paused_reason],
+        revision=r["revision"],
     )
 
 
@@ -181,6 +182,7 @@ def run_from_row(r: Any) -> Run:
             "host": r["attempt_host"],
             "cpu": r["attempt_cpu"],
             "max_rss": r["attempt_max_rss"],
+            "job_revision": r["job_revision"],
         }
     )
 

@@ -14,7 +14,7 @@ from ..errors import Conflict
 from ..models import Attempt, Job, Run
 from .dialect import Dialect
 from .rows import spec_columns
-from .values import CopiedAttempt, CopiedJob, CopiedRun
+from .values import CopiedAttempt, CopiedJob, CopiedRun, Revision
 
 #: ``list_runs`` with this limit returns every run
 ALL_RUNS = 2**62
@@ -33,6 +33,8 @@ class Source(Protocol):
 
     def get_output(self, run_id: int, attempt: int | None = ...) -> tuple[Attempt, bytes]: ...
 
+    def history(self, name: str) -> list[Revision]: ...
+
 
 def read_all(commands: Source, *, history: bool) -> list[CopiedJob]:
     """Every job (by name), with ``history`` each of its runs and their attempts."""
@@ -48,7 +50,7 @@ def read_all(commands: Source, *, history: bool) -> list[CopiedJob]:
                     for a in commands.get_attempts(run.id)
                 ]
                 runs.append(CopiedRun(run, attempts))
-        out.append(CopiedJob(job, runs))
+        out.append(CopiedJob(job, runs, commands.history(job.spec.name)))
     return out
 
 
@@ -70,6 +72,7 @@ def job_columns(copied: CopiedJob, now: datetime, *, history: bool) -> dict[str,
         last_boot_id=job.last_boot_id if history else None,
         created_at=to_us(job.created_at),
         updated_at=to_us(now),
+        revision=job.revision,
     )
     return cols
 
@@ -104,6 +107,7 @@ def run_columns(run: Run, job_id: int) -> dict[str, Any]:
         "attempt_base": run.attempt_base,
         "hook_status": run.hook_status,
         "created_at": to_us(run.started_at or run.scheduled_for),
+        "job_revision": run.job_revision,
     }
 
 
@@ -154,5 +158,16 @@ def load_copy(db: Dialect, jobs: Sequence[CopiedJob], now: datetime, *, history:
                 db.copied_locks(c, run_id, cr.run.state.value, cr.run.locks)
                 for a in cr.attempts:
                     _insert(db, c, "attempts", attempt_columns(a, run_id), returning=False)
+            for rev in copied.revisions:
+                cols = {
+                    "job_id": job_id,
+                    "revision": rev.revision,
+                    "at": to_us(rev.at),
+                    "who": rev.who,
+                    "source": rev.source,
+                    "changes": json.dumps(rev.changes, ensure_ascii=False),
+                    "definition": json.dumps(rev.definition, ensure_ascii=False),
+                }
+                _insert(db, c, "job_revisions", cols, returning=False)
         db.announce("all")
     return len(jobs)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..models import (
     Attempt,
@@ -142,10 +142,12 @@ class CopiedRun:
 
 @dataclass(frozen=True)
 class CopiedJob:
-    """A job and (with history) its runs, oldest id first."""
+    """A job, (with history) its runs, oldest id first, and its revisions (always: they
+    are the job's own history, not its runs')."""
 
     job: Job
     runs: list[CopiedRun]
+    revisions: list[Revision] = field(default_factory=list)
 
 
 class Waker(Protocol):
@@ -203,3 +205,18 @@ class TimelineBar:
     finished_at: datetime | None
     #: ``leased`` while it runs; for its run's last attempt the run's state; else ``failed``
     state: str
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One change to a job (SPEC §15): its number (1, 2, ... per job), when, who
+    (``USER@HOST``, ``api``, ``daemon``), from where (``cli``, ``apply``, ``import``,
+    ``api``, ``daemon``), ``{KEY: [old, new]}`` with the keys of the job file, and the
+    job's table of the job file after it (what ``rollback`` goes back to)."""
+
+    revision: int
+    at: datetime
+    who: str
+    source: str
+    changes: dict[str, list[Any]]
+    definition: dict[str, Any]

@@ -29,6 +29,7 @@ from .bodies import (
     query_bool,
     query_int,
     query_state,
+    revision_from_body,
     run_request_from_body,
 )
 from .context import Web, read_body
@@ -168,6 +169,27 @@ def _job_action(action: str) -> Handler:
     return handler
 
 
+async def job_history(web: Web, request: Request) -> Response:
+    name = request.path_params["name"]
+
+    def read(store: Store) -> list[dict[str, Any]]:
+        return [output.revision_json(r) for r in store.history(name)]
+
+    return JSONResponse(await web.db(read))
+
+
+async def rollback_job(web: Web, request: Request) -> Response:
+    """``{revision}``: the job as it was then (as ``rollback``); 404 for an unknown one."""
+    name = request.path_params["name"]
+    revision = revision_from_body(await _json_body(web, request))
+    now = web.clock.now()
+
+    def write(store: Store) -> dict[str, Any]:
+        return job_out(store, store.rollback_job(name, revision, now))
+
+    return JSONResponse(await web.db(write))
+
+
 async def enqueue_run(web: Web, request: Request) -> Response:
     name = request.path_params["name"]
     req = run_request_from_body(await _json_body(web, request))
@@ -268,6 +290,8 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("POST", "/v1/jobs/{name}/pause", _job_action("pause")),
     ("POST", "/v1/jobs/{name}/resume", _job_action("resume")),
     ("POST", "/v1/jobs/{name}/runs", enqueue_run),
+    ("GET", "/v1/jobs/{name}/history", job_history),
+    ("POST", "/v1/jobs/{name}/rollback", rollback_job),
     ("GET", "/v1/runs", list_runs),
     ("GET", "/v1/runs/{run_id:int}", get_run),
     ("GET", "/v1/runs/{run_id:int}/logs", run_logs),

@@ -40,6 +40,7 @@ READ_ONLY_JOB_FIELDS = frozenset(
         "created_at",
         "runs",
         "paused_reason",
+        "revision",
     }
 )
 TRIGGER_FIELDS = frozenset({"kind", "expr", "tz", "every", "at", "start", "after_completion"})
@@ -327,6 +328,17 @@ def run_request_from_body(body: Mapping[str, Any]) -> RunRequest:
     )
     priority = _int(body["priority"], "priority") if body.get("priority") is not None else None
     return RunRequest(key=key, env=env, locks=locks, priority=priority)
+
+
+def revision_from_body(body: Mapping[str, Any]) -> int:
+    """``POST /v1/jobs/{name}/rollback``: ``{revision}``, a revision number (1 or more)."""
+    _check_fields(body, frozenset({"revision"}))
+    if body.get("revision") is None:
+        raise UsageError("revision is required")
+    revision = _int(body["revision"], "revision")
+    if revision < 1:
+        raise UsageError(f"invalid revision {revision}: must be at least 1")
+    return revision
 
 
 # ---------------------------------------------------------------------- query strings

@@ -77,6 +77,8 @@ class Web:
 
         def work() -> T:
             handle = self.open_store()
+            # every change made through the server is the API's (SPEC §15 revisions)
+            handle.commands.who = handle.commands.source = "api"
             try:
                 return fn(handle.commands)
             finally:

@@ -306,6 +306,7 @@ class SqliteDaemonStore:
                         settings,
                         now_us,
                         now_us if skipped else None,
+                        job.revision,
                     )
                     windows.append((job, w))
                 if any(w.skip_reason is SkipReason.MISSED for w in p.windows):

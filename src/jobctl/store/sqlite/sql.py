@@ -82,13 +82,14 @@ FROM jobs WHERE state = 'active' AND id IN ({marks})
 # the windows of one chunk in one statement: (job_id, scheduled_for) of those inserted
 INSERT_RUNS = """
 INSERT INTO runs (job_id, scheduled_for, state, skip_reason, reason, catchup_from, attempt,
-    max_attempts, not_before, priority, run_key, env, settings, created_at, finished_at)
+    max_attempts, not_before, priority, run_key, env, settings, created_at, finished_at,
+    job_revision)
 VALUES {values}
 ON CONFLICT (job_id, scheduled_for) DO NOTHING
 RETURNING id, job_id, scheduled_for
 """
-INSERT_RUNS_ROW = "(?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, '{}', ?, ?, ?)"
-INSERT_RUNS_ROW_PARAMS = 12
+INSERT_RUNS_ROW = "(?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, '{}', ?, ?, ?, ?)"
+INSERT_RUNS_ROW_PARAMS = 13
 REPLACE_LEASED = "UPDATE runs SET cancel_requested = 1 WHERE job_id = ? AND state = 'leased'"
 # keyed/manual runs and the rows this same turn inserts stay
 REPLACE_WAITING = """

@@ -1,0 +1,66 @@
+"""Applying a job file (SPEC §15): the text, the jobs as stored, and the plan that makes
+them match, for ``apply``, ``edit -e``, ``rollback`` and the dashboard's editor.
+
+:func:`plan_text` reads and validates the whole file first, so a file with any error
+changes nothing; the store then applies the plan in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from . import jobfile, specs, triggers
+from .errors import UsageError
+from .jobfile import ApplyPlan, FileErrors, Problem
+
+if TYPE_CHECKING:
+    from .store import CommandStore
+
+
+def plan_text(
+    store: CommandStore,
+    text: str,
+    now: datetime,
+    *,
+    prune: bool = False,
+    scope: Sequence[str] | None = None,
+) -> ApplyPlan:
+    """What applying ``text`` to the store's jobs would do. Raises FileErrors listing
+    every problem of the file (each with its line where it has one), and the start
+    settings ``add`` checks (``cwd``, ``shell``) of each job it adds or changes."""
+    jobs = store.list_jobs()
+    parsed = jobfile.parse_text(text, now, {j.name: j for j in jobs})
+    if parsed.problems:
+        raise FileErrors(parsed.problems)
+    plan = jobfile.plan_apply(parsed.jobs, jobs, prune=prune, scope=scope)
+    problems = []
+    touched = [d.spec for d in plan.added] + [c.new.spec for c in plan.changed]
+    for spec in touched:
+        try:
+            specs.check_start_settings(spec.cwd, spec.shell)
+        except UsageError as e:
+            problems.append(Problem(None, f"job {spec.name}: {e}"))
+    if problems:
+        raise FileErrors(problems)
+    return plan
+
+
+def warnings(plan: ApplyPlan) -> list[str]:
+    """What ``add`` would warn about the jobs the plan adds or changes (a cron
+    expression that never fires, a path that cannot be checked now)."""
+    out = []
+    for spec in [d.spec for d in plan.added] + [c.new.spec for c in plan.changed]:
+        out += [f"job {spec.name}: {w}" for w in specs.trigger_warnings(spec.trigger)]
+        out += [f"job {spec.name}: {w}" for w in specs.check_start_settings(spec.cwd, spec.shell)]
+    return out
+
+
+def apply_plan(store: CommandStore, plan: ApplyPlan, now: datetime, *, source: str) -> None:
+    """Write the plan in one transaction (nothing for an empty one)."""
+    if plan.empty():
+        return
+    next_runs = {d.spec.name: triggers.next_fire(d.spec.trigger, now) for d in plan.added}
+    next_runs |= {c.job.name: triggers.next_fire(c.new.spec.trigger, now) for c in plan.changed}
+    store.apply_plan(plan, next_runs, now, source=source)
