@@ -87,6 +87,37 @@ EVERY_JOB: list[list[str]] = [
     ["reboot", "--cron", "@reboot", "--env", "A=1", "--env", "B=two words"],
     ["manual", "--manual", "--lock", "db", "--lock", "host:example.org"],
     ["manual-forbid", "--manual", "--overlap", "forbid", "--paused"],
+    ["after-ok", "--after", "cron-berlin", "--overlap", "queue"],
+    ["after-states", "--after", "rate:succeeded,dead", "--deadline", "10m"],
+    [
+        "policies",
+        "--every",
+        "1h",
+        "--overlap",
+        "allow",
+        "--max-running",
+        "3",
+        "--pause-after-failures",
+        "4",
+        "--ok-exit",
+        "24,3",
+        "--no-retry-exit",
+        "75",
+    ],
+    [
+        "limits",
+        "--manual",
+        "--nice",
+        "10",
+        "--io-class",
+        "idle",
+        "--memory-max",
+        "512M",
+        "--cpu-max",
+        "1m",
+        "--files-max",
+        "256",
+    ],
     [
         "settings",
         "--cron",
@@ -159,6 +190,24 @@ def test_export_writes_only_what_differs_from_the_defaults(jobctl: Any) -> None:
     assert jobs["reboot"]["reboot"] is True
     assert jobs["reboot"]["env"] == {"A": "1", "B": "two words"}
     assert jobs["settings"]["stdin"] == "line one\nline two"
+    # run policies and limits (SPEC §14, §16)
+    assert jobs["after-ok"]["after"] == "cron-berlin"
+    assert jobs["after-ok"]["overlap"] == "queue"
+    assert (jobs["after-states"]["after"], jobs["after-states"]["deadline"]) == (
+        "rate:succeeded,dead",
+        "10m",
+    )
+    policies = jobs["policies"]
+    assert (policies["overlap"], policies["max_running"]) == ("allow", 3)
+    assert (policies["ok_exit"], policies["no_retry_exit"]) == ([3, 24], [75])
+    assert policies["pause_after_failures"] == 4
+    assert {k: v for k, v in jobs["limits"].items() if k not in ("manual", "command")} == {
+        "nice": 10,
+        "io_class": "idle",
+        "memory_max": "512M",
+        "cpu_max": "1m",
+        "files_max": 256,
+    }
     assert "shell" not in jobs["settings"]  # /bin/sh is the default
     # keys in the order of the field table, whatever order the flags came in
     order = [f.key for f in jobfile.FIELDS]
@@ -233,6 +282,11 @@ def test_every_error_is_listed_with_its_line() -> None:
         ('[jobs."bad name"]\nmanual = true\ncommand = "x"\n', 1, "invalid job name"),
         ('other = 1\n[jobs.a]\nmanual = true\ncommand = "x"\n', 1, "unknown key 'other'"),
         ("jobs = 3\n", 1, "jobs must be a table"),
+        ('[jobs.a]\nreboot = true\ncommand = "x"\nmax_running = 2\n', 1, "--max-running goes"),
+        ('[jobs.a]\nmanual = true\ncommand = "x"\nok_exit = [true]\n', 4, "exit codes"),
+        ('[jobs.a]\nmanual = true\ncommand = "x"\nok_exit = [300]\n', 4, "ok-exit"),
+        ('[jobs.a]\nmanual = true\ncommand = "x"\nmemory_max = "12"\n', 4, "memory_max"),
+        ('[jobs.a]\nafter = "b:sometimes"\ncommand = "x"\n', 2, "after"),
         ('{"jobs": {"a": {"manual": true}}', 1, "invalid JSON"),
     ],
 )
@@ -483,6 +537,18 @@ def test_apply_with_errors_applies_nothing_and_lists_them_all(jobctl: Any, tmp_p
     assert bad_toml.exit_code == 2 and "Error: line 2: invalid TOML" in bad_toml.stderr
     missing = jobctl("apply", str(tmp_path / "nope.toml"), ok=False)
     assert missing.exit_code == 2 and missing.stderr.startswith("Error: cannot read")
+
+
+def test_apply_checks_after_jobs_across_the_file(jobctl: Any) -> None:
+    jobctl("add", "up", "--manual", "--", "true")
+    cycle = '[jobs.a]\nafter = "b"\ncommand = "x"\n[jobs.b]\nafter = "a"\ncommand = "x"\n'
+    result = jobctl("apply", "-", stdin=cycle, ok=False)
+    assert result.exit_code == 2 and "cycle" in result.stderr
+    missing = jobctl("apply", "-", stdin='[jobs.a]\nafter = "nope"\ncommand = "x"\n', ok=False)
+    assert missing.exit_code == 2 and "no job named 'nope'" in missing.stderr
+    # an upstream job the same file adds is fine
+    ok = '[jobs.a]\nafter = "b"\ncommand = "x"\n[jobs.b]\nafter = "up"\ncommand = "x"\n'
+    assert jobctl("apply", "-", stdin=ok).stdout == "+ a\n+ b\n"
 
 
 def test_apply_prune_is_refused_while_a_removed_job_runs(jobctl: Any) -> None:

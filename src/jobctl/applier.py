@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from . import jobfile, specs, triggers
 from .errors import UsageError
 from .jobfile import ApplyPlan, FileErrors, Problem
+from .models import Job, JobSpec, JobState
 
 if TYPE_CHECKING:
     from .store import CommandStore
@@ -37,14 +38,23 @@ def plan_text(
     plan = jobfile.plan_apply(parsed.jobs, jobs, prune=prune, scope=scope)
     problems = []
     touched = [d.spec for d in plan.added] + [c.new.spec for c in plan.changed]
+    # the jobs as they would be: --after jobs follow one of them, and make no cycle
+    gone = {j.name for j in plan.removed} | {spec.name for spec in touched}
+    after = [j for j in jobs if j.name not in gone] + [_as_job(spec, now) for spec in touched]
     for spec in touched:
         try:
             specs.check_start_settings(spec.cwd, spec.shell)
+            specs.check_after(spec.name, spec.trigger, after)
         except UsageError as e:
             problems.append(Problem(None, f"job {spec.name}: {e}"))
     if problems:
         raise FileErrors(problems)
     return plan
+
+
+def _as_job(spec: JobSpec, now: datetime) -> Job:
+    """A job of the file as it would be stored, for the checks across jobs."""
+    return Job(0, spec, JobState.ACTIVE, now, None, 0, None)
 
 
 def warnings(plan: ApplyPlan) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from . import durations, specs, zones
 from .errors import JobctlError, UsageError
-from .models import Job, JobSpec, JobState, Overlap, Trigger, TriggerKind
+from .models import Job, JobSpec, JobState, Limits, Overlap, Trigger, TriggerKind
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Definition:
 ALWAYS = object()
 
 #: how a file's value is checked, and what it becomes for ``policy_changes``
-KINDS = ("str", "int", "bool", "duration", "time", "env", "strings")
+KINDS = ("str", "int", "bool", "duration", "time", "env", "strings", "codes")
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,14 @@ def _trigger_value(
 
 def _duration(seconds: float | None) -> str | None:
     return None if seconds is None else durations.format_duration(seconds)
+
+
+def _value(choice: Any) -> Any:
+    return None if choice is None else choice.value
+
+
+def _size(size: int | None) -> str | None:
+    return None if size is None else specs.format_size(size)
 
 
 def _local_iso(instant: datetime | None, tz: str) -> str | None:
@@ -128,6 +136,7 @@ FIELDS: tuple[Field, ...] = (
     ),
     Field("manual", "bool", _trigger_value(TriggerKind.MANUAL, lambda t: True), None, None, True),
     Field("reboot", "bool", _trigger_value(TriggerKind.REBOOT, lambda t: True), None, None, True),
+    Field("after", "str", _trigger_value(TriggerKind.AFTER, lambda t: t.expr), None, None, True),
     Field(
         "after_completion",
         "bool",
@@ -171,6 +180,18 @@ FIELDS: tuple[Field, ...] = (
     Field("on_failure", "str", lambda d: d.spec.on_failure),
     Field("stdin", "str", lambda d: d.spec.stdin),
     Field("locks", "strings", lambda d: list(d.spec.locks), [], "lock"),
+    # run policies (SPEC §14)
+    Field("deadline", "duration", lambda d: _duration(d.spec.deadline_seconds)),
+    Field("pause_after_failures", "int", lambda d: d.spec.pause_after_failures),
+    Field("max_running", "int", lambda d: d.spec.max_running),
+    Field("ok_exit", "codes", lambda d: list(d.spec.ok_exit), []),
+    Field("no_retry_exit", "codes", lambda d: list(d.spec.no_retry_exit), []),
+    # limits (SPEC §16)
+    Field("nice", "int", lambda d: d.spec.limits.nice),
+    Field("io_class", "str", lambda d: _value(d.spec.limits.io_class)),
+    Field("memory_max", "str", lambda d: _size(d.spec.limits.memory_max)),
+    Field("cpu_max", "duration", lambda d: _duration(d.spec.limits.cpu_max_seconds)),
+    Field("files_max", "int", lambda d: d.spec.limits.files_max),
     # the job's state
     Field("paused", "bool", lambda d: d.paused, False, None),
 )
@@ -397,6 +418,14 @@ def _checked(f: Field, value: Any) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise UsageError("must be an array of strings")
         return value
+    if kind == "codes":
+        if isinstance(value, str):
+            return value
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            raise UsageError("must be an array of exit codes")
+        return ",".join(str(v) for v in value)
     raise AssertionError(f"unknown kind {kind}")
 
 
@@ -430,7 +459,11 @@ def _definition(
         if opt is None:
             continue
         try:
-            changes.update(specs.policy_changes({opt: value}))
+            for field_name, field_value in specs.policy_changes({opt: value}).items():
+                if field_name == "limits":  # one dict of the Limits fields given
+                    changes.setdefault("limits", {}).update(field_value)
+                else:
+                    changes[field_name] = field_value
         except JobctlError as e:
             problem(key, str(e))
     command: str | None = None
@@ -450,9 +483,11 @@ def _definition(
         return None
     if trigger.kind is TriggerKind.MANUAL:
         changes.setdefault("overlap", Overlap.ALLOW)
+    if "limits" in changes:
+        changes["limits"] = Limits(**changes["limits"])
     try:
-        spec = JobSpec(name=name, trigger=trigger, command=command, **changes)
-    except TypeError as e:  # pragma: no cover - a field of the table JobSpec lacks
+        spec = specs.check_policies(JobSpec(name=name, trigger=trigger, command=command, **changes))
+    except UsageError as e:
         problem(None, str(e))
         return None
     return Definition(spec, bool(given.get("paused", False)))
@@ -497,6 +532,8 @@ def _trigger(
             return specs.build_trigger(specs.TriggerOptions(cron="@reboot", tz=tz), now)
         if kind == "manual":
             return specs.build_trigger(specs.TriggerOptions(manual=True, tz=tz), now)
+        if kind == "after":
+            return specs.build_trigger(specs.TriggerOptions(after=value, tz=tz), now)
     except UsageError as e:
         raise _KeyProblem(kind, str(e)) from None
     if kind == "every":
