@@ -183,7 +183,7 @@ def test_not_found_is_exit_1(jobctl: Jobctl, args: list[str]) -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["logs", "abc"],
+        ["logs", "not a name"],  # neither a run id nor a job name (SPEC §13)
         ["logs", "1", "--attempt", "x"],
         ["runs", "--state", "bogus"],
         ["runs", "--limit", "0"],

@@ -30,6 +30,7 @@ LAYERS = {
     "worker": 6,
     "service": 6,
     "scheduler": 7,
+    "retention": 7,
     "executor": 7,
     "output": 7,
     "importer": 7,
@@ -39,7 +40,7 @@ LAYERS = {
     "cli": 9,
 }
 #: the daemon's roles: driven by the loop, never importing each other
-ROLES = {"scheduler", "executor"}
+ROLES = {"scheduler", "executor", "retention"}
 
 # inside the store: values and named statements first, then the shared logic over a
 # dialect, then the protocols; each backend's modules, one idea each
@@ -49,6 +50,7 @@ STORE_LAYERS = {
     "rows": 1,
     "dialect": 1,
     "transfer": 2,
+    "retention": 2,
     "commands": 3,
     "dashboard": 3,
     "protocol": 4,

@@ -24,6 +24,8 @@ ROUTES = [
     ("POST", "/v1/jobs/x/pause"),
     ("POST", "/v1/jobs/x/resume"),
     ("POST", "/v1/jobs/x/runs"),
+    ("POST", "/v1/jobs/x/backfill"),
+    ("GET", "/v1/jobs/x/coverage"),
     ("GET", "/v1/runs"),
     ("GET", "/v1/runs/1"),
     ("GET", "/v1/runs/1/logs"),

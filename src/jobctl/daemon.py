@@ -32,6 +32,7 @@ from .clock import Clock, SystemClock
 from .errors import JobctlError, StoreError
 from .executor import Executor, ExecutorConfig, Ready
 from .reaper import StrayReaper
+from .retention import RETENTION_SLACK_SECONDS, Retention
 from .store import DaemonStore
 from .worker import mark_inherited_fds_cloexec
 
@@ -218,6 +219,7 @@ class Daemon:
         self.scheduler = Scheduler(
             store, log=self.log, rng=rng, boot_id=self.boot_id, lease_seconds=config.lease_seconds
         )
+        self.retention = Retention(store, log=self.log)
         self.executor = Executor(
             store,
             ExecutorConfig(
@@ -383,6 +385,7 @@ class Daemon:
                     self.store.release_leader(self.id)
                 except StoreError as e:
                     self.log(f"cannot release the scheduler lease: {e}")
+            self.retention.on_renewal(False)
         if (
             self.phase is Phase.DRAINING
             and self.kill_deadline is not None
@@ -406,6 +409,8 @@ class Daemon:
         if self.phase is Phase.DRAINING and self.kill_deadline is not None:
             timeout = min(timeout, max(self.kill_deadline - mono, 0.0))
         timeout = min(timeout, MAX_SLEEP_SECONDS)
+        if running:
+            timeout = self._retain(now, mono, timeout)
         # the timeout was reckoned from the turn's start: what the turn did since, and the
         # upkeep below (a checkpoint fsyncs), come off it, or the loop would wake that late
         wake_at = mono + timeout
@@ -435,6 +440,20 @@ class Daemon:
             # the ends of this wake-up, and the claims for the workers they freed, in
             # one transaction
             self.executor.end_batch(woke, woke_mono, claim=self.phase is Phase.RUNNING)
+
+    def _retain(self, now: datetime, mono: float, timeout: float) -> float:
+        """Retention's turn (SPEC §13): a step only when nothing else is due for
+        RETENTION_SLACK_SECONDS, so no claim or window waits behind it; returns the sleep
+        left (none while a pass has more to delete: the next turn comes first)."""
+        if timeout < RETENTION_SLACK_SECONDS:
+            return timeout
+        try:
+            self.retention.turn(now, mono)
+        except StoreError as e:
+            self.log(f"retention failed: {e}")
+            self.retention.fail(mono)
+        wait = self.retention.next_wake(mono)
+        return timeout if wait is None else min(timeout, wait)
 
     def _stray_callback(self, fd: int) -> Ready:
         def on_exit(now: datetime, mono: float) -> None:
@@ -482,6 +501,7 @@ class Daemon:
         self.executor.on_cancel(renewal.cancel, mono)
         self.executor.wake()
         self.scheduler.on_renewal(renewal.leader, now)
+        self.retention.on_renewal(renewal.leader)
         if not renewal.leader and self.phase is Phase.RUNNING:
             # try again right when the holder's lease runs out: failover within one lease
             try:

@@ -134,3 +134,21 @@ def parse_relative(text: str, now: datetime) -> datetime:
     if isinstance(s, str) and s.startswith("+"):
         s = s[1:]
     return (now + timedelta(seconds=parse_duration(s))).astimezone(UTC)
+
+
+def parse_since(text: str, tz: str, now: datetime) -> datetime:
+    """``--since D|TIME`` (and the API's ``since``): a DURATION back from ``now``
+    (``2h``: two hours ago) or an absolute time as :func:`parse_time` reads it (naive in
+    zone ``tz``), as aware UTC. Raises UsageError naming both forms."""
+    s = text.strip() if isinstance(text, str) else ""
+    if s and s[0].isdigit() and not (len(s) >= 5 and s[:4].isdigit() and s[4] == "-"):
+        try:
+            return now.astimezone(UTC) - timedelta(seconds=parse_duration(s))
+        except UsageError:
+            pass
+    try:
+        return parse_time(s, tz, now)
+    except UsageError:
+        raise UsageError(
+            f"invalid --since {text!r}: use a DURATION (2h, 3d) or a time (2026-12-01T08:00)"
+        ) from None

@@ -192,6 +192,9 @@ FIELDS: tuple[Field, ...] = (
     Field("memory_max", "str", lambda d: _size(d.spec.limits.memory_max)),
     Field("cpu_max", "duration", lambda d: _duration(d.spec.limits.cpu_max_seconds)),
     Field("files_max", "int", lambda d: d.spec.limits.files_max),
+    # retention (SPEC §13)
+    Field("keep_runs", "int", lambda d: d.spec.keep_runs, _spec_default("keep_runs")),
+    Field("keep_for", "duration", lambda d: _duration(d.spec.keep_for_seconds)),
     # the job's state
     Field("paused", "bool", lambda d: d.paused, False, None),
 )

@@ -15,7 +15,17 @@ from typing import Any
 
 from .clock import iso
 from .durations import format_duration
-from .models import Attempt, DaemonInfo, Job, Limits, Run, RunState, TriggerKind, Waiting
+from .models import (
+    Attempt,
+    Coverage,
+    DaemonInfo,
+    Job,
+    Limits,
+    Run,
+    RunState,
+    TriggerKind,
+    Waiting,
+)
 
 # ---------------------------------------------------------------------- JSON
 
@@ -102,6 +112,8 @@ def job_json(job: Job, last_run: Run | None) -> dict[str, Any]:
         "ok_exit": list(s.ok_exit),
         "no_retry_exit": list(s.no_retry_exit),
         "limits": s.limits.to_dict(),
+        "keep_runs": s.keep_runs,
+        "keep_for": s.keep_for_seconds,
         "next_run_at": iso(job.next_run_at),
         "missed_total": job.missed_total,
         "last_run": run_json(last_run) if last_run else None,
@@ -336,6 +348,7 @@ def print_job(job: Job, runs: Sequence[Run]) -> None:
         ("stdin", s.stdin if s.stdin is not None else "-"),
         ("on failure", s.on_failure or "-"),
         ("locks", ", ".join(s.locks) or "-"),
+        ("keeps", keep_text(s.keep_runs, s.keep_for_seconds)),
         ("missed", str(job.missed_total)),
     ]
     fields[4:5] = [("state", job.state.value + _paused_by(job))]
@@ -381,6 +394,66 @@ def limits_text(limits: Limits) -> str:
     if limits.files_max is not None:
         parts.append(f"files {limits.files_max}")
     return ", ".join(parts)
+
+
+def keep_text(keep_runs: int, keep_for_seconds: float | None) -> str:
+    """``1000 finished runs``, ``100 finished runs, at most 7d``."""
+    from .durations import format_duration
+
+    text = f"{keep_runs} finished run{'' if keep_runs == 1 else 's'}"
+    return text + (f", at most {format_duration(keep_for_seconds)}" if keep_for_seconds else "")
+
+
+def backfill_json(created: Sequence[Any], requeued: Sequence[int], left: int) -> dict[str, Any]:
+    """``backfill --json``: the ids of the runs created and requeued, the windows left
+    alone (with ``--dry-run``, ``created`` holds the windows that would get a run)."""
+    return {
+        "created": [iso(c) if isinstance(c, datetime) else c for c in created],
+        "requeued": list(requeued),
+        "left": left,
+    }
+
+
+def backfill_line(name: str, created: int, requeued: int, left: int) -> str:
+    return f"backfill {name}: {created} created, {requeued} requeued, {left} left alone"
+
+
+def coverage_json(entries: Sequence[Coverage]) -> list[dict[str, Any]]:
+    return [
+        {
+            "scheduled_for": iso(e.scheduled_for),
+            "state": e.state.value if e.state is not None else "none",
+            "run_id": e.run_id,
+            "skip_reason": e.skip_reason.value if e.skip_reason is not None else None,
+        }
+        for e in entries
+    ]
+
+
+def coverage_summary(entries: Sequence[Coverage]) -> str:
+    """``24 windows: 22 succeeded, 1 dead, 1 none``: states in their usual order, none last."""
+    counts: dict[str, int] = {}
+    for e in entries:
+        key = e.state.value if e.state is not None else "none"
+        counts[key] = counts.get(key, 0) + 1
+    order = [s.value for s in RunState] + ["none"]
+    parts = [f"{counts[k]} {k}" for k in order if k in counts]
+    n = len(entries)
+    return f"{n} window{'' if n == 1 else 's'}" + (": " + ", ".join(parts) if parts else "")
+
+
+def print_coverage(entries: Sequence[Coverage], zone: str) -> None:
+    """One line a window (its time in the job's zone, the state, the run), then the summary."""
+    rows = []
+    for e in entries:
+        state = e.state.value if e.state is not None else "none"
+        if e.skip_reason is not None:
+            state += f" ({e.skip_reason.value})"
+        run = f"run {e.run_id}" if e.run_id is not None else "-"
+        rows.append((local_time(e.scheduled_for, zone), state, run))
+    if rows:
+        _table(["WINDOW", "STATE", "RUN"], rows)
+    print_lines([coverage_summary(entries)])
 
 
 def print_status(

@@ -15,9 +15,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import cronexpr, durations, zones
+from .clock import iso
 from .errors import UsageError
 from .models import (
     AFTER_STATES,
+    MAX_HISTORY_WINDOWS,
     NAME_RE,
     Catchup,
     IoClass,
@@ -454,6 +456,10 @@ def policy_changes(p: dict[str, Any]) -> dict[str, Any]:
     limits = limit_changes(p)
     if limits:
         out["limits"] = limits
+    if p.get("keep_runs") is not None:
+        out["keep_runs"] = _nonneg_int(p["keep_runs"], "--keep-runs")
+    if p.get("keep_for") is not None:
+        out["keep_for_seconds"] = durations.parse_duration(p["keep_for"])
     return out
 
 
@@ -571,3 +577,41 @@ def check_run_key(key: str) -> str:
     if not key or len(key) > 1024:
         raise UsageError("invalid --key: 1 to 1024 characters")
     return key
+
+
+# ---------------------------------------------------------------------- backfill and coverage
+
+#: how many windows ``coverage`` shows when no range is given (SPEC §13)
+DEFAULT_COVERAGE_WINDOWS = 24
+
+
+def backfill_windows(job: Job, start: str, end: str, now: datetime) -> list[datetime]:
+    """``backfill NAME --from TIME --to TIME``: the job's windows in ``[from, to)``, oldest
+    first, with ``to`` at most ``now`` (times read in the job's zone). Raises UsageError
+    for a trigger without listable windows, a range in the future or more than
+    ``MAX_HISTORY_WINDOWS`` windows (naming the count)."""
+    from .triggers import windows_between
+
+    tz = job.trigger.tz
+    lo = durations.parse_time(check_text(start, "--from"), tz, now)
+    hi = durations.parse_time(check_text(end, "--to"), tz, now)
+    if hi > now:
+        raise UsageError(
+            f"backfill: --to {iso(hi)} is in the future; windows to come run by themselves"
+        )
+    return windows_between(job.trigger, lo, hi, MAX_HISTORY_WINDOWS)
+
+
+def coverage_windows(job: Job, start: str | None, end: str | None, now: datetime) -> list[datetime]:
+    """``coverage NAME [--from TIME] [--to TIME]``: the windows of ``[from, to)``, oldest
+    first; ``to`` defaults to now; without ``--from``, the last
+    :data:`DEFAULT_COVERAGE_WINDOWS` windows before ``to``. At most
+    ``MAX_HISTORY_WINDOWS``. Raises UsageError as :func:`backfill_windows`."""
+    from .triggers import windows_before, windows_between
+
+    tz = job.trigger.tz
+    hi = durations.parse_time(check_text(end, "--to"), tz, now) if end is not None else now
+    if start is None:
+        return windows_before(job.trigger, hi, DEFAULT_COVERAGE_WINDOWS)
+    lo = durations.parse_time(check_text(start, "--from"), tz, now)
+    return windows_between(job.trigger, lo, hi, MAX_HISTORY_WINDOWS, "coverage")

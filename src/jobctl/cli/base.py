@@ -355,6 +355,17 @@ def policy_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="CPU time a process of the attempt may use; then it fails with cpu limit.",
         ),
         click.option("--files-max", type=INT64, metavar="N", help="Open files a process may hold."),
+        click.option(
+            "--keep-runs",
+            type=INT64,
+            metavar="N",
+            help="Keep the N most recent finished runs; older ones are deleted (default 1000).",
+        ),
+        click.option(
+            "--keep-for",
+            metavar="DURATION",
+            help="Delete finished runs whose window is older than DURATION (default: no limit).",
+        ),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -387,6 +398,8 @@ POLICY_KEYS = (
     "memory_max",
     "cpu_max",
     "files_max",
+    "keep_runs",
+    "keep_for",
 )
 TRIGGER_KEYS = (
     "cron",

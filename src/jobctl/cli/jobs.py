@@ -133,15 +133,23 @@ def edit(
 
 
 @cli.command("list")
+@click.option(
+    "--failing",
+    is_flag=True,
+    help="Only jobs whose last finished run is dead or whose last attempt failed.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of jobs.")
 @pass_ctx
-def list_(obj: Ctx, as_json: bool) -> None:
+def list_(obj: Ctx, failing: bool, as_json: bool) -> None:
     """Jobs: name, schedule, next run, last run state, state."""
     from .. import output
 
     store = obj.reader()
     jobs = store.list_jobs()
     last = store.last_runs()
+    if failing:
+        ids = store.failing_jobs()
+        jobs = [j for j in jobs if j.id in ids]
     if as_json:
         output.print_json([output.job_json(j, last.get(j.id)) for j in jobs])
     else:

@@ -34,13 +34,23 @@ if TYPE_CHECKING:
 @click.option(
     "--state", metavar="STATE", shell_complete=complete_states, help="Only runs in this state."
 )
+@click.option(
+    "--since",
+    metavar="D|TIME",
+    help="Only runs whose window is at or after TIME, or DURATION ago (2h, 3d).",
+)
 @click.option("--limit", type=int64(1), default=20, show_default=True, help="At most N runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of runs.")
 @pass_ctx
-def runs(obj: Ctx, name: str | None, state: str | None, limit: int, as_json: bool) -> None:
+def runs(
+    obj: Ctx, name: str | None, state: str | None, since: str | None, limit: int, as_json: bool
+) -> None:
     """Runs, newest first."""
-    from .. import output
+    from .. import output, zones
+    from ..durations import parse_since
     from ..models import RunState
+
+    after = parse_since(since, zones.local_zone_name(), obj.now()) if since else None
 
     st = None
     if state is not None:
@@ -50,7 +60,7 @@ def runs(obj: Ctx, name: str | None, state: str | None, limit: int, as_json: boo
             raise UsageError(
                 f"invalid --state {state!r}: use " + "|".join(s.value for s in RunState)
             ) from None
-    rows = obj.reader().list_runs(name, st, limit)
+    rows = obj.reader().list_runs(name, st, limit, since=after)
     if as_json:
         output.print_json([output.run_json(r) for r in rows])
     else:
@@ -58,7 +68,7 @@ def runs(obj: Ctx, name: str | None, state: str | None, limit: int, as_json: boo
 
 
 @cli.command()
-@click.argument("run_id", type=int64(0), shell_complete=_complete_runs)
+@click.argument("target", metavar="RUN_ID|NAME", shell_complete=_complete_runs)
 @click.option("--attempt", type=INT64, metavar="K", help="Which attempt (default: the last).")
 @click.option(
     "-f",
@@ -68,8 +78,11 @@ def runs(obj: Ctx, name: str | None, state: str | None, limit: int, as_json: boo
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the attempt with its output as JSON.")
 @pass_ctx
-def logs(obj: Ctx, run_id: int, attempt: int | None, follow: bool, as_json: bool) -> None:
+def logs(obj: Ctx, target: str, attempt: int | None, follow: bool, as_json: bool) -> None:
     """The captured output (last 64 KiB of stdout+stderr) of an attempt.
+
+    RUN_ID is a run's id (only digits); NAME a job, whose most recent run that has an
+    attempt is shown.
 
     With --follow it prints what is stored, then new output within 2 s of the command
     writing it; before each new attempt a line `--- attempt K ---` goes to stderr; it exits
@@ -78,9 +91,10 @@ def logs(obj: Ctx, run_id: int, attempt: int | None, follow: bool, as_json: bool
     """
     from .. import output
 
+    if follow and as_json:
+        raise UsageError("--follow and --json cannot be combined")
+    run_id = _run_of(obj.reader(), target)
     if follow:
-        if as_json:
-            raise UsageError("--follow and --json cannot be combined")
         _follow_logs(obj.reader(), run_id, attempt)
         return
     att, data = obj.reader().get_output(run_id, attempt)
@@ -333,6 +347,16 @@ def _status_text(store: CommandStore, run: Run, obj: Ctx, elapsed: float) -> str
             parts.append(f"waiting: {waiting.reason.value}")
     parts.append(output.human_duration(elapsed))
     return " · ".join(parts)
+
+
+def _run_of(store: CommandStore, target: str) -> int:
+    """``logs RUN_ID|NAME``: digits are a run id; a name is its job's most recent run that
+    has an attempt (SPEC §13). Raises NotFound, UsageError."""
+    from ..specs import check_int, check_name
+
+    if target.isdigit():
+        return check_int(int(target), "run id", 0)
+    return store.last_attempted_run(check_name(target)).id
 
 
 def _run_ids(targets: tuple[str, ...]) -> list[int]:

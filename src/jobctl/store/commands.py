@@ -42,7 +42,11 @@ from .rows import (
     settings_json,
     spec_columns,
 )
-from .values import CopiedJob, DbInfo, Revision, Status
+from .values import Backfilled, BackfillFn, CopiedJob, DbInfo, Revision, Status
+
+#: the upper bounds (seconds) of the duration histogram's buckets, fixed by the schema's
+#: duration_tallies (bucket i counts attempts at most bound i, and above the one before)
+DURATION_BUCKET_BOUNDS_SECONDS = (0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 14400)
 
 # ------------------------------------------------------------------ shared helpers
 
@@ -236,7 +240,7 @@ class Commands:
 
     def last_runs(self, job_ids: Sequence[int] | None = None) -> dict[int, Run]:
         ids = None if job_ids is None else sorted(set(job_ids))
-        only = "" if ids is None else f"AND job_id IN ({self.db.marks(len(ids))})"
+        only = "" if ids is None else f"WHERE jobs.id IN ({self.db.marks(len(ids))})"
         if ids == []:
             return {}
         out = {}
@@ -518,7 +522,12 @@ class Commands:
         return run_from_row(rows[0])
 
     def list_runs(
-        self, job_name: str | None = None, state: RunState | None = None, limit: int = 20
+        self,
+        job_name: str | None = None,
+        state: RunState | None = None,
+        limit: int = 20,
+        *,
+        since: datetime | None = None,
     ) -> list[Run]:
         mark = self.db.marks(1)
         where: list[str] = []
@@ -529,6 +538,9 @@ class Commands:
         if state is not None:
             where.append(f"runs.state = {mark}")
             params.append(state.value)
+        if since is not None:
+            where.append(f"runs.scheduled_for >= {mark}")
+            params.append(to_us(since))
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         params.append(limit)
         rows = self.db.read(self.q.list_runs.format(where=clause), params)
@@ -649,6 +661,59 @@ class Commands:
                 self.db.announce("run:retry")
             return [run_by_id(self.db, c, i) for i in ids]
 
+    def last_attempted_run(self, job_name: str) -> Run:
+        job_id = self.get_job(job_name).id
+        rows = self.db.read(self.q.last_attempted_run, (job_id,))
+        if not rows:
+            raise NotFound(f"job {job_name!r} has no run with an attempt yet")
+        return run_from_row(rows[0])
+
+    def failing_jobs(self) -> set[int]:
+        return {int(r["id"]) for r in self.db.read(self.q.failing_jobs)}
+
+    def window_runs(self, job_name: str, first: datetime, last: datetime) -> dict[datetime, Run]:
+        job_id = self.get_job(job_name).id
+        rows = self.db.read(self.q.window_runs, (job_id, to_us(first), to_us(last)))
+        return {run.scheduled_for: run for run in map(run_from_row, rows)}
+
+    def backfill(
+        self,
+        job_name: str,
+        windows: Sequence[datetime],
+        now: datetime,
+        plan: BackfillFn,
+        *,
+        dry_run: bool = False,
+    ) -> Backfilled:
+        with self.db.write() as c:
+            row = job_row(self.db, c, job_name, lock=True)
+            job = job_from_row(row)
+            runs: dict[datetime, tuple[int, RunState]] = {}
+            if windows:
+                span = (job.id, to_us(windows[0]), to_us(windows[-1]))
+                for r in c.execute(self.q.window_states, span).fetchall():
+                    runs[from_us(r["scheduled_for"])] = (int(r["id"]), RunState(r["state"]))
+            decided = plan(windows, runs)
+            if dry_run:
+                return Backfilled(decided, [], list(decided.requeue))
+            created: list[int] = []
+            for window in decided.create:
+                w = Window(window, RunState.PENDING, RunReason.BACKFILL, not_before=window)
+                run_id = insert_run(self.db, c, job, w, now)
+                if run_id is not None:  # else the scheduler recorded it meanwhile
+                    created.append(run_id)
+            requeued: list[int] = []
+            for run_id in decided.requeue:
+                attempts = job.spec.retries + 1
+                done = c.execute(self.q.requeue_backfill, (attempts, to_us(now), run_id))
+                if done.rowcount:
+                    requeued.append(run_id)
+                    for lock in job.spec.locks:  # a skipped row was recorded without them
+                        c.execute(self.q.insert_run_lock_once, (run_id, lock))
+            if created or requeued:
+                self.db.announce("run")
+            return Backfilled(decided, created, requeued)
+
     def prune(self, cutoff: datetime) -> int:
         with self.db.write() as c:
             return int(c.execute(self.q.prune, (to_us(cutoff),)).rowcount)
@@ -658,8 +723,8 @@ class Commands:
     def status(self, now: datetime) -> Status:
         daemons = self.live_daemons(now)
         counts = {s.value: 0 for s in RunState}
-        for r in self.db.read(self.q.counts_by_state):
-            counts[r["state"]] = int(r["n"])
+        for r in self.db.read(self.q.open_counts) + self.db.read(self.q.kept_counts):
+            counts[r["state"]] = int(r["n"] or 0)
         times = [
             self.db.read(self.q.next_window)[0]["t"],
             self.db.read(self.q.next_due_run)[0]["t"],
@@ -702,11 +767,12 @@ class Commands:
                 out[job["id"]] = [run_from_row(r) for r in rows]
         return out
 
-    def run_counts_by_job(self) -> list[tuple[str, int, str | None, int]]:
-        """(job name, its missed_total, run state or None, runs in that state) for every job
-        and each state it has runs in (a job without runs: one row, state None). One query."""
-        rows = self.db.read(self.q.run_counts_by_job)
-        return [(r["name"], int(r["missed_total"]), r["state"], int(r["n"])) for r in rows]
+    def run_counters(self) -> list[tuple[str, int, str | None, int]]:
+        """(job name, its missed_total, a finished state or None, runs that ever ended in
+        that state) for every job: the tallies kept apart from the rows (SPEC §13), which
+        neither retention nor ``prune`` lowers. One query."""
+        rows = self.db.read(self.q.run_counters)
+        return [(r["name"], int(r["missed_total"]), r["state"], int(r["ended"])) for r in rows]
 
     def run_costs_by_job(self) -> list[tuple[str, float | None, int | None]]:
         rows = self.db.read(self.q.run_costs_by_job)
@@ -719,23 +785,25 @@ class Commands:
         self, bounds_seconds: Sequence[float]
     ) -> list[tuple[str, list[int], int, float]]:
         """Per job with finished attempts: (job name, how many lasted at most each bound
-        (cumulative), how many in all, the sum of their seconds). One query."""
-        buckets = "".join(
-            f"SUM(CASE WHEN a.finished_at - a.started_at <= {int(b * 1_000_000)} "
-            f"THEN 1 ELSE 0 END) AS b{i}, "
-            for i, b in enumerate(bounds_seconds)
-        )
+        (cumulative), how many in all, the sum of their seconds), from the tallies kept
+        apart from the rows. ``bounds_seconds`` must be the schema's buckets
+        (:data:`DURATION_BUCKET_BOUNDS_SECONDS`); raises ValueError otherwise."""
+        if tuple(bounds_seconds) != DURATION_BUCKET_BOUNDS_SECONDS:
+            raise ValueError("the duration buckets are fixed by the schema")
         n = len(bounds_seconds)
-        rows = self.db.read(self.q.attempt_duration_histogram.format(buckets=buckets))
-        return [
-            (
-                r["name"],
-                [int(r[f"b{i}"] or 0) for i in range(n)],
-                int(r["n"]),
-                int(r["total"]) / 1e6,
-            )
-            for r in rows
-        ]
+        per_job: dict[str, tuple[list[int], int, int]] = {}
+        for r in self.db.read(self.q.duration_tallies):
+            counts, total, us = per_job.setdefault(r["name"], ([0] * (n + 1), 0, 0))
+            counts[int(r["bucket"])] += int(r["n"])
+            per_job[r["name"]] = (counts, total + int(r["n"]), us + int(r["us"]))
+        out = []
+        for name, (counts, total, us) in per_job.items():
+            cumulative, running = [], 0
+            for c in counts[:n]:
+                running += c
+                cumulative.append(running)
+            out.append((name, cumulative, total, us / 1e6))
+        return out
 
 
 __all__ = [

@@ -35,6 +35,8 @@ from ..models import (
     WaitFacts,
 )
 from .values import (
+    Backfilled,
+    BackfillFn,
     CopiedJob,
     DbInfo,
     ExpiredFn,
@@ -173,9 +175,48 @@ class CommandStore(Protocol):
     def get_run(self, run_id: int) -> Run: ...
 
     def list_runs(
-        self, job_name: str | None = None, state: RunState | None = None, limit: int = 20
+        self,
+        job_name: str | None = None,
+        state: RunState | None = None,
+        limit: int = 20,
+        *,
+        since: datetime | None = None,
     ) -> list[Run]:
-        """Runs, newest window first (then newest id)."""
+        """Runs, newest window first (then newest id); with ``since``, only windows at or
+        after it. Served by an index whatever the history's length (SPEC §13)."""
+        ...
+
+    def last_attempted_run(self, job_name: str) -> Run:
+        """``logs NAME``: the job's run of the newest window that has an attempt. Raises
+        NotFound (no such job, or no attempt yet)."""
+        ...
+
+    def failing_jobs(self) -> set[int]:
+        """``list --failing``: ids of jobs whose newest run among the succeeded and dead
+        ones is dead, or that have a run whose last attempt failed (a retry scheduled or
+        under way)."""
+        ...
+
+    def window_runs(self, job_name: str, first: datetime, last: datetime) -> dict[datetime, Run]:
+        """``coverage``: the job's runs whose window is in ``[first, last]``, by window.
+        Raises NotFound."""
+        ...
+
+    def backfill(
+        self,
+        job_name: str,
+        windows: Sequence[datetime],
+        now: datetime,
+        plan: BackfillFn,
+        *,
+        dry_run: bool = False,
+    ) -> Backfilled:
+        """``backfill``: in one transaction, read the job's runs of ``windows`` (oldest
+        first), let ``plan`` decide, then insert a ``pending`` run (reason ``backfill``,
+        the job's settings, locks and priority) for each window to create and make each
+        run to requeue ``pending`` again with attempts numbered on. A window the
+        scheduler records at the same moment keeps one row (the insert yields to it).
+        ``dry_run`` writes nothing. Raises NotFound."""
         ...
 
     def get_attempts(self, run_id: int) -> list[Attempt]:
@@ -260,8 +301,9 @@ class CommandStore(Protocol):
         """The ``per_job`` most recent runs of every job (skipped too), newest first."""
         ...
 
-    def run_counts_by_job(self) -> list[tuple[str, int, str | None, int]]:
-        """(job, its missed_total, state or None, count) for every job and state it has."""
+    def run_counters(self) -> list[tuple[str, int, str | None, int]]:
+        """(job, its missed_total, finished state or None, runs that ever ended in it) for
+        every job: counters that never go down (SPEC §13)."""
         ...
 
     def run_costs_by_job(self) -> list[tuple[str, float | None, int | None]]:
@@ -274,7 +316,7 @@ class CommandStore(Protocol):
         self, bounds_seconds: Sequence[float]
     ) -> list[tuple[str, list[int], int, float]]:
         """Per job: (name, cumulative counts at each bound, count, sum of seconds) of its
-        finished attempts."""
+        finished attempts ever, whatever was deleted since (SPEC §13)."""
         ...
 
 
@@ -383,6 +425,18 @@ class DaemonStore(Protocol):
     def idle_fixed_delay(self, job_ids: Sequence[int] | None) -> list[IdleFixedDelay]:
         """Fixed-delay jobs (of ``job_ids``, or all) that are active, have no open run and
         no next window: each moves on from when its last run ended."""
+        ...
+
+    def trim_history(
+        self, now: datetime, *, after_job_id: int, max_rows: int
+    ) -> tuple[int, int | None]:
+        """One retention transaction (SPEC §13): for jobs with id > ``after_job_id``, in id
+        order, delete finished runs (succeeded, dead, cancelled, skipped; never pending,
+        leased or failed), with their attempts and delivered notifications, beyond the
+        job's ``keep_runs`` most recent by window or whose window is older than
+        ``keep_for`` before ``now``; at most ``max_rows`` runs. Returns (runs deleted, the
+        job id to start the next step after, or None when the pass over the jobs is done).
+        The counters are not touched."""
         ...
 
     def set_next_run(self, job_id: int, next_run_at: datetime, now: datetime) -> bool:

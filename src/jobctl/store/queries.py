@@ -44,6 +44,7 @@ OVERLAP_GUARDED = "j.overlap IN ('forbid', 'replace', 'queue')"
 OVERLAP_HOLDERS = """
     FROM runs sib WHERE sib.job_id = runs.job_id AND sib.id <> runs.id AND sib.state = 'leased'
 """
+FINISHED = "('succeeded', 'dead', 'cancelled', 'skipped')"
 JOB_FREE = f"""NOT EXISTS (
         SELECT 1 FROM jobs j WHERE j.id = runs.job_id AND (
             {JOB_PAUSED}
@@ -81,16 +82,21 @@ class Queries:
     open_run_ids_of_job: str
     dead_ids_of_job: str
     dead_ids: str
-    counts_by_state: str
+    open_counts: str
+    kept_counts: str
     next_window: str
     next_due_run: str
     count_jobs: str
     count_runs: str
     live_daemons: str
     waiting: str
-    run_counts_by_job: str
     run_costs_by_job: str
-    attempt_duration_histogram: str
+    run_counters: str
+    duration_tallies: str
+    failing_jobs: str
+    last_attempted_run: str
+    window_runs: str
+    window_states: str
     # jobs
     insert_job: str
     update_job: str
@@ -110,7 +116,15 @@ class Queries:
     cancel_waiting_run: str
     request_cancel: str
     retry_dead: str
+    requeue_backfill: str
+    insert_run_lock_once: str
     prune: str
+    # retention (the scheduler-lease holder's, written once for both backends)
+    retention_candidates: str
+    nth_finished: str
+    trim_ids: str
+    trim_notifications: str
+    trim_runs: str
     # db copy
     insert_row: str
     # the dashboard (SPEC §17): jobctl.store.dashboard
@@ -149,11 +163,15 @@ LEFT JOIN attempts la ON la.run_id = runs.id AND la.attempt = runs.attempt
         jobs_all="SELECT * FROM jobs ORDER BY name",
         job_names="SELECT name FROM jobs ORDER BY name",
         job_ids="SELECT id FROM jobs ORDER BY id",
-        # {only}: "AND job_id IN (...)" or nothing
+        # {only}: "WHERE jobs.id IN (...)" or nothing. Per job, the newest window that
+        # was not skipped, walked down the UNIQUE (job_id, scheduled_for) index: a few
+        # rows a job, however long its history
         last_runs=run_select
         + """
 WHERE runs.id IN (
-    SELECT MAX(id) FROM runs WHERE state <> 'skipped' {only} GROUP BY job_id
+    SELECT (SELECT r.id FROM runs r WHERE r.job_id = jobs.id AND r.state <> 'skipped'
+            ORDER BY r.scheduled_for DESC LIMIT 1)
+    FROM jobs {only}
 )""",
         list_runs=run_select + " {where} ORDER BY runs.scheduled_for DESC, runs.id DESC LIMIT ?",
         # one job's newest runs, off the UNIQUE (job_id, scheduled_for) index
@@ -171,7 +189,12 @@ WHERE runs.id IN (
         dead_ids_of_job="SELECT id FROM runs WHERE job_id = ? AND state = 'dead' ORDER BY id"
         + d.for_update,
         dead_ids="SELECT id FROM runs WHERE state = 'dead' ORDER BY id" + d.for_update,
-        counts_by_state="SELECT state, COUNT(*) AS n FROM runs GROUP BY state",
+        # status's counts: the open runs off the (state, ...) indexes, the finished ones
+        # from the tallies (SPEC §13: no read counts every run)
+        open_counts="SELECT state, COUNT(*) AS n FROM runs "
+        "WHERE state IN ('pending', 'leased', 'failed') GROUP BY state",
+        kept_counts="SELECT t.state, SUM(t.kept) AS n FROM run_tallies t "
+        "JOIN jobs ON jobs.id = t.job_id GROUP BY t.state",
         next_window="SELECT MIN(next_run_at) AS t FROM jobs WHERE state = 'active'",
         next_due_run="SELECT MIN(not_before) AS t FROM runs WHERE state IN ('pending', 'failed')",
         count_jobs="SELECT COUNT(*) AS n FROM jobs",
@@ -197,9 +220,6 @@ SELECT runs.state, runs.not_before, j.name AS job_name,
 FROM runs JOIN jobs j ON j.id = runs.job_id
 WHERE runs.id = :run_id
 """,
-        run_counts_by_job="SELECT jobs.name, jobs.missed_total, c.state, COALESCE(c.n, 0) AS n "
-        "FROM jobs LEFT JOIN (SELECT job_id, state, COUNT(*) AS n FROM runs "
-        "GROUP BY job_id, state) c ON c.job_id = jobs.id ORDER BY jobs.name, c.state",
         # the CPU tallied apart from the rows (retention never lowers it), and the peak
         # memory of each job's last finished run, off the (job_id, state, scheduled_for)
         # index: no scan of a job's history
@@ -211,11 +231,34 @@ SELECT jobs.name,
         ORDER BY r.scheduled_for DESC LIMIT 1) ORDER BY a.attempt DESC LIMIT 1) AS max_rss
 FROM jobs ORDER BY jobs.name
 """,
-        # {buckets}: one "SUM(CASE WHEN duration <= US THEN 1 ELSE 0 END) AS bN," per bound
-        attempt_duration_histogram="SELECT jobs.name, {buckets} COUNT(*) AS n, "
-        "COALESCE(SUM(a.finished_at - a.started_at), 0) AS total FROM attempts a "
-        "JOIN runs ON runs.id = a.run_id JOIN jobs ON jobs.id = runs.job_id "
-        "WHERE a.finished_at IS NOT NULL GROUP BY jobs.id, jobs.name ORDER BY jobs.name",
+        run_counters="SELECT jobs.name, jobs.missed_total, t.state, "
+        "COALESCE(SUM(t.ended), 0) AS ended FROM jobs LEFT JOIN run_tallies t "
+        "ON t.job_id = jobs.id GROUP BY jobs.id, jobs.name, jobs.missed_total, t.state "
+        "ORDER BY jobs.name, t.state",
+        duration_tallies="SELECT jobs.name, t.bucket, SUM(t.n) AS n, SUM(t.us) AS us "
+        "FROM duration_tallies t JOIN jobs ON jobs.id = t.job_id "
+        "GROUP BY jobs.id, jobs.name, t.bucket ORDER BY jobs.name, t.bucket",
+        # list --failing: the newest of succeeded/dead is dead, or a retry is under way
+        failing_jobs="""
+SELECT jobs.id FROM jobs WHERE
+    COALESCE((SELECT MAX(r.scheduled_for) FROM runs r
+              WHERE r.job_id = jobs.id AND r.state = 'dead'), -1)
+    > COALESCE((SELECT MAX(r.scheduled_for) FROM runs r
+                WHERE r.job_id = jobs.id AND r.state = 'succeeded'), -1)
+    OR EXISTS (SELECT 1 FROM runs r WHERE r.job_id = jobs.id AND r.state = 'failed')
+    OR EXISTS (SELECT 1 FROM runs r WHERE r.job_id = jobs.id AND r.state = 'leased'
+               AND r.attempt > r.attempt_base + 1)
+""",
+        # logs NAME: the newest window of the job that has an attempt
+        last_attempted_run=run_select
+        + """
+WHERE runs.id = (SELECT r.id FROM runs r WHERE r.job_id = ? AND r.attempt > 0
+                 ORDER BY r.scheduled_for DESC LIMIT 1)""",
+        # coverage and backfill: a job's runs of the windows in [first, last]
+        window_runs=run_select
+        + " WHERE runs.job_id = ? AND runs.scheduled_for >= ? AND runs.scheduled_for <= ?",
+        window_states="SELECT id, scheduled_for, state FROM runs "
+        "WHERE job_id = ? AND scheduled_for >= ? AND scheduled_for <= ?" + d.for_update,
         insert_job="INSERT INTO jobs ({names}) VALUES ({marks}) RETURNING id",
         update_job="UPDATE jobs SET {sets} WHERE id = ?",
         pause_job="UPDATE jobs SET state = 'paused', paused_reason = 'user', next_run_at = NULL, "
@@ -260,10 +303,37 @@ UPDATE runs SET state = 'pending', attempt_base = attempt,
     cancel_requested = 0, hook_status = NULL
 WHERE id = ?
 """,
+        # backfill: a skipped or dead window's run pending again, attempts numbered on
+        requeue_backfill="""
+UPDATE runs SET state = 'pending', reason = 'backfill', skip_reason = NULL,
+    attempt_base = attempt, max_attempts = attempt + ?, not_before = ?, finished_at = NULL,
+    leased_by = NULL, lease_until = NULL, cancel_requested = 0, hook_status = NULL
+WHERE id = ? AND state IN ('skipped', 'dead')
+""",
+        insert_run_lock_once="INSERT INTO run_locks (run_id, name) VALUES (?, ?) "
+        "ON CONFLICT (run_id, name) DO NOTHING",
         prune="""
 DELETE FROM runs WHERE state IN ('succeeded', 'dead', 'cancelled', 'skipped')
 AND COALESCE(finished_at, scheduled_for) < ?
 """,
+        # jobs with finished runs beyond --keep-runs (by their tallies) or a --keep-for
+        retention_candidates="""
+SELECT jobs.id, jobs.keep_runs, jobs.keep_for_seconds,
+    (SELECT COALESCE(SUM(t.kept), 0) FROM run_tallies t WHERE t.job_id = jobs.id) AS kept
+FROM jobs WHERE jobs.id > ? AND (jobs.keep_for_seconds IS NOT NULL OR
+    (SELECT COALESCE(SUM(t.kept), 0) FROM run_tallies t WHERE t.job_id = jobs.id)
+    > jobs.keep_runs)
+ORDER BY jobs.id LIMIT ?
+""",
+        # the newest finished window beyond the N kept
+        nth_finished=f"SELECT scheduled_for FROM runs WHERE job_id = ? AND state IN {FINISHED} "
+        "ORDER BY scheduled_for DESC LIMIT 1 OFFSET ?",
+        trim_ids=f"SELECT id FROM runs WHERE job_id = ? AND state IN {FINISHED} "
+        "AND scheduled_for <= ? ORDER BY scheduled_for LIMIT ?",
+        # {marks}: the run ids; a notification still to deliver is kept
+        trim_notifications="DELETE FROM notifications WHERE run_id IN ({marks}) "
+        "AND state <> 'pending'",
+        trim_runs=f"DELETE FROM runs WHERE id IN ({{marks}}) AND state IN {FINISHED}",
         # {table}, {names}, {named}: a row of a copied database, by column name
         insert_row="INSERT INTO {table} ({names}) VALUES ({named})",
         # {where}: the search and the job state. Each job's last run, open runs and

@@ -133,6 +133,8 @@ def job_from_row(r: Any) -> Job:
         ok_exit=_codes(r["ok_exit"]),
         no_retry_exit=_codes(r["no_retry_exit"]),
         limits=Limits.from_dict(None if r["limits"] == "{}" else json.loads(r["limits"])),
+        keep_runs=r["keep_runs"],
+        keep_for_seconds=r["keep_for_seconds"],
     )
     next_run_at = r["next_run_at"]
     paused_reason = r["paused_reason"]
@@ -329,4 +331,6 @@ def spec_columns(spec: JobSpec) -> dict[str, Any]:
         "limits": json.dumps(
             {k: v for k, v in spec.limits.to_dict().items() if v is not None}, sort_keys=True
         ),
+        "keep_runs": spec.keep_runs,
+        "keep_for_seconds": spec.keep_for_seconds,
     }

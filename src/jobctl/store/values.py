@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from ..models import (
     Attempt,
     AttemptResult,
+    BackfillPlan,
     DaemonInfo,
     Decision,
     Job,
@@ -220,3 +221,19 @@ class Revision:
     source: str
     changes: dict[str, list[Any]]
     definition: dict[str, Any]
+
+
+#: the planner's decision for a backfill, applied inside its transaction:
+#: ``(windows, {window: (run id, state)}) -> BackfillPlan`` (:func:`jobctl.planner.plan_backfill`)
+BackfillFn = Callable[[Sequence[datetime], Mapping[datetime, tuple[int, RunState]]], BackfillPlan]
+
+
+@dataclass(frozen=True)
+class Backfilled:
+    """What a backfill did: the plan, and the runs it created and made pending again (a
+    window the scheduler recorded meanwhile is not among them; with a dry run, nothing
+    was created and ``requeued`` is what would be)."""
+
+    plan: BackfillPlan
+    created: list[int]
+    requeued: list[int]

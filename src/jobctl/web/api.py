@@ -23,11 +23,13 @@ from . import metrics
 from .auth import CSRF_HEADER
 from .bodies import (
     INT64_MAX,
+    backfill_request_from_body,
     job_changes_from_body,
     job_spec_from_body,
     parse_json_object,
     query_bool,
     query_int,
+    query_since,
     query_state,
     revision_from_body,
     run_request_from_body,
@@ -215,9 +217,10 @@ async def list_runs(web: Web, request: Request) -> Response:
     state = query_state(q.get("state"))
     limit = query_int(q.get("limit"), "limit", minimum=1) or 20
     job = q.get("job") or None
+    since = query_since(q.get("since"), web.clock.now())
 
     def read(store: Store) -> list[dict[str, Any]]:
-        return [output.run_json(r) for r in store.list_runs(job, state, limit)]
+        return [output.run_json(r) for r in store.list_runs(job, state, limit, since=since)]
 
     return JSONResponse(await web.db(read))
 
@@ -258,6 +261,45 @@ async def retry_run(web: Web, request: Request) -> Response:
     return JSONResponse(await web.db(write))
 
 
+async def backfill(web: Web, request: Request) -> Response:
+    """``POST /v1/jobs/{name}/backfill`` with ``{from, to, dry_run?}``: as ``backfill
+    --json`` (SPEC §13)."""
+    from .. import planner
+    from ..specs import backfill_windows
+
+    name = request.path_params["name"]
+    start, end, dry_run = backfill_request_from_body(await _json_body(web, request))
+    now = web.clock.now()
+
+    def write(store: Store) -> dict[str, Any]:
+        windows = backfill_windows(store.get_job(name), start, end, now)
+        done = store.backfill(name, windows, now, planner.plan_backfill, dry_run=dry_run)
+        created = done.plan.create if dry_run else done.created
+        data = output.backfill_json(created, done.requeued, done.plan.left)
+        data["dry_run"] = dry_run
+        return data
+
+    return JSONResponse(await web.db(write))
+
+
+async def coverage(web: Web, request: Request) -> Response:
+    """``GET /v1/jobs/{name}/coverage?from=&to=``: as ``coverage --json``."""
+    from .. import planner
+    from ..specs import coverage_windows
+
+    name = request.path_params["name"]
+    q = request.query_params
+    start, end = q.get("from") or None, q.get("to") or None
+    now = web.clock.now()
+
+    def read(store: Store) -> list[dict[str, Any]]:
+        windows = coverage_windows(store.get_job(name), start, end, now)
+        runs = store.window_runs(name, windows[0], windows[-1]) if windows else {}
+        return output.coverage_json(planner.plan_coverage(windows, runs))
+
+    return JSONResponse(await web.db(read))
+
+
 # ---------------------------------------------------------------------- the system
 
 
@@ -292,6 +334,8 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("POST", "/v1/jobs/{name}/runs", enqueue_run),
     ("GET", "/v1/jobs/{name}/history", job_history),
     ("POST", "/v1/jobs/{name}/rollback", rollback_job),
+    ("POST", "/v1/jobs/{name}/backfill", backfill),
+    ("GET", "/v1/jobs/{name}/coverage", coverage),
     ("GET", "/v1/runs", list_runs),
     ("GET", "/v1/runs/{run_id:int}", get_run),
     ("GET", "/v1/runs/{run_id:int}/logs", run_logs),

@@ -67,6 +67,8 @@ _POLICY_FIELDS: dict[str, str] = {
     "ok_exit": "codes",
     "no_retry_exit": "codes",
     "limits": "limits",
+    "keep_runs": "int",
+    "keep_for": "duration",
 }
 JOB_FIELDS = frozenset({"name", "trigger", "command", "paused", *_POLICY_FIELDS})
 LIMIT_FIELDS = frozenset({"nice", "io_class", "memory_max", "cpu_max", "files_max"})
@@ -377,3 +379,28 @@ def query_state(value: str | None) -> RunState | None:
         raise UsageError(
             f"invalid --state {value!r}: use " + "|".join(s.value for s in RunState)
         ) from None
+
+
+def query_since(value: str | None, now: datetime) -> datetime | None:
+    """``?since=`` as ``runs --since``: a DURATION back from now or a time (naive: the
+    server's local zone). Raises UsageError (422)."""
+    if value is None or value == "":
+        return None
+    from ..durations import parse_since
+    from ..zones import local_zone_name
+
+    return parse_since(value, local_zone_name(), now)
+
+
+def backfill_request_from_body(body: Mapping[str, Any]) -> tuple[str, str, bool]:
+    """``{from, to, dry_run?}`` -> (from text, to text, dry run). Raises UsageError (422)."""
+    _check_fields(body, frozenset({"from", "to", "dry_run"}))
+    for field in ("from", "to"):
+        if body.get(field) is None:
+            raise UsageError(f"missing field {field!r}")
+    dry_run = body.get("dry_run")
+    return (
+        _str(body["from"], "from"),
+        _str(body["to"], "to"),
+        _bool(dry_run, "dry_run") if dry_run is not None else False,
+    )

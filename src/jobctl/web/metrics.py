@@ -1,7 +1,8 @@
-"""``GET /metrics``: the Prometheus text format (version 0.0.4), from two queries.
+"""``GET /metrics``: the Prometheus text format (version 0.0.4), from three reads.
 
-The counters are read from the runs table, so a ``prune`` lowers them: Prometheus treats
-that as a counter reset, which ``rate()`` handles.
+The counters are read from the tallies the schema keeps apart from the rows (SPEC §13),
+so neither retention nor ``prune`` ever lowers them; the ``jobctl_runs`` gauge is the
+rows there are now. No read scans the runs.
 """
 
 from __future__ import annotations
@@ -32,19 +33,19 @@ def _le(bound: float) -> str:
 
 def render(store: Any, now: datetime) -> str:
     """Every metric of SPEC §11 as one text page."""
-    counts = store.run_counts_by_job()
+    counters = store.run_counters()
     histogram = store.attempt_duration_histogram(DURATION_BUCKETS_SECONDS)
-    daemons = len(store.live_daemons(now))
+    status = store.status(now)
+    daemons = len(status.daemons)
     by_state = {s.value: 0 for s in RunState}
+    by_state.update(status.counts)
     finished: dict[tuple[str, str], int] = {}
     missed: dict[str, int] = {}
-    for job, missed_total, state, n in counts:
+    counted = {s.value for s in FINISHED_STATES}
+    for job, missed_total, state, ended in counters:
         missed[job] = missed_total
-        if state is None:
-            continue
-        by_state[state] = by_state.get(state, 0) + n
-        if state in {s.value for s in FINISHED_STATES}:
-            finished[(job, state)] = n
+        if state in counted and ended:
+            finished[(job, state)] = ended
     lines: list[str] = []
 
     def family(name: str, kind: str, help_text: str, samples: Iterable[str]) -> None:

@@ -145,6 +145,23 @@ RETURNING state, job_id
 SERVER_NOW_US = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us"
 
 
+#: the tallies' delta rows (one a change, appended by triggers) folded into one row a key,
+#: rows of deleted jobs dropped; one statement, so one snapshot: a row committed meanwhile
+#: is neither deleted nor summed, and is summed by the readers as it is
+COMPACT_RUN_TALLIES = """
+WITH gone AS (DELETE FROM run_tallies RETURNING *)
+INSERT INTO run_tallies (job_id, state, ended, kept)
+SELECT job_id, state, SUM(ended), SUM(kept) FROM gone
+WHERE job_id IN (SELECT id FROM jobs) GROUP BY job_id, state
+"""
+COMPACT_DURATION_TALLIES = """
+WITH gone AS (DELETE FROM duration_tallies RETURNING *)
+INSERT INTO duration_tallies (job_id, bucket, n, us)
+SELECT job_id, bucket, SUM(n), SUM(us) FROM gone
+WHERE job_id IN (SELECT id FROM jobs) GROUP BY job_id, bucket
+"""
+
+
 @retrying
 class PgDaemonStore:
     """See :class:`~jobctl.store.protocol.DaemonStore` for the rules of every method."""
@@ -733,6 +750,21 @@ class PgDaemonStore:
 
     def idle(self) -> None:
         """Nothing put off: the server does its own upkeep."""
+
+    def trim_history(
+        self, now: datetime, *, after_job_id: int, max_rows: int
+    ) -> tuple[int, int | None]:
+        """Retention's step (written once, :mod:`..retention`); at the end of a pass the
+        tallies' delta rows are folded into one row a job and state (or bucket), in one
+        statement each, so their readers sum a few rows however many runs ended."""
+        from ..retention import trim_history
+
+        done = trim_history(self.db, now, after_job_id=after_job_id, max_rows=max_rows)
+        if done[1] is None:
+            with self.db.write() as c:
+                c.execute(COMPACT_RUN_TALLIES)
+                c.execute(COMPACT_DURATION_TALLIES)
+        return done
 
     def get_run(self, run_id: int) -> Run:
         rows = self.db.read(self.db.q.run_by_id, (run_id,))

@@ -131,6 +131,13 @@ class SqliteDaemonStore:
     def idle(self) -> None:
         self.db.checkpoint()
 
+    def trim_history(
+        self, now: datetime, *, after_job_id: int, max_rows: int
+    ) -> tuple[int, int | None]:
+        from ..retention import trim_history
+
+        return trim_history(self.db, now, after_job_id=after_job_id, max_rows=max_rows)
+
     def _upsert(
         self,
         c: sqlite3.Connection,

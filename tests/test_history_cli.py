@@ -1,0 +1,290 @@
+"""History through the real command line and its error boundary (SPEC §13): retention
+flags, ``runs --since``, ``list --failing``, ``logs NAME``, ``backfill`` and ``coverage``,
+on both backends (the ``db`` fixture).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from clihelpers import Jobctl, assert_one_error_line, make_dead
+from conftest import StoreView, finish_one
+
+from jobctl.models import AttemptResult, Decision, RunState
+
+T0 = datetime(2026, 1, 5, tzinfo=UTC)  # long past: backfill may reach it
+
+
+@pytest.fixture
+def jobctl(db, capsys, monkeypatch) -> Jobctl:
+    monkeypatch.delenv("JOBCTL_DB", raising=False)
+    monkeypatch.setenv("TZ", "UTC")
+    return Jobctl(db, capsys)
+
+
+def z(text: str) -> str:
+    return text + "Z"
+
+
+def run_at(store: StoreView, name: str, at: datetime, code: int | None = 0) -> int:
+    """A manual run of window ``at``, claimed and (unless ``code`` is None) finished."""
+    run, _ = store.enqueue_run(name, at)
+    if code is None:
+        return run.id
+    claimed, _ = store.claim("d", "h", at, 60, limit=1)
+    assert [c.run.id for c in claimed] == [run.id]
+    store.finish(claimed[0].run, claimed[0].run.attempt, "d", at + timedelta(seconds=1), code)
+    return run.id
+
+
+# ---------------------------------------------------------------------- retention flags
+
+
+def test_keep_flags_on_add_edit_show_and_json(jobctl: Jobctl) -> None:
+    job = jobctl.ok(
+        "add", "k", "--every", "1m", "--keep-runs", "5", "--keep-for", "7d", "--json", "--", "true"
+    ).json()
+    assert (job["keep_runs"], job["keep_for"]) == (5, 7 * 86400)
+    job = jobctl.json("edit", "k", "--keep-runs", "0")
+    assert (job["keep_runs"], job["keep_for"]) == (0, 7 * 86400)
+    assert "keeps" in jobctl.ok("show", "k").out
+    default = jobctl.ok("add", "d", "--every", "1m", "--json", "--", "true").json()
+    assert (default["keep_runs"], default["keep_for"]) == (1000, None)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--keep-runs", "-1"), ("--keep-for", "1.5h"), ("--keep-for", "0")]
+)
+def test_bad_keep_values_are_refused_and_nothing_is_written(jobctl: Jobctl, flag, value) -> None:
+    r = jobctl("add", "k", "--every", "1m", flag, value, "--", "true")
+    assert r.code == 2
+    assert_one_error_line(r)
+    assert jobctl.json("list") == []
+
+
+# ---------------------------------------------------------------------- triage by name
+
+
+def test_runs_since_keeps_windows_at_or_after_the_time(jobctl: Jobctl) -> None:
+    jobctl.ok("add", "m", "--manual", "--", "true")
+    with jobctl.store() as store:
+        ids = [run_at(store, "m", T0 + timedelta(hours=h)) for h in range(4)]
+    got = jobctl.json("runs", "--since", z("2026-01-05T02:00:00"))
+    assert [r["id"] for r in got] == [ids[3], ids[2]]
+    got = jobctl.json("runs", "m", "--since", "2026-01-05T01:00:00", "--state", "succeeded")
+    assert [r["id"] for r in got] == [ids[3], ids[2], ids[1]]
+    assert jobctl.json("runs", "--since", "1h") == []  # all of them are long past
+    r = jobctl("runs", "--since", "yesterday")
+    assert r.code == 2
+    assert_one_error_line(r)
+
+
+def test_list_failing_keeps_jobs_whose_last_finished_run_is_dead_or_retrying(
+    jobctl: Jobctl,
+) -> None:
+    for name in ("ok", "dead", "healed", "retrying"):
+        jobctl.ok(
+            "add", name, "--manual", "--retries", "1" if name == "retrying" else "0", "--", "true"
+        )
+    with jobctl.store() as store:
+        run_at(store, "ok", T0)
+        run_at(store, "dead", T0, code=0)
+        run_at(store, "dead", T0 + timedelta(hours=1), code=3)
+        run_at(store, "healed", T0, code=3)
+        run_at(store, "healed", T0 + timedelta(hours=1), code=0)
+        run_at(store, "retrying", T0, code=3)  # failed, a retry is scheduled
+    assert [j["name"] for j in jobctl.json("list", "--failing")] == ["dead", "retrying"]
+    assert "healed" not in jobctl.ok("list", "--failing").out
+
+
+def test_logs_name_is_the_last_attempt_of_the_most_recent_run_that_has_one(
+    jobctl: Jobctl,
+) -> None:
+    jobctl.ok("add", "l", "--manual", "--", "true")
+    with jobctl.store() as store:
+        first = run_at(store, "l", T0)
+        second, _ = store.enqueue_run("l", T0 + timedelta(hours=1))
+        (claimed,), _ = store.claim("d", "h", T0 + timedelta(hours=1), 60)
+        finish_one(
+            store.daemon,
+            second.id,
+            claimed.run.attempt,
+            "d",
+            T0 + timedelta(hours=1, seconds=1),
+            AttemptResult(0, output=b"second\n", output_bytes=7),
+            Decision(RunState.SUCCEEDED, None),
+            job_id=claimed.run.job_id,
+        )
+        run_at(store, "l", T0 + timedelta(hours=2), code=None)  # pending: no attempt yet
+    assert jobctl.ok("logs", "l").out == "second\n"
+    assert jobctl.json("logs", "l")["run_id"] == second.id
+    assert jobctl.json("logs", str(first))["run_id"] == first
+    r = jobctl("logs", "nosuchjob")
+    assert r.code == 1
+    assert_one_error_line(r)
+
+
+# ---------------------------------------------------------------------- backfill
+
+
+def add_hourly(jobctl: Jobctl, name: str = "b", *extra: str) -> None:
+    jobctl.ok("add", name, "--cron", "0 * * * *", "--tz", "UTC", *extra, "--", "true")
+
+
+def test_backfill_creates_each_window_once_and_a_second_call_creates_nothing(
+    jobctl: Jobctl,
+) -> None:
+    add_hourly(jobctl, "b", "--priority", "3", "--lock", "L")
+    first = jobctl.json(
+        "backfill", "b", "--from", z("2026-01-05T00:00:00"), "--to", z("2026-01-05T06:00:00")
+    )
+    assert len(first["created"]) == 6 and first["requeued"] == [] and first["left"] == 0
+    runs = jobctl.json("runs", "b", "--limit", "100")
+    assert sorted(r["scheduled_for"] for r in runs) == [
+        z(f"2026-01-05T0{h}:00:00") for h in range(6)
+    ]
+    assert {(r["reason"], r["state"], r["priority"], tuple(r["locks"])) for r in runs} == {
+        ("backfill", "pending", 3, ("L",))
+    }
+    out = jobctl.ok("backfill", "b", "--from", "2026-01-05T00:00", "--to", "2026-01-05T06:00").out
+    assert out.strip() == "backfill b: 0 created, 0 requeued, 6 left alone"
+    assert len(jobctl.json("runs", "b", "--limit", "100")) == 6
+
+
+def test_backfill_requeues_skipped_and_dead_windows_and_leaves_the_rest(jobctl: Jobctl, db) -> None:
+    add_hourly(jobctl)
+    with jobctl.store() as store:
+        job = store.get_job("b")
+        with store.write() as c:
+            for h, state in ((0, "skipped"), (1, "succeeded")):
+                c.execute(
+                    "INSERT INTO runs (job_id, scheduled_for, state, skip_reason, reason, "
+                    "settings, created_at) VALUES (?, ?, ?, ?, 'schedule', ?, 0)",
+                    (
+                        job.id,
+                        int((T0 + timedelta(hours=h)).timestamp() * 1_000_000),
+                        state,
+                        "missed" if state == "skipped" else None,
+                        '{"command": "true", "shell": "/bin/sh"}',
+                    ),
+                )
+    dead = jobctl.json("run", "b")["id"]
+    make_dead(db, dead)  # a manual run: its window is now, outside the range
+    r = jobctl.json(
+        "backfill", "b", "--from", z("2026-01-05T00:00:00"), "--to", z("2026-01-05T03:00:00")
+    )
+    assert len(r["created"]) == 1 and len(r["requeued"]) == 1 and r["left"] == 1
+    skipped = jobctl.json("inspect", str(r["requeued"][0]))
+    assert (skipped["state"], skipped["reason"], skipped["skip_reason"]) == (
+        "pending",
+        "backfill",
+        None,
+    )
+
+
+def test_backfill_dry_run_counts_and_writes_nothing(jobctl: Jobctl) -> None:
+    add_hourly(jobctl)
+    out = jobctl.ok(
+        "backfill", "b", "--from", "2026-01-05", "--to", "2026-01-05T04:00", "--dry-run"
+    ).out
+    assert out.startswith("backfill b: 4 created, 0 requeued, 0 left alone")
+    data = jobctl.json(
+        "backfill", "b", "--from", "2026-01-05", "--to", "2026-01-05T04:00", "--dry-run"
+    )
+    assert data["created"] == [z(f"2026-01-05T0{h}:00:00") for h in range(4)]
+    assert data["dry_run"] is True
+    assert jobctl.json("runs", "b") == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--from", "2026-01-05", "--to", "2099-01-01"), "in the future"),
+        (("--from", "2024-01-01", "--to", "2026-01-01"), "17544 windows"),
+        (("--from", "2026-01-05T05:00", "--to", "2026-01-05T01:00"), "is after --to"),
+        (("--from", "soon", "--to", "2026-01-05"), "invalid time"),
+    ],
+)
+def test_backfill_refuses_bad_ranges_and_writes_nothing(jobctl: Jobctl, args, message) -> None:
+    add_hourly(jobctl)
+    r = jobctl("backfill", "b", *args)
+    assert r.code == 2, r
+    assert_one_error_line(r)
+    assert message in r.err
+    assert jobctl.json("runs", "b") == []
+
+
+@pytest.mark.parametrize(
+    "trigger", [("--manual",), ("--every", "1h", "--after-completion"), ("--in", "1h")]
+)
+def test_backfill_and_coverage_need_a_cron_or_fixed_rate_job(jobctl: Jobctl, trigger) -> None:
+    jobctl.ok("add", "x", *trigger, "--", "true")
+    for args in (
+        ("backfill", "x", "--from", "2026-01-05", "--to", "2026-01-06"),
+        ("coverage", "x"),
+    ):
+        r = jobctl(*args)
+        assert r.code == 2
+        assert "needs a cron or fixed-rate job" in r.err
+
+
+def test_backfill_of_an_unknown_job_exits_1(jobctl: Jobctl) -> None:
+    r = jobctl("backfill", "nope", "--from", "2026-01-05", "--to", "2026-01-06")
+    assert r.code == 1
+    assert_one_error_line(r)
+
+
+# ---------------------------------------------------------------------- coverage
+
+
+def test_coverage_shows_each_window_with_its_state_or_none(jobctl: Jobctl) -> None:
+    add_hourly(jobctl)
+    jobctl.ok("backfill", "b", "--from", "2026-01-05T01:00", "--to", "2026-01-05T03:00")
+    data = jobctl.json("coverage", "b", "--from", "2026-01-05T00:00", "--to", "2026-01-05T04:00")
+    assert [(w["scheduled_for"], w["state"]) for w in data] == [
+        (z("2026-01-05T00:00:00"), "none"),
+        (z("2026-01-05T01:00:00"), "pending"),
+        (z("2026-01-05T02:00:00"), "pending"),
+        (z("2026-01-05T03:00:00"), "none"),
+    ]
+    assert data[0]["run_id"] is None and isinstance(data[1]["run_id"], int)
+    out = jobctl.ok("coverage", "b", "--from", "2026-01-05T00:00", "--to", "2026-01-05T04:00").out
+    assert out.splitlines()[-1] == "4 windows: 2 pending, 2 none"
+
+
+def test_coverage_defaults_to_the_last_24_windows(jobctl: Jobctl) -> None:
+    add_hourly(jobctl)
+    data = jobctl.json("coverage", "b")
+    assert len(data) == 24
+    assert {w["state"] for w in data} == {"none"}
+    times = [w["scheduled_for"] for w in data]
+    assert times == sorted(times)
+    assert datetime.fromisoformat(times[-1][:-1] + "+00:00") > datetime.now(UTC) - timedelta(
+        hours=1
+    )
+
+
+def test_coverage_refuses_more_than_10000_windows(jobctl: Jobctl) -> None:
+    jobctl.ok("add", "m", "--cron", "* * * * *", "--", "true")
+    r = jobctl("coverage", "m", "--from", "2026-01-01", "--to", "2026-02-01")
+    assert r.code == 2
+    assert "44640 windows" in r.err
+
+
+def test_backfill_of_a_fixed_rate_starts_at_its_anchor(jobctl: Jobctl) -> None:
+    jobctl.ok("add", "r", "--every", "1h", "--start", "2026-01-05T02:00", "--", "true")
+    r = jobctl.json("backfill", "r", "--from", "2026-01-05", "--to", "2026-01-05T05:00")
+    assert len(r["created"]) == 3  # 02:00, 03:00, 04:00: none before the anchor
+
+
+def test_keep_flags_go_through_export_and_apply(jobctl: Jobctl, tmp_path) -> None:
+    jobctl.ok("add", "k", "--every", "1m", "--keep-runs", "5", "--keep-for", "2d", "--", "true")
+    text = jobctl.ok("export", "k").out
+    assert "keep_runs = 5" in text and 'keep_for = "2d"' in text
+    assert "keep_runs" not in jobctl.ok("add", "d", "--every", "1m", "--", "true").out
+    assert "keep_runs" not in jobctl.ok("export", "d").out  # the default is not written
+    path = tmp_path / "jobs.toml"
+    path.write_text(text.replace("keep_runs = 5", "keep_runs = 9"))
+    jobctl.ok("apply", str(path))
+    assert jobctl.json("show", "k")["keep_runs"] == 9
