@@ -355,3 +355,57 @@ def test_lists_refresh_without_a_full_reload(
         run["cpu"]
     )
     assert "peak memory median" in browser.find_element(By.ID, "costs").text
+
+
+def test_edit_the_definition_as_toml_in_the_page(
+    browser: Any, server: Server, jobctl: Jobctl, shot: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    jobctl("add", "tick", "--cron", "0 3 * * *", "--tz", "UTC", "--", "echo tick")
+    sign_in(browser, server)
+    browser.get(server.url + "/jobs/tick")
+    browser.find_element(By.CSS_SELECTOR, "details#definition summary").click()
+    box = browser.find_element(By.ID, "toml")
+    text = box.get_attribute("value")
+    assert "[jobs.tick]" in text and 'cron = "0 3 * * *"' in text
+    browser.execute_script(
+        "arguments[0].scrollIntoView()", browser.find_element(By.ID, "definition")
+    )
+    shot("job-edit")
+
+    def submit(new_text: str) -> None:
+        area = browser.find_element(By.ID, "toml")
+        browser.execute_script("arguments[0].value = arguments[1]", area, new_text)
+        browser.find_element(By.ID, "apply").click()
+
+    # a bad edit: every error shown beside the text as sent, nothing changed
+    bad = text.replace('cron = "0 3 * * *"', 'cron = "61 * * * *"') + "\nbogus = 1\n"
+    submit(bad)
+    wait_until(lambda: text_of(browser, "#edit-errors"), 15, what="the errors")
+    errors = text_of(browser, "#edit-errors")
+    assert "cron" in errors and "bogus" in errors
+    assert browser.find_element(By.ID, "toml").get_attribute("value") == bad
+    assert jobctl.json("show", "tick")["trigger"]["expr"] == "0 3 * * *"
+    browser.execute_script(
+        "arguments[0].scrollIntoView()", browser.find_element(By.ID, "definition")
+    )
+    shot("job-edit-error")
+    submit("[jobs.tick\n")
+    wait_until(lambda: "line 1" in text_of(browser, "#edit-errors"), 15, what="the TOML error")
+    assert jobctl.json("show", "tick")["trigger"]["expr"] == "0 3 * * *"
+
+    # a good one: the schedule changes, as edit -e changes it, and makes a revision
+    submit(text.replace('cron = "0 3 * * *"', 'cron = "30 4 * * *"'))
+    wait_until(lambda: "applied" in text_of(browser, "#applied"), 15, what="the applied notice")
+    assert "cron" in text_of(browser, "#applied")
+    assert jobctl.json("show", "tick")["trigger"]["expr"] == "30 4 * * *"
+    history = jobctl.json("history", "tick")
+    assert history[-1]["source"] == "api" and "cron" in history[-1]["changes"]
+    newest = browser.find_element(By.CSS_SELECTOR, "tr.revision")
+    assert newest.get_attribute("data-revision") == str(history[-1]["revision"])
+    assert "api" in newest.text and "30 4" in newest.text
+    browser.execute_script(
+        "arguments[0].scrollIntoView()", browser.find_element(By.ID, "definition")
+    )
+    shot("job-edited")

@@ -8,6 +8,7 @@ threads), render the JSON builders of :mod:`jobctl.output`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -78,8 +79,9 @@ def api(
 
 
 class Guard:
-    """Pure ASGI middleware: the token check (401) and the security headers on every
-    answer. Sets ``request.state.auth`` to ``"bearer"``, ``"cookie"`` or None."""
+    """Pure ASGI middleware: the token check (401), the security headers on every answer,
+    and ``Server-Timing: app;dur=MS``, the milliseconds the server took to answer. Sets
+    ``request.state.auth`` to ``"bearer"``, ``"cookie"`` or None."""
 
     def __init__(self, app: ASGIApp, web: Web, login_page: Callable[[Request], Response]) -> None:
         self.app = app
@@ -91,6 +93,8 @@ class Guard:
             await self.app(scope, receive, send)
             return
 
+        started = time.perf_counter()
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
@@ -98,6 +102,9 @@ class Guard:
                 headers.extend(h for h in SECURITY_HEADERS if h[0] not in names)
                 if b"cache-control" not in names:
                     headers.append((b"cache-control", b"no-store"))
+                # how long the server took to the answer's start (a page is whole by then)
+                took_ms = (time.perf_counter() - started) * 1000
+                headers.append((b"server-timing", f"app;dur={took_ms:.1f}".encode()))
                 message["headers"] = headers
             await send(message)
 

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from .. import applier, jobfile
 from ..clock import from_us, to_us
 from ..durations import parse_duration, parse_time
 from ..errors import JobctlError, UsageError
@@ -37,6 +38,7 @@ STRIP_RUNS = 20
 JOB_PAGE_RUNS = 50
 CHART_RUNS = 100
 COST_RUNS = 10
+REVISIONS_SHOWN = 20
 OVERVIEW_HOURS = 24
 TIMELINE_HOURS = 24
 
@@ -190,29 +192,72 @@ async def runs_list(request: Request) -> Response:
 # ---------------------------------------------------------------------- a job
 
 
+def _job_context(store: Store, reads: DashboardReads, name: str) -> dict[str, Any]:
+    job = store.get_job(name)
+    finished = reads.finished_runs(job.id, CHART_RUNS)
+    return {
+        "job": job,
+        "last": reads.last_runs([job.id]).get(job.id),
+        "runs": store.list_runs(name, limit=JOB_PAGE_RUNS),
+        "chart": charts.duration_chart(finished),
+        "costs": charts.costs(finished),
+        "cost_runs": finished[:COST_RUNS],
+        "dead": len(reads.runs_page(name, RunState.DEAD, None, None, 1)),
+        "definition": jobfile.dumps(jobfile.export_document([jobfile.Definition.of(job)])),
+        "revisions": list(reversed(store.history(name)))[:REVISIONS_SHOWN],
+        "describe": jobfile.describe_changes,
+    }
+
+
 async def job_page(request: Request) -> Response:
     web: Web = request.app.state.web
     name = request.path_params["name"]
-
-    def read(store: Store, reads: DashboardReads) -> dict[str, Any]:
-        job = store.get_job(name)
-        runs = store.list_runs(name, limit=JOB_PAGE_RUNS)
-        finished = reads.finished_runs(job.id, CHART_RUNS)
-        return {
-            "job": job,
-            "last": reads.last_runs([job.id]).get(job.id),
-            "runs": runs,
-            "chart": charts.duration_chart(finished),
-            "costs": charts.costs(finished),
-            "cost_runs": finished[:COST_RUNS],
-            "dead": len(reads.runs_page(name, RunState.DEAD, None, None, 1)),
-        }
-
     try:
-        context = await web.view(read)
+        context = await web.view(lambda store, reads: _job_context(store, reads, name))
     except Exception as e:
         return page_error(request, e)
-    return render(request, "job.html", show_runs=SHOW_RUNS_LIMIT, **context)
+    return render(
+        request,
+        "job.html",
+        show_runs=SHOW_RUNS_LIMIT,
+        edit_errors=[],
+        applied=request.query_params.get("applied"),
+        **context,
+    )
+
+
+async def edit_definition(request: Request) -> Response:
+    """The job's definition edited as TOML in its page, applied as ``edit -e`` applies
+    it (the same plan: a removed table deletes the job; any error changes nothing and the
+    page shows every error beside the text as it was sent)."""
+    web: Web = request.app.state.web
+    name = request.path_params["name"]
+    now = web.clock.now()
+    try:
+        fields = await read_form(web, request)
+        text = fields.get("toml", "")
+
+        def write(store: Store, reads: DashboardReads) -> dict[str, Any]:
+            store.get_job(name)
+            try:
+                plan = applier.plan_text(store, text, now, scope=[name])
+            except jobfile.FileErrors as e:
+                context = _job_context(store, reads, name)
+                context.update(definition=text, edit_errors=[str(p) for p in e.problems])
+                return context
+            applier.apply_plan(store, plan, now, source="api")
+            gone = any(j.name == name for j in plan.removed)
+            return {"target": "/" if gone else f"/jobs/{quote(name)}", "lines": plan.lines()}
+
+        result = await web.view(write)
+    except Exception as e:
+        return page_error(request, e)
+    if "target" not in result:
+        return render(request, "job.html", 422, show_runs=SHOW_RUNS_LIMIT, applied=None, **result)
+    applied = "; ".join(result["lines"]) or "no changes"
+    target = result["target"]
+    key = "deleted" if target == "/" else "applied"
+    return RedirectResponse(_link(target, {key: name if key == "deleted" else applied[:500]}), 303)
 
 
 async def delete_page(request: Request) -> Response:
@@ -316,5 +361,6 @@ def routes(web: Web) -> list[BaseRoute]:
         Route("/retry-dead", retry_dead, methods=["POST"]),
         Route("/jobs/{name}", job_page, methods=["GET"]),
         Route("/jobs/{name}/delete", delete_page, methods=["GET", "POST"]),
+        Route("/jobs/{name}/edit", edit_definition, methods=["POST"]),
         Route("/jobs/{name}/retry-dead", retry_dead, methods=["POST"]),
     ]

@@ -74,17 +74,7 @@ class Web:
 
     async def db(self, fn: Callable[[CommandStore], T]) -> T:
         """``fn(store)`` in a worker thread, over a connection opened for this call."""
-
-        def work() -> T:
-            handle = self.open_store()
-            # every change made through the server is the API's (SPEC §15 revisions)
-            handle.commands.who = handle.commands.source = "api"
-            try:
-                return fn(handle.commands)
-            finally:
-                handle.close()
-
-        return await run_in_threadpool(work)
+        return await self.view(lambda store, _: fn(store))
 
     async def view(self, fn: Callable[[CommandStore, DashboardReads], T]) -> T:
         """``fn(store, dashboard)``: the commands' face and the dashboard's reads of one
@@ -92,6 +82,8 @@ class Web:
 
         def work() -> T:
             handle = self.open_store()
+            # every change made through the server is the API's (SPEC §15 revisions)
+            handle.commands.who = handle.commands.source = "api"
             try:
                 return fn(handle.commands, handle.dashboard)
             finally:
