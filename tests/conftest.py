@@ -81,6 +81,65 @@ def _pg_write(db: Any) -> Any:
         yield _PgSql(db.conn)
 
 
+class Daemons:
+    """The daemon faces of several daemons on one database, addressed by id, as a test
+    plays them: ``record_and_claim("d1", "host", now, 30, ...)`` is the face of daemon
+    ``d1`` on ``host`` (opened once, with a 30 s lease) recording and claiming at ``now``.
+    What names no daemon (firing, the schedule, upkeep) goes to a default face."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.faces: dict[str, Any] = {}
+
+    def face(
+        self,
+        daemon_id: str = "test-daemon",
+        host: str = "host",
+        lease: float = 30.0,
+        pid: int = 1,
+        boot_id: str = "boot",
+    ) -> Any:
+        from jobctl.store import DaemonIdentity
+
+        identity = DaemonIdentity(daemon_id, host, pid, boot_id, float(lease))
+        face = self.faces.get(daemon_id)
+        if face is None or face.identity != identity:
+            face = self.faces[daemon_id] = self.handle.open_daemon(identity)
+        return face
+
+    def record_and_claim(self, daemon_id: str, host: str, now: Any, lease: float, **kw: Any) -> Any:
+        return self.face(daemon_id, host, lease).record_and_claim(now, **kw)
+
+    def register_daemon(
+        self, daemon_id: str, pid: int, host: str, boot_id: str, now: Any, lease: float
+    ) -> None:
+        self.face(daemon_id, host, lease, pid, boot_id).register_daemon(now)
+
+    def heartbeat(
+        self,
+        daemon_id: str,
+        now: Any,
+        lease: float,
+        *,
+        want_leader: bool,
+        held: Any,
+        host: str,
+        pid: int,
+        boot_id: str,
+    ) -> Any:
+        face = self.face(daemon_id, host, lease, pid, boot_id)
+        return face.heartbeat(now, want_leader=want_leader, held=held)
+
+    def open_waker(self, daemon_id: str) -> Any:
+        return self.face(daemon_id).open_waker()
+
+    def next_claim_at(self, daemon_id: str, now: Any) -> Any:
+        return self.face(daemon_id).next_claim_at(now)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.face(), name)
+
+
 class StoreView:
     """Both faces of one open store, for tests that play a command and a daemon at once.
 
@@ -92,7 +151,7 @@ class StoreView:
         self.handle = open_store(location)
         self.closed = False
         self.commands = self.handle.commands
-        self.daemon = self.handle.daemon
+        self.daemon = Daemons(self.handle)
 
     @property
     def conn(self) -> Any:

@@ -442,7 +442,7 @@ def test_orphan_without_recorded_group_is_found_and_killed(jobctl, start_daemon)
             "JOBCTL_RUN_ID": str(run["id"]),
             "JOBCTL_ATTEMPT": "1",
             # what a child of this database carries
-            "JOBCTL_DB": jobctl.store().daemon.child_location(),
+            "JOBCTL_DB": jobctl.store().daemon.face().child_location(),
         },
     )
     try:

@@ -9,6 +9,7 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from conftest import Daemons
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -67,7 +68,7 @@ def test_fire_records_a_chunk_and_skips_jobs_that_changed(tmp_path):
         due_us = int(T0.timestamp() * 1_000_000)
         # j4 was edited meanwhile: its next window is no longer the due time
         store.commands.pause_job("j4", T0)
-        fired = store.daemon.fire([(j.id, due_us) for j in jobs], T0, _plan(T0))
+        fired = Daemons(store).fire([(j.id, due_us) for j in jobs], T0, _plan(T0))
         assert sorted(f.job.spec.name for f in fired) == ["j0", "j1", "j2", "j3"]
         assert all(len(f.run_ids) == 1 for f in fired)
         assert all(f.job.next_run_at == T0 + timedelta(minutes=1) for f in fired)
@@ -76,7 +77,7 @@ def test_fire_records_a_chunk_and_skips_jobs_that_changed(tmp_path):
         assert runs["j0"].locks == ("L",) and runs["j1"].locks == ()
         assert store.commands.get_job("j1").next_run_at == T0 + timedelta(minutes=1)
         # the same windows again: one run per window, nothing more (compare-and-set)
-        again = store.daemon.fire([(j.id, due_us) for j in jobs], T0, _plan(T0))
+        again = Daemons(store).fire([(j.id, due_us) for j in jobs], T0, _plan(T0))
         assert again == []
         assert len(store.commands.list_runs(limit=100)) == 4
     finally:
@@ -85,7 +86,7 @@ def test_fire_records_a_chunk_and_skips_jobs_that_changed(tmp_path):
 
 def test_record_and_claim_is_one_turn(tmp_path):
     store = open_store(tmp_path / "j.db")
-    d = store.daemon
+    d = Daemons(store)
     try:
         a, b = _two_manual_runs(store)
         kw = _CLAIM_KW
@@ -124,7 +125,7 @@ def test_a_finish_says_what_it_wrote_when_a_cancel_was_requested(tmp_path):
     # a failure of a run whose cancel was requested is written cancelled, a success stays
     # succeeded; a fenced-out finish writes nothing (both of the finish's two forms)
     store = open_store(tmp_path / "j.db")
-    d = store.daemon
+    d = Daemons(store)
     try:
         ok, bad = _two_manual_runs(store, overlap=Overlap.ALLOW)
         kw = _CLAIM_KW
@@ -164,7 +165,7 @@ def test_a_success_is_written_as_the_general_finish_writes_it(tmp_path, cancel_r
     from jobctl.store.sqlite import sql
 
     store = open_store(tmp_path / "j.db")
-    d = store.daemon
+    d = Daemons(store)
     try:
         a, b = _two_manual_runs(store, overlap=Overlap.ALLOW)
         now = T0 + timedelta(seconds=2)
@@ -215,7 +216,7 @@ def test_changed_jobs_watermark_reads_nothing_when_nothing_was_committed(tmp_pat
     cli = open_store(path)
     try:
         job = _add(cli, _every_minute("a"))
-        d = daemon_handle.daemon
+        d = Daemons(daemon_handle).face()
         assert [j for _, j in d.schedule_heads()] == [job.id]
         since = T0 - timedelta(days=1)
         assert d.jobs_changed_since(since) == []  # the schedule was read whole just now
@@ -290,7 +291,7 @@ def test_a_lost_attempts_group_is_stale_only_for_a_claim_on_its_host(tmp_path):
     # the claim learns what the previous attempt left from that attempt's row (written
     # at its claim): its host, and its pid when it was lost, not when it ended itself
     store = open_store(tmp_path / "j.db")
-    d = store.daemon
+    d = Daemons(store)
     kw = dict(low_limit=None, reserved_priority=None, on_expired=_expired)
     try:
         job = _add(store, _every_minute("j", retries=5))
@@ -350,7 +351,7 @@ def test_a_daemon_checkpoints_the_write_ahead_log_when_idle(tmp_path):
     path = tmp_path / "j.db"
     store = open_store(path)
     try:
-        store.daemon.register_daemon("d1", 1, "h", "boot", T0, 30)
+        Daemons(store).register_daemon("d1", 1, "h", "boot", T0, 30)
         size = path.stat().st_size
         big = "x" * 8000
         for i in range(700):  # well over 1,000 pages, one commit each
@@ -367,7 +368,7 @@ def test_a_daemon_checkpoints_the_write_ahead_log_when_idle(tmp_path):
         assert path.stat().st_size == size  # everything is still in the log
         wal = path.with_name(path.name + "-wal")
         assert wal.stat().st_size > 5 * 1024 * 1024
-        store.daemon.idle()
+        Daemons(store).idle()
         assert path.stat().st_size > size + 700 * 8000
         assert len(store.commands.list_jobs()) == 700
         # the next write starts the log over, cut back to a few MB
@@ -434,7 +435,7 @@ def test_a_run_read_by_the_store_has_every_field_and_stays_frozen(db):
     store = open_store(db)
     try:
         first, _ = _two_manual_runs(store)
-        d = store.daemon
+        d = Daemons(store)
         turn = d.record_and_claim("d1", "h", T0, 30, finishes=[], started=[], limit=1, **_CLAIM_KW)
         for run in (turn.claimed[0].run, d.get_run(first.id), *store.commands.list_runs("m")):
             # built at once (Run.of), it is what the constructor would have made

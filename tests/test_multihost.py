@@ -166,13 +166,12 @@ def test_one_leader_and_failover_within_one_lease_loses_no_window(jobctl, hosts,
 
 def test_a_host_name_taken_by_another_machine_is_refused(jobctl, pg_url, hosts, tmp_path):
     hosts("host-a")
-    from jobctl.store import open_store
+    from jobctl.store import DaemonIdentity, open_store
 
     store = open_store(pg_url)
     try:  # as if another machine (another boot) already ran a daemon named host-c
-        store.daemon.register_daemon(
-            "other-machine", 4242, "host-c", "another-boot-id", _now(), 3600
-        )
+        other = DaemonIdentity("other-machine", "host-c", 4242, "another-boot-id", 3600)
+        store.open_daemon(other).register_daemon(_now())
     finally:
         store.close()
     d = HostDaemon(pg_url, "host-c", tmp_path / "refused.log")

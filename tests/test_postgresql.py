@@ -201,7 +201,10 @@ def test_the_store_shows_its_location_without_the_password(pg_url):
     s = _open(url)
     try:
         assert "s3cret" not in s.location
-        assert s.daemon.child_location() == s.location
+        from jobctl.store import DaemonIdentity
+
+        face = s.open_daemon(DaemonIdentity("d", "h", 1, "b", 30.0))
+        assert face.child_location() == s.location
         assert "s3cret" not in s.commands.info().location
     finally:
         s.close()

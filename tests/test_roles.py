@@ -44,7 +44,7 @@ def _daemon(store: StoreView, clock: FakeClock):
     from jobctl.daemon import Daemon, DaemonConfig
 
     return Daemon(
-        store.daemon,
+        store.handle,
         DaemonConfig(workers=1, lease_seconds=30, reap_strays=False),
         clock=clock,
         log=lambda line: None,
@@ -118,10 +118,8 @@ class Loop:
 
 def _executor(store: StoreView, loop: Loop, logs: list[str], workers: int = 2) -> Executor:
     return Executor(
-        store.daemon,
+        store.daemon.face("d1", "test-host"),
         ExecutorConfig(workers=workers, lease_seconds=30),
-        daemon_id="d1",
-        host="test-host",
         environ={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "JOBCTL_DB": str(store.handle.location)},
         log=logs.append,
         rng=random.Random(0),
@@ -233,13 +231,13 @@ def test_a_recorded_end_wakes_the_other_daemons(tmp_path):
     store = StoreView(tmp_path / "p.db")
     other = store.daemon.open_waker("other")
     try:
-        store.daemon.register_daemon("other", 1, "h", "b", T0, 30.0)
+        store.daemon.register_daemon("other", 1, "host", "boot", T0, 30.0)
         me = StoreView(tmp_path / "p.db")
         try:
-            me.daemon.register_daemon("me", 2, "h", "b", T0, 30.0)
+            me.daemon.register_daemon("me", 1, "host", "boot", T0, 30.0)
             job = me.add_job(JobSpec("j", Trigger(TriggerKind.MANUAL, tz="UTC"), "true"), T0)
             me.enqueue_run("j", T0)
-            (claimed,), _ = me.claim("me", "h", T0, 30.0)
+            (claimed,), _ = me.claim("me", "host", T0, 30.0)
             other.drain()
             done = finish_one(
                 me.daemon,
@@ -272,13 +270,13 @@ def test_a_short_attempts_pid_is_written_with_its_end_a_long_ones_on_its_own(tmp
     loop = Loop()
     ex = _executor(store, loop, [])
     sent: list[int] = []
-    inner = store.daemon.record_and_claim
+    inner = ex.store.record_and_claim
 
     def spy(*args, **kw):
         sent.extend(run_id for run_id, _, _ in kw["started"])
         return inner(*args, **kw)
 
-    store.daemon.record_and_claim = spy  # type: ignore[method-assign]
+    ex.store.record_and_claim = spy  # type: ignore[method-assign]
 
     def turn(claim: bool = True) -> None:  # as the loop does: a wake-up's one transaction
         ex.begin_batch()
@@ -317,7 +315,7 @@ def test_the_wait_after_upkeep_is_shorter_by_the_time_the_upkeep_took(tmp_path):
     d = _daemon(store, clock)
     waits: list[float] = []
     d.selector.select = lambda timeout: waits.append(timeout) or []  # type: ignore[method-assign]
-    store.daemon.idle = lambda: clock.advance(0.3)  # type: ignore[method-assign]
+    d.store.idle = lambda: clock.advance(0.3)  # type: ignore[method-assign]
     try:
         mono = clock.monotonic()
         d.next_heartbeat = mono + 1.0  # the only thing due: one second from now

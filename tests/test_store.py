@@ -7,6 +7,7 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from conftest import Daemons
 
 from jobctl import planner
 from jobctl.errors import Conflict, NotFound, StoreError
@@ -42,7 +43,7 @@ class S:
     def __init__(self, path) -> None:
         self.handle = SqliteStore.open(path)
         self.c = self.handle.commands
-        self.d = self.handle.daemon
+        self.d = Daemons(self.handle)
         self.conn = self.handle.db.conn
 
     def add_job(self, spec: JobSpec, now: datetime, **kw):

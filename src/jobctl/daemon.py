@@ -33,7 +33,7 @@ from .errors import JobctlError, StoreError
 from .executor import Executor, ExecutorConfig, Ready
 from .reaper import StrayReaper
 from .retention import RETENTION_SLACK_SECONDS, Retention
-from .store import DaemonStore
+from .store import DaemonIdentity, Store, daemon_clock
 from .worker import mark_inherited_fds_cloexec
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
@@ -188,7 +188,7 @@ class Daemon:
 
     def __init__(
         self,
-        store: DaemonStore,
+        handle: Store,
         config: DaemonConfig,
         *,
         clock: Clock | None = None,
@@ -198,13 +198,18 @@ class Daemon:
     ) -> None:
         from .scheduler import Scheduler
 
-        self.store = store
-        self.config = config
-        self.clock: Clock = clock or SystemClock()
-        self.log = log or Log()
         self.id = new_daemon_id()
         self.host = socket.gethostname()
         self.boot_id = read_boot_id()
+        # who this daemon is, said once: every write of its face of the store names it
+        identity = DaemonIdentity(
+            self.id, self.host, os.getpid(), self.boot_id, config.lease_seconds
+        )
+        self.store = store = handle.open_daemon(identity)
+        self.config = config
+        # on PostgreSQL the server's clock (SPEC §10)
+        self.clock: Clock = clock or daemon_clock(store, SystemClock())
+        self.log = log or Log()
         env = dict(os.environ if environ is None else environ)
         # a job that calls jobctl (a fan-out) reaches the daemon's own database
         env["JOBCTL_DB"] = store.child_location()
@@ -225,8 +230,6 @@ class Daemon:
             ExecutorConfig(
                 config.workers, config.reserved, config.reserved_priority, config.lease_seconds
             ),
-            daemon_id=self.id,
-            host=self.host,
             environ=env,
             log=self.log,
             rng=rng,
@@ -236,7 +239,7 @@ class Daemon:
         self.reaper = StrayReaper()
         self.strays: set[int] = set()
         self.sweep_at: float | None = None
-        self.waker = store.open_waker(self.id)
+        self.waker = self.store.open_waker()
         self._sig_r, self._sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     # ------------------------------------------------------------------ descriptors
@@ -278,7 +281,7 @@ class Daemon:
         is dead for sure: free its leases at once instead of waiting for them to expire."""
         dead = [
             daemon_id
-            for daemon_id, pid in self.store.local_daemons(self.host, self.boot_id, now)
+            for daemon_id, pid in self.store.local_daemons(now)
             if daemon_id != self.id and not is_jobctl_daemon(pid)
         ]
         if dead:
@@ -294,9 +297,7 @@ class Daemon:
         self.watch(self._sig_r, self._on_signal)
         now = self.clock.now()
         self._take_over_dead_local_daemons(now)
-        self.store.register_daemon(
-            self.id, os.getpid(), self.host, self.boot_id, now, self.config.lease_seconds
-        )
+        self.store.register_daemon(now)
         self.log(
             f"daemon {self.id} started: db={self.store.child_location()} "
             f"workers={self.config.workers} lease={self.config.lease_seconds:g}s"
@@ -322,7 +323,7 @@ class Daemon:
 
     def _cleanup(self) -> None:
         try:
-            self.store.unregister_daemon(self.id)
+            self.store.unregister_daemon()
         except StoreError as e:
             self.log(f"cannot unregister: {e} (the row expires with its lease)")
         self.executor.kill_all()
@@ -382,7 +383,7 @@ class Daemon:
             )
             if self.scheduler.lose_lease():
                 try:
-                    self.store.release_leader(self.id)
+                    self.store.release_leader()
                 except StoreError as e:
                     self.log(f"cannot release the scheduler lease: {e}")
             self.retention.on_renewal(False)
@@ -479,14 +480,9 @@ class Daemon:
         lease = self.config.lease_seconds
         try:
             renewal = self.store.heartbeat(
-                self.id,
                 now,
-                lease,
                 want_leader=self.phase is Phase.RUNNING,
                 held=self.executor.held_attempts(),
-                host=self.host,
-                pid=os.getpid(),
-                boot_id=self.boot_id,
             )
         except StoreError as e:
             self.log(f"heartbeat failed: {e}")

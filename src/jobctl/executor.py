@@ -79,8 +79,6 @@ class Executor:
         store: DaemonStore,
         config: ExecutorConfig,
         *,
-        daemon_id: str,
-        host: str,
         environ: Mapping[str, str],
         log: Callable[[str], None],
         rng: random.Random,
@@ -89,8 +87,8 @@ class Executor:
     ) -> None:
         self.store = store
         self.config = config
-        self.daemon_id = daemon_id
-        self.host = host
+        self.daemon_id = store.identity.id
+        self.host = store.identity.host
         self.environ = dict(environ)
         self.log = log
         self.rng = rng
@@ -263,10 +261,7 @@ class Executor:
             called = free > 0 or bool(ending) or pids_due
             if called:
                 res = self.store.record_and_claim(
-                    self.daemon_id,
-                    self.host,
                     now,
-                    cfg.lease_seconds,
                     finishes=finishes,
                     started=sent,
                     limit=max(free, 0),
@@ -312,7 +307,7 @@ class Executor:
                 self.check_held(mono)
                 self.cancels_unchecked = False
             if len(running) + len(claimed) < cfg.workers:
-                self.next_claim_wall = self.store.next_claim_at(self.daemon_id, now)
+                self.next_claim_wall = self.store.next_claim_at(now)
             else:
                 # every worker is busy: the next claim comes when one of them finishes
                 self.next_claim_wall = None
@@ -380,7 +375,7 @@ class Executor:
                 h.saved_total, h.saved_mono = total, mono
         if outputs:
             try:
-                self.store.save_output(self.daemon_id, outputs)
+                self.store.save_output(outputs)
             except StoreError as e:
                 self.log(f"cannot store running output: {e}")
         if self._started and mono >= self._pids_due_at():
@@ -513,7 +508,7 @@ class Executor:
         """Act on cancel requests and on held runs that are gone (``rm --force``)."""
         if not self.held:
             return
-        cancel, lost = self.store.held_status(self.daemon_id, self.held_attempts())
+        cancel, lost = self.store.held_status(self.held_attempts())
         self.on_lost(lost)
         self.on_cancel(cancel, mono)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 from rhelpers import cli_main
@@ -28,7 +27,7 @@ def test_suspend_is_missed_windows_by_policy_busy_is_not(tmp_path):
     store = handle.commands
     logs: list[str] = []
     d = Daemon(
-        handle.daemon,
+        handle,
         DaemonConfig(workers=1, lease_seconds=30, reap_strays=False),
         clock=clock,
         log=logs.append,
@@ -36,7 +35,7 @@ def test_suspend_is_missed_windows_by_policy_busy_is_not(tmp_path):
     d.selector.select = lambda timeout: []  # the fake clock is the only time that passes
     # record, never run
     d.executor.claim = lambda now, mono: setattr(d.executor, "claim_needed", False)
-    handle.daemon.register_daemon(d.id, os.getpid(), d.host, d.boot_id, clock.now(), 30)
+    d.store.register_daemon(clock.now())
 
     def runs():
         return {

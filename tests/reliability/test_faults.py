@@ -156,7 +156,7 @@ def test_daemon_survives_injected_store_errors(tmp_path, capsys):
     faulty = FaultyConnection(store.db.conn, seed=3)
     store.db.conn = faulty
     daemon = Daemon(
-        store.daemon,
+        store,
         DaemonConfig(workers=4, lease_seconds=2, shutdown_grace_seconds=2, reap_strays=False),
     )
     result: dict[str, object] = {}

@@ -102,11 +102,7 @@ def daemon(
     )
     handle = obj.handle()
     handle.check_safe()
-    from ..clock import SystemClock
-    from ..store import daemon_clock
-
-    clock = daemon_clock(handle, SystemClock())  # PostgreSQL: the server's clock
-    sys.exit(Daemon(handle.daemon, config, clock=clock).run())
+    sys.exit(Daemon(handle, config).run())
 
 
 @cli.command()

@@ -15,7 +15,16 @@ from pathlib import Path
 
 from ..clock import Clock
 from .protocol import CommandStore, DaemonStore, Store
-from .values import Claimed, CopiedJob, DbInfo, Finished, Fired, Renewal, Status
+from .values import (
+    Claimed,
+    CopiedJob,
+    DaemonIdentity,
+    DbInfo,
+    Finished,
+    Fired,
+    Renewal,
+    Status,
+)
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -49,14 +58,14 @@ def shown_location(location: str | Path) -> str:
     return str(location)
 
 
-def daemon_clock(store: Store, base: Clock) -> Clock:
-    """The clock a daemon on ``store`` reads: on PostgreSQL the server's (this host's
-    clock plus the offset each heartbeat measures), so leases and due times are judged
-    by one clock for every host (SPEC §10)."""
-    if store.backend == "postgresql":
+def daemon_clock(daemon: DaemonStore, base: Clock) -> Clock:
+    """The clock a daemon reads: on PostgreSQL the server's (this host's clock plus the
+    offset each heartbeat measures), so leases and due times are judged by one clock for
+    every host (SPEC §10)."""
+    if daemon.backend == "postgresql":
         from .postgresql import ServerClock
 
-        clock: Clock = ServerClock(store.daemon, base)  # type: ignore[arg-type]
+        clock: Clock = ServerClock(daemon, base)  # type: ignore[arg-type]
         return clock
     return base
 
@@ -71,6 +80,7 @@ def read_copy(commands: CommandStore, *, history: bool) -> list[CopiedJob]:
 __all__ = [
     "Claimed",
     "CommandStore",
+    "DaemonIdentity",
     "DaemonStore",
     "DbInfo",
     "Finished",

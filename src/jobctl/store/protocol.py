@@ -38,6 +38,7 @@ from .values import (
     Backfilled,
     BackfillFn,
     CopiedJob,
+    DaemonIdentity,
     DbInfo,
     ExpiredFn,
     FinishItem,
@@ -321,11 +322,14 @@ class CommandStore(Protocol):
 
 
 class DaemonStore(Protocol):
-    """What a daemon may do. Leases are judged by ``now`` as passed in."""
+    """What one daemon may do, opened for its :class:`~.values.DaemonIdentity` (given once,
+    by :meth:`Store.open_daemon`: every write names that daemon). Leases are judged by
+    ``now`` as passed in."""
 
     backend: str
+    identity: DaemonIdentity
 
-    def open_waker(self, daemon_id: str) -> Waker:
+    def open_waker(self) -> Waker:
         """This daemon's wake-up source, published to the commands by :meth:`register_daemon`."""
         ...
 
@@ -333,26 +337,18 @@ class DaemonStore(Protocol):
         """The database location handed to children as ``JOBCTL_DB`` (no password)."""
         ...
 
-    def register_daemon(
-        self,
-        daemon_id: str,
-        pid: int,
-        host: str,
-        boot_id: str,
-        now: datetime,
-        lease_seconds: float,
-    ) -> None:
+    def register_daemon(self, now: datetime) -> None:
         """Announce a daemon; rows of expired daemons are cleared. From here on the store
         may put off its upkeep until :meth:`idle`."""
         ...
 
-    def unregister_daemon(self, daemon_id: str) -> None:
+    def unregister_daemon(self) -> None:
         """A clean stop: forget the daemon and hand the scheduler lease back at once."""
         ...
 
-    def local_daemons(self, host: str, boot_id: str, now: datetime) -> list[tuple[str, int]]:
-        """(daemon id, pid) of live daemon rows on this host and boot: the caller checks
-        whether each pid is still a jobctl daemon."""
+    def local_daemons(self, now: datetime) -> list[tuple[str, int]]:
+        """(daemon id, pid) of the other live daemon rows on this host and boot: the
+        caller checks whether each pid is still a jobctl daemon."""
         ...
 
     def forget_daemons(self, daemon_ids: Sequence[str]) -> None:
@@ -361,16 +357,7 @@ class DaemonStore(Protocol):
         ...
 
     def heartbeat(
-        self,
-        daemon_id: str,
-        now: datetime,
-        lease_seconds: float,
-        *,
-        want_leader: bool,
-        held: Sequence[tuple[int, int]],
-        host: str,
-        pid: int,
-        boot_id: str,
+        self, now: datetime, *, want_leader: bool, held: Sequence[tuple[int, int]]
     ) -> Renewal:
         """One renewal in one transaction: this daemon's row (re-inserted whole if it
         expired meanwhile), the scheduler lease when ``want_leader`` (taken when free or
@@ -380,7 +367,7 @@ class DaemonStore(Protocol):
 
     def leader_lease_expiry(self) -> datetime | None: ...
 
-    def release_leader(self, daemon_id: str) -> None: ...
+    def release_leader(self) -> None: ...
 
     # the scheduler ------------------------------------------------------------------
     def schedule_heads(self) -> Heads:
@@ -447,10 +434,7 @@ class DaemonStore(Protocol):
     # the executor -------------------------------------------------------------------
     def record_and_claim(
         self,
-        daemon_id: str,
-        host: str,
         now: datetime,
-        lease_seconds: float,
         *,
         finishes: Sequence[FinishItem],
         started: Sequence[tuple[int, int, int]],
@@ -482,19 +466,17 @@ class DaemonStore(Protocol):
         """
         ...
 
-    def next_claim_at(self, daemon_id: str, now: datetime) -> datetime | None:
+    def next_claim_at(self, now: datetime) -> datetime | None:
         """The earliest future time a run may become claimable (a ``not_before`` or the
         expiry of another daemon's lease); None when nothing waits."""
         ...
 
-    def held_status(
-        self, daemon_id: str, held: Sequence[tuple[int, int]]
-    ) -> tuple[frozenset[int], frozenset[int]]:
+    def held_status(self, held: Sequence[tuple[int, int]]) -> tuple[frozenset[int], frozenset[int]]:
         """Of the held ``(run_id, attempt)``: those with a cancel request, and those this
         attempt no longer leases (taken over, deleted by ``rm --force``). Read only."""
         ...
 
-    def save_output(self, daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
+    def save_output(self, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
         """Store ``(run_id, attempt, tail, total bytes)`` of running attempts. Fenced."""
         ...
 
@@ -576,8 +558,9 @@ class Store(Protocol):
     @property
     def commands(self) -> CommandStore: ...
 
-    @property
-    def daemon(self) -> DaemonStore: ...
+    def open_daemon(self, identity: DaemonIdentity) -> DaemonStore:
+        """The daemon's face of this database, for the daemon ``identity`` names."""
+        ...
 
     @property
     def dashboard(self) -> DashboardReads: ...

@@ -22,6 +22,19 @@ from ..models import (
 
 
 @dataclass(frozen=True)
+class DaemonIdentity:
+    """Who a daemon is, given once when its face of the store opens."""
+
+    id: str
+    host: str
+    pid: int
+    #: the machine's boot (``/proc/sys/kernel/random/boot_id``)
+    boot_id: str
+    #: how long its leases (its row, the scheduler's, its runs') last unless renewed
+    lease_seconds: float
+
+
+@dataclass(frozen=True)
 class Claimed:
     """A run this daemon now holds, and (when the lease was taken over) what to kill first."""
 

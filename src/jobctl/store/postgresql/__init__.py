@@ -19,6 +19,7 @@ from ...clock import Clock
 from ..commands import Commands
 from ..dashboard import Dashboard
 from ..protocol import CommandStore, DashboardReads
+from ..values import DaemonIdentity
 from .daemon import PgDaemonStore
 from .db import EXTRA_MISSING, PgDb, load_driver
 from .schema import SCHEMA_VERSION
@@ -36,8 +37,10 @@ class PostgresStore:
         #: the URL without its password
         self.location = db.location
         self.commands: CommandStore = Commands(db)
-        self.daemon = PgDaemonStore(db)
         self.dashboard: DashboardReads = Dashboard(db)
+
+    def open_daemon(self, identity: DaemonIdentity) -> PgDaemonStore:
+        return PgDaemonStore(self.db, identity)
 
     @classmethod
     def open(cls, url: str, *, create: bool = True) -> PostgresStore:

@@ -50,6 +50,7 @@ from ..rows import (
 )
 from ..values import (
     Claimed,
+    DaemonIdentity,
     ExpiredFn,
     ExpiredLease,
     Finished,
@@ -168,8 +169,9 @@ class PgDaemonStore:
 
     backend = "postgresql"
 
-    def __init__(self, db: PgDb) -> None:
+    def __init__(self, db: PgDb, identity: DaemonIdentity) -> None:
         self.db = db
+        self.identity = identity
 
     # ------------------------------------------------------------------ the server's clock
 
@@ -195,7 +197,7 @@ class PgDaemonStore:
 
     # ------------------------------------------------------------------ daemons
 
-    def open_waker(self, daemon_id: str) -> Waker:
+    def open_waker(self) -> Waker:
         """A LISTEN connection of its own (see :class:`~.waker.Waker`)."""
         return Waker(self.db.url)
 
@@ -203,70 +205,58 @@ class PgDaemonStore:
         """The URL without its password (SPEC §10: use ~/.pgpass or PGPASSWORD)."""
         return self.db.location
 
-    def register_daemon(
-        self,
-        daemon_id: str,
-        pid: int,
-        host: str,
-        boot_id: str,
-        now: datetime,
-        lease_seconds: float,
-    ) -> None:
+    def register_daemon(self, now: datetime) -> None:
         """As on SQLite, and refused (Conflict, exit 1) when a live daemon with the same
         host name runs under another boot id: two machines share a name, and the leftovers
         of a lost attempt are killed by the daemon of the host named in its lease."""
         now_us = to_us(now)
+        me = self.identity
+        host = me.host
         with self.db.write() as c:
             c.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("host:" + host,))
             c.execute("DELETE FROM daemons WHERE expires_at < %s", (now_us,))
             other = c.execute(
                 "SELECT id, pid FROM daemons WHERE host = %s AND boot_id IS DISTINCT FROM %s "
                 "AND id <> %s ORDER BY started_at LIMIT 1",
-                (host, boot_id, daemon_id),
+                (host, me.boot_id, me.id),
             ).fetchone()
             if other is not None:
                 raise Conflict(
                     f"host name {host!r} is taken by a live daemon of another machine "
                     f"(daemon {other['id']}, another boot id); give each host its own name"
                 )
-            self._upsert(c, daemon_id, pid, host, boot_id, now, lease_seconds)
+            self._upsert(c, now)
         self.measure_clock_offset()
 
-    @staticmethod
-    def _upsert(
-        c: Any,
-        daemon_id: str,
-        pid: int,
-        host: str,
-        boot_id: str,
-        now: datetime,
-        lease_seconds: float,
-    ) -> None:
+    def _upsert(self, c: Any, now: datetime) -> None:
+        me = self.identity
         c.execute(
             UPSERT_DAEMON,
             {
-                "id": daemon_id,
-                "pid": pid,
-                "host": host,
-                "boot_id": boot_id,
+                "id": me.id,
+                "pid": me.pid,
+                "host": me.host,
+                "boot_id": me.boot_id,
                 "now": to_us(now),
-                "until": to_us(now + timedelta(seconds=lease_seconds)),
+                "until": to_us(now + timedelta(seconds=me.lease_seconds)),
             },
         )
 
-    def unregister_daemon(self, daemon_id: str) -> None:
+    def unregister_daemon(self) -> None:
         with self.db.write() as c:
-            c.execute("DELETE FROM daemons WHERE id = %s", (daemon_id,))
+            c.execute("DELETE FROM daemons WHERE id = %s", (self.identity.id,))
             c.execute(
                 "UPDATE scheduler_lease SET holder = NULL, expires_at = 0 WHERE holder = %s",
-                (daemon_id,),
+                (self.identity.id,),
             )
             self.db.announce("all")
 
-    def local_daemons(self, host: str, boot_id: str, now: datetime) -> list[tuple[str, int]]:
+    def local_daemons(self, now: datetime) -> list[tuple[str, int]]:
+        me = self.identity
         rows = self.db.read(
-            "SELECT id, pid FROM daemons WHERE host = %s AND boot_id = %s AND expires_at >= %s",
-            (host, boot_id, to_us(now)),
+            "SELECT id, pid FROM daemons WHERE host = %s AND boot_id = %s AND expires_at >= %s "
+            "AND id <> %s",
+            (me.host, me.boot_id, to_us(now), me.id),
         )
         return [(r["id"], r["pid"]) for r in rows]
 
@@ -284,25 +274,17 @@ class PgDaemonStore:
             self.db.announce("run")
 
     def heartbeat(
-        self,
-        daemon_id: str,
-        now: datetime,
-        lease_seconds: float,
-        *,
-        want_leader: bool,
-        held: Sequence[tuple[int, int]],
-        host: str,
-        pid: int,
-        boot_id: str,
+        self, now: datetime, *, want_leader: bool, held: Sequence[tuple[int, int]]
     ) -> Renewal:
         """As on SQLite, in one transaction; taking the scheduler lease from another holder
         (or from nobody) moves its ``term`` on. The clock offset is measured after it."""
-        until = to_us(now + timedelta(seconds=lease_seconds))
+        daemon_id = self.identity.id
+        until = to_us(now + timedelta(seconds=self.identity.lease_seconds))
         lost: frozenset[int] = frozenset()
         cancel: frozenset[int] = frozenset()
         leader = False
         with self.db.write() as c:
-            self._upsert(c, daemon_id, pid, host, boot_id, now, lease_seconds)
+            self._upsert(c, now)
             if want_leader:
                 row = c.execute(
                     "UPDATE scheduler_lease SET expires_at = %(until)s, holder = %(me)s, "
@@ -337,11 +319,11 @@ class PgDaemonStore:
         """How many times the scheduler lease changed hands."""
         return int(self.db.scalar("SELECT term FROM scheduler_lease WHERE id = 1") or 0)
 
-    def release_leader(self, daemon_id: str) -> None:
+    def release_leader(self) -> None:
         with self.db.write() as c:
             c.execute(
                 "UPDATE scheduler_lease SET holder = NULL, expires_at = 0 WHERE holder = %s",
-                (daemon_id,),
+                (self.identity.id,),
             )
 
     # ------------------------------------------------------------------ the scheduler
@@ -637,7 +619,7 @@ class PgDaemonStore:
             return None  # the database's own rule caught what the checks let through
         return run_by_id(self.db, c, run_id)
 
-    def next_claim_at(self, daemon_id: str, now: datetime) -> datetime | None:
+    def next_claim_at(self, now: datetime) -> datetime | None:
         now_us = to_us(now)
         a = self.db.scalar(
             "SELECT MIN(not_before) FROM runs WHERE state IN ('pending', 'failed') "
@@ -647,17 +629,15 @@ class PgDaemonStore:
         b = self.db.scalar(
             "SELECT MIN(lease_until) FROM runs WHERE state = 'leased' AND leased_by <> %s "
             "AND lease_until > %s",
-            (daemon_id, now_us),
+            (self.identity.id, now_us),
         )
         return next_claim_time(a, b)
 
-    def held_status(
-        self, daemon_id: str, held: Sequence[tuple[int, int]]
-    ) -> tuple[frozenset[int], frozenset[int]]:
+    def held_status(self, held: Sequence[tuple[int, int]]) -> tuple[frozenset[int], frozenset[int]]:
         rows = self.db.read(
             "SELECT id, attempt, cancel_requested FROM runs "
             "WHERE state = 'leased' AND leased_by = %s",
-            (daemon_id,),
+            (self.identity.id,),
         )
         leased = {(r["id"], r["attempt"]): bool(r["cancel_requested"]) for r in rows}
         cancel = frozenset(run_id for run_id, a in held if leased.get((run_id, a)))
@@ -666,10 +646,7 @@ class PgDaemonStore:
 
     def record_and_claim(
         self,
-        daemon_id: str,
-        host: str,
         now: datetime,
-        lease_seconds: float,
         *,
         finishes: Sequence[FinishItem],
         started: Sequence[tuple[int, int, int]],
@@ -680,6 +657,8 @@ class PgDaemonStore:
     ) -> TurnResult:
         """As the protocol says: the pids, the finishes and the claims in one transaction
         (each method's own transaction joins :meth:`PgDb.batch`)."""
+        me = self.identity
+        daemon_id = me.id
         claimed: list[Claimed] = []
         ended: list[tuple[Run, Decision]] = []
         with self.db.batch():
@@ -688,9 +667,9 @@ class PgDaemonStore:
             if limit > 0:
                 claimed, ended = self._claim_runs(
                     daemon_id,
-                    host,
+                    me.host,
                     now,
-                    lease_seconds,
+                    me.lease_seconds,
                     limit=limit,
                     low_limit=low_limit,
                     reserved_priority=reserved_priority,
@@ -714,7 +693,7 @@ class PgDaemonStore:
                         (pid, run_id, attempt),
                     )
 
-    def save_output(self, daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
+    def save_output(self, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
         if not outputs:
             return
         with self.db.write() as c:
@@ -723,7 +702,7 @@ class PgDaemonStore:
                 "WHERE run_id = %(run_id)s AND attempt = %(attempt)s AND finished_at IS NULL "
                 "AND EXISTS (SELECT 1 FROM runs WHERE id = %(run_id)s "
                 "AND attempt = %(attempt)s AND state = 'leased' AND leased_by = %(me)s)",
-                output_params(daemon_id, outputs),
+                output_params(self.identity.id, outputs),
             )
 
     def _finish(self, daemon_id: str, now: datetime, f: FinishItem) -> Finished:

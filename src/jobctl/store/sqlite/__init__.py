@@ -2,7 +2,7 @@
 
 :class:`SqliteStore` is an open file with its two faces, built by composition over one
 :class:`~.db.Db` (the SQLite dialect): :attr:`commands` (the shared
-:class:`~jobctl.store.commands.Commands`) and :attr:`daemon`
+:class:`~jobctl.store.commands.Commands`) and, for a daemon, :meth:`open_daemon`
 (:class:`~.daemon.SqliteDaemonStore`). Every statement lives in :mod:`.sql` or in
 :mod:`jobctl.store.queries`.
 """
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..commands import Commands
 from ..dashboard import Dashboard
+from ..values import DaemonIdentity
 from .daemon import SqliteDaemonStore
 from .db import Db
 from .schema import SCHEMA_VERSION, check_ownership, migrations, schema_sql, split_statements
@@ -27,8 +28,10 @@ class SqliteStore:
         self.db = db
         self.location = str(db.path)
         self.commands = Commands(db)
-        self.daemon = SqliteDaemonStore(db)
         self.dashboard = Dashboard(db)
+
+    def open_daemon(self, identity: DaemonIdentity) -> SqliteDaemonStore:
+        return SqliteDaemonStore(self.db, identity)
 
     @classmethod
     def open(cls, path: Path | str, *, create: bool = True) -> SqliteStore:

@@ -33,6 +33,7 @@ from ..rows import (
 )
 from ..values import (
     Claimed,
+    DaemonIdentity,
     ExpiredFn,
     ExpiredLease,
     Finished,
@@ -98,33 +99,26 @@ class SqliteDaemonStore:
 
     backend = "sqlite"
 
-    def __init__(self, db: Db) -> None:
+    def __init__(self, db: Db, identity: DaemonIdentity) -> None:
         self.db = db
+        self.identity = identity
         self._wake_address: str | None = None
         self._seen_version: int | None = None
 
     # ------------------------------------------------------------------ daemons
 
-    def open_waker(self, daemon_id: str) -> WakeSocket:
-        sock = WakeSocket(daemon_id)
+    def open_waker(self) -> WakeSocket:
+        sock = WakeSocket(self.identity.id)
         self._wake_address = sock.published
         return sock
 
     def child_location(self) -> str:
         return str(self.db.path.resolve())
 
-    def register_daemon(
-        self,
-        daemon_id: str,
-        pid: int,
-        host: str,
-        boot_id: str,
-        now: datetime,
-        lease_seconds: float,
-    ) -> None:
+    def register_daemon(self, now: datetime) -> None:
         with self.db.write() as c:
             c.execute(sql.DELETE_EXPIRED_DAEMONS, (to_us(now),))
-            self._upsert(c, daemon_id, pid, host, boot_id, now, lease_seconds)
+            self._upsert(c, now)
         self._refresh_peers()
         self.db.defer_checkpoints()
 
@@ -138,36 +132,29 @@ class SqliteDaemonStore:
 
         return trim_history(self.db, now, after_job_id=after_job_id, max_rows=max_rows)
 
-    def _upsert(
-        self,
-        c: sqlite3.Connection,
-        daemon_id: str,
-        pid: int,
-        host: str,
-        boot_id: str,
-        now: datetime,
-        lease_seconds: float,
-    ) -> None:
+    def _upsert(self, c: sqlite3.Connection, now: datetime) -> None:
+        me = self.identity
         c.execute(
             sql.UPSERT_DAEMON,
             {
-                "id": daemon_id,
-                "pid": pid,
-                "host": host,
-                "boot_id": boot_id,
+                "id": me.id,
+                "pid": me.pid,
+                "host": me.host,
+                "boot_id": me.boot_id,
                 "now": to_us(now),
-                "until": to_us(now + timedelta(seconds=lease_seconds)),
+                "until": to_us(now + timedelta(seconds=me.lease_seconds)),
                 "wake": self._wake_address,
             },
         )
 
-    def unregister_daemon(self, daemon_id: str) -> None:
+    def unregister_daemon(self) -> None:
         with self.db.write() as c:
-            c.execute(sql.DELETE_DAEMON, (daemon_id,))
-            c.execute(sql.RELEASE_LEADER, (daemon_id,))
+            c.execute(sql.DELETE_DAEMON, (self.identity.id,))
+            c.execute(sql.RELEASE_LEADER, (self.identity.id,))
 
-    def local_daemons(self, host: str, boot_id: str, now: datetime) -> list[tuple[str, int]]:
-        rows = self.db.read(sql.LOCAL_DAEMONS, (host, boot_id, to_us(now), ""))
+    def local_daemons(self, now: datetime) -> list[tuple[str, int]]:
+        me = self.identity
+        rows = self.db.read(sql.LOCAL_DAEMONS, (me.host, me.boot_id, to_us(now), me.id))
         return [(r[0], r[1]) for r in rows]
 
     def forget_daemons(self, daemon_ids: Sequence[str]) -> None:
@@ -180,24 +167,16 @@ class SqliteDaemonStore:
                 c.execute(sql.EXPIRE_LEASES_OF, (daemon_id,))
 
     def heartbeat(
-        self,
-        daemon_id: str,
-        now: datetime,
-        lease_seconds: float,
-        *,
-        want_leader: bool,
-        held: Sequence[tuple[int, int]],
-        host: str,
-        pid: int,
-        boot_id: str,
+        self, now: datetime, *, want_leader: bool, held: Sequence[tuple[int, int]]
     ) -> Renewal:
-        until = to_us(now + timedelta(seconds=lease_seconds))
+        daemon_id = self.identity.id
+        until = to_us(now + timedelta(seconds=self.identity.lease_seconds))
         lost: set[int] = set()
         cancel: set[int] = set()
         leader = False
         with self.db.write() as c:
             # our row may have expired and been cleared (a suspend): register again, whole
-            self._upsert(c, daemon_id, pid, host, boot_id, now, lease_seconds)
+            self._upsert(c, now)
             if want_leader:
                 c.execute(sql.ENSURE_LEADER_ROW)
                 cur = c.execute(
@@ -225,9 +204,9 @@ class SqliteDaemonStore:
             return None
         return from_us(rows[0][1])
 
-    def release_leader(self, daemon_id: str) -> None:
+    def release_leader(self) -> None:
         with self.db.write() as c:
-            c.execute(sql.RELEASE_LEADER, (daemon_id,))
+            c.execute(sql.RELEASE_LEADER, (self.identity.id,))
 
     # ------------------------------------------------------------------ the scheduler
 
@@ -413,10 +392,7 @@ class SqliteDaemonStore:
 
     def record_and_claim(
         self,
-        daemon_id: str,
-        host: str,
         now: datetime,
-        lease_seconds: float,
         *,
         finishes: Sequence[FinishItem],
         started: Sequence[tuple[int, int, int]],
@@ -425,6 +401,8 @@ class SqliteDaemonStore:
         reserved_priority: int | None,
         on_expired: ExpiredFn,
     ) -> TurnResult:
+        me = self.identity
+        daemon_id = me.id
         with self.db.write() as c:
             # pids first: an attempt that started and ended since the last turn keeps
             # its pid in its attempt row
@@ -436,9 +414,9 @@ class SqliteDaemonStore:
                 claimed, ended = self._claim(
                     c,
                     daemon_id,
-                    host,
+                    me.host,
                     now,
-                    lease_seconds,
+                    me.lease_seconds,
                     limit,
                     low_limit,
                     reserved_priority,
@@ -513,16 +491,15 @@ class SqliteDaemonStore:
             c.executemany(sql.INSERT_ATTEMPT, attempts)
         return claimed, ended
 
-    def next_claim_at(self, daemon_id: str, now: datetime) -> datetime | None:
+    def next_claim_at(self, now: datetime) -> datetime | None:
         now_us = to_us(now)
         a = self.db.read(sql.NEXT_NOT_BEFORE, (now_us,))[0][0]
-        b = self.db.read(sql.NEXT_LEASE_EXPIRY, (daemon_id, now_us))[0][0]
+        b = self.db.read(sql.NEXT_LEASE_EXPIRY, (self.identity.id, now_us))[0][0]
         return next_claim_time(a, b)
 
-    def held_status(
-        self, daemon_id: str, held: Sequence[tuple[int, int]]
-    ) -> tuple[frozenset[int], frozenset[int]]:
-        leased = {(r[0], r[1]): bool(r[2]) for r in self.db.read(sql.HELD_BY, (daemon_id,))}
+    def held_status(self, held: Sequence[tuple[int, int]]) -> tuple[frozenset[int], frozenset[int]]:
+        rows = self.db.read(sql.HELD_BY, (self.identity.id,))
+        leased = {(r[0], r[1]): bool(r[2]) for r in rows}
         cancel = frozenset(run_id for run_id, a in held if leased.get((run_id, a)))
         lost = frozenset(run_id for run_id, a in held if (run_id, a) not in leased)
         return cancel, lost
@@ -535,11 +512,11 @@ class SqliteDaemonStore:
         rows = [(pid, run_id, attempt, daemon_id) for run_id, attempt, pid in started]
         c.executemany(sql.SET_ATTEMPT_PID, rows)
 
-    def save_output(self, daemon_id: str, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
+    def save_output(self, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
         if not outputs:
             return
         with self.db.write() as c:
-            c.executemany(sql.SAVE_OUTPUT, output_params(daemon_id, outputs))
+            c.executemany(sql.SAVE_OUTPUT, output_params(self.identity.id, outputs))
 
     def _finish_all(
         self, c: sqlite3.Connection, daemon_id: str, now: datetime, items: Sequence[FinishItem]
