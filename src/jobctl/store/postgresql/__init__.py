@@ -1,11 +1,11 @@
 """The PostgreSQL backend (SPEC §10): the same operations and results as the SQLite store,
 for any number of daemons on any number of hosts.
 
-:func:`open_postgres` gives a :class:`PostgresStore` with its two faces over one
-connection: :attr:`~PostgresStore.commands` (the shared
-:class:`~jobctl.store.commands.Commands`) and, for a daemon,
-:meth:`~PostgresStore.open_daemon` (:class:`~.daemon.PgDaemonStore`). psycopg (the
-``jobctl[postgresql]`` extra) is imported when a store is opened, never by importing :mod:`jobctl.store` for a SQLite
+:func:`open_postgres` gives a :class:`PostgresStore` over one connection: its
+:attr:`~PostgresStore.commands` (the shared :class:`~jobctl.store.commands.Commands`),
+its :attr:`~PostgresStore.dashboard`, and, for a daemon, :meth:`~PostgresStore.open_daemon`
+(:class:`~.daemon.PgDaemonStore`). psycopg (the ``jobctl[postgresql]`` extra) is
+imported when a store is opened, never by importing :mod:`jobctl.store` for a SQLite
 file. Layers, one idea a module: :mod:`.url` (no driver) › :mod:`.schema` › :mod:`.sql`
 › :mod:`.db` (the dialect: open, migrate, transactions, reconnects, NOTIFY) ›
 :mod:`.daemon`; :mod:`.waker` is a daemon's LISTEN connection.
