@@ -756,17 +756,6 @@ class Commands:
     # ---------------------------------------------------------------- used by jobctl serve
     # the dashboard's run strips and the /metrics scrape
 
-    def recent_runs_by_job(self, per_job: int = 20) -> dict[int, list[Run]]:
-        """The ``per_job`` most recent runs of every job (skipped ones too), newest first,
-        by job id, for the dashboard's run strips: one short indexed query a job (a window
-        function over every run is several times slower at 100,000 runs)."""
-        out: dict[int, list[Run]] = {}
-        for job in self.db.read(self.q.job_ids):
-            rows = self.db.read(self.q.recent_runs_of_job, (job["id"], per_job))
-            if rows:
-                out[job["id"]] = [run_from_row(r) for r in rows]
-        return out
-
     def run_counters(self) -> list[tuple[str, int, str | None, int]]:
         """(job name, its missed_total, a finished state or None, runs that ever ended in
         that state) for every job: the tallies kept apart from the rows (SPEC §13), which

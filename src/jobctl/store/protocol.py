@@ -298,10 +298,6 @@ class CommandStore(Protocol):
 
     # used by jobctl serve
 
-    def recent_runs_by_job(self, per_job: int = 20) -> dict[int, list[Run]]:
-        """The ``per_job`` most recent runs of every job (skipped too), newest first."""
-        ...
-
     def run_counters(self) -> list[tuple[str, int, str | None, int]]:
         """(job, its missed_total, finished state or None, runs that ever ended in it) for
         every job: counters that never go down (SPEC §13)."""
