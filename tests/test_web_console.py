@@ -312,7 +312,7 @@ def test_runs_across_jobs_with_filters_and_paging(
     wait_until(lambda: len(shown()) == 10, 15)
     shot("runs-filtered")
     browser.get(server.url + "/runs?since=yesterday-ish")
-    assert "invalid since" in text_of(browser, "main")
+    assert "invalid --since" in text_of(browser, "main")
 
 
 def test_lists_refresh_without_a_full_reload(

@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute, Route
 
 from .. import applier, jobfile
 from ..clock import from_us, to_us
-from ..durations import parse_duration, parse_time
+from ..durations import parse_since
 from ..errors import JobctlError, UsageError
 from ..models import JobState, RunState, natural_key
 from ..zones import parse_zone
@@ -128,21 +128,6 @@ async def home(request: Request) -> Response:
 _BEFORE = re.compile(r"(-?\d{1,19})\.(\d{1,19})")
 
 
-def parse_since(text: str, now: datetime, zone: str) -> datetime:
-    """``runs --since``: a DURATION back from ``now``, or a TIME (naive: in ``zone``)."""
-    text = text.strip()
-    try:
-        return now - timedelta(seconds=parse_duration(text))
-    except UsageError:
-        pass
-    try:
-        return parse_time(text, zone, now)
-    except UsageError:
-        raise UsageError(
-            f"invalid since {text!r}: use a DURATION such as 24h or a TIME such as 2026-12-01T08:00"
-        ) from None
-
-
 def _before(text: str | None) -> tuple[datetime, int] | None:
     """The cursor of the next page: ``WINDOW_US.RUN_ID`` of the last run shown."""
     if not text:
@@ -164,7 +149,7 @@ async def runs_list(request: Request) -> Response:
         job = (q.get("job") or "").strip() or None
         state = query_state(q.get("state") or None)
         since_text = (q.get("since") or "").strip()
-        since = parse_since(since_text, now, zone_name(request)) if since_text else None
+        since = parse_since(since_text, zone_name(request), now) if since_text else None
         before = _before(q.get("before"))
         runs = await web.view(
             lambda _, reads: reads.runs_page(job, state, since, before, triage.PAGE_SIZE + 1)
