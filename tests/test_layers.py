@@ -47,6 +47,7 @@ ROLES = {"scheduler", "executor", "retention"}
 STORE_LAYERS = {
     "values": 0,
     "queries": 0,
+    "sqlfiles": 0,
     "rows": 1,
     "dialect": 1,
     "transfer": 2,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import StoreError
+from .. import sqlfiles
 
 SCHEMA_VERSION = 5
 #: the key of the advisory lock held while migrating (any constant; 'jobctl' in ASCII)
@@ -18,26 +19,12 @@ MIGRATION_LOCK_KEY = 0x6A6F6263746C
 
 def migrations() -> list[tuple[int, str]]:
     """(version, sql) for every numbered migration in ``sql/postgresql/``, in order."""
-    from importlib import resources
-
-    out = []
-    for entry in resources.files("jobctl").joinpath("sql", "postgresql").iterdir():
-        name = entry.name
-        if name[:4].isdigit() and name.endswith(".sql"):
-            out.append((int(name[:4]), entry.read_text(encoding="utf-8")))
-    out.sort()
-    return out
+    return sqlfiles.migrations("postgresql")
 
 
 def schema_sql() -> str:
     """The whole current schema, as kept in ``sql/postgresql/schema.sql``."""
-    from importlib import resources
-
-    return (
-        resources.files("jobctl")
-        .joinpath("sql", "postgresql", "schema.sql")
-        .read_text(encoding="utf-8")
-    )
+    return sqlfiles.schema_sql("postgresql")
 
 
 def current_version(conn: Any) -> int | None:

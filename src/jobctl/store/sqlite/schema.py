@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 from ...errors import SecurityError
+from .. import sqlfiles
 
 SCHEMA_VERSION = 7
 BUSY_TIMEOUT_MS = 30_000
@@ -15,26 +16,12 @@ BUSY_TIMEOUT_MS = 30_000
 
 def migrations() -> list[tuple[int, str]]:
     """(version, sql) for every numbered migration in ``sql/sqlite/``, in order."""
-    from importlib import resources  # deferred: it pulls in tempfile, zlib, lzma...
-
-    out = []
-    for entry in resources.files("jobctl").joinpath("sql", "sqlite").iterdir():
-        name = entry.name
-        if name[:4].isdigit() and name.endswith(".sql"):
-            out.append((int(name[:4]), entry.read_text(encoding="utf-8")))
-    out.sort()
-    return out
+    return sqlfiles.migrations("sqlite")
 
 
 def schema_sql() -> str:
-    """The whole current schema, as kept in ``sql/schema.sql``."""
-    from importlib import resources
-
-    return (
-        resources.files("jobctl")
-        .joinpath("sql", "sqlite", "schema.sql")
-        .read_text(encoding="utf-8")
-    )
+    """The whole current schema, as kept in ``sql/sqlite/schema.sql``."""
+    return sqlfiles.schema_sql("sqlite")
 
 
 def split_statements(sql: str) -> list[str]:
