@@ -41,6 +41,42 @@ class Dashboard:
     def job_facts(
         self, query: str | None, state: JobState | None, failed_since: datetime
     ) -> list[JobFacts]:
+        clause, params = self._where(query, state)
+        failed = {
+            int(r["job_id"]): int(r["n"])
+            for r in self.db.read(self.q.dash_failed_notifications, (to_us(failed_since),))
+        }
+        retrying: set[int] = set()
+        due: dict[int, int] = {}
+        for r in self.db.read(self.q.dash_open_runs):
+            job_id, at = int(r["job_id"]), r["due"]
+            if r["state"] == "failed":
+                retrying.add(job_id)
+            if at is not None and (job_id not in due or at < due[job_id]):
+                due[job_id] = int(at)
+        return [
+            JobFacts(
+                id=int(r["id"]),
+                name=r["name"],
+                state=JobState(r["state"]),
+                last_state=RunState(r["last_state"]) if r["last_state"] else None,
+                failing=int(r["id"]) in retrying,
+                oldest_open_due=opt_dt(due.get(int(r["id"]))),
+                paused_reason=r["paused_reason"],
+                notifications_failed=failed.get(int(r["id"]), 0),
+            )
+            for r in self.db.read(self.q.dash_job_facts.format(where=clause), params)
+        ]
+
+    def job_names(self, query: str | None) -> list[tuple[int, str]]:
+        clause, params = self._where(query, None)
+        return [
+            (int(r["id"]), r["name"])
+            for r in self.db.read(self.q.dash_job_names.format(where=clause), params)
+        ]
+
+    def _where(self, query: str | None, state: JobState | None) -> tuple[str, dict[str, Any]]:
+        """The search (name, description, command; ignoring case) and the state filter."""
         where: list[str] = []
         params: dict[str, Any] = {}
         if query:
@@ -57,29 +93,7 @@ class Dashboard:
         if state is not None:
             where.append(f"j.state = {self.db.named('state')}")
             params["state"] = state.value
-        clause = ("WHERE " + " AND ".join(where)) if where else ""
-        failed = {
-            int(r["job_id"]): int(r["n"])
-            for r in self.db.read(self.q.dash_failed_notifications, (to_us(failed_since),))
-        }
-        return [
-            JobFacts(
-                id=int(r["id"]),
-                name=r["name"],
-                state=JobState(r["state"]),
-                last_state=RunState(r["last_state"]) if r["last_state"] else None,
-                failing=bool(r["failing"]),
-                oldest_open_due=opt_dt(
-                    min(
-                        (t for t in (r["pending_due"], r["failed_due"]) if t is not None),
-                        default=None,
-                    )
-                ),
-                paused_reason=r["paused_reason"],
-                notifications_failed=failed.get(int(r["id"]), 0),
-            )
-            for r in self.db.read(self.q.dash_job_facts.format(where=clause), params)
-        ]
+        return ("WHERE " + " AND ".join(where)) if where else "", params
 
     def jobs_by_ids(self, ids: Sequence[int]) -> list[Job]:
         if not ids:

@@ -500,6 +500,10 @@ class DashboardReads(Protocol):
         ``notifications_failed`` counts those that ended ``failed`` since ``failed_since``."""
         ...
 
+    def job_names(self, query: str | None) -> list[tuple[int, str]]:
+        """(id, name) of every job the search ``query`` finds (as :meth:`job_facts`)."""
+        ...
+
     def jobs_by_ids(self, ids: Sequence[int]) -> list[Job]:
         """Those jobs, in the order of ``ids`` (ids of deleted jobs are left out)."""
         ...

@@ -129,6 +129,8 @@ class Queries:
     insert_row: str
     # the dashboard (SPEC §17): jobctl.store.dashboard
     dash_job_facts: str
+    dash_open_runs: str
+    dash_job_names: str
     dash_failed_notifications: str
     dash_jobs_by_ids: str
     dash_last_runs: str
@@ -336,21 +338,18 @@ ORDER BY jobs.id LIMIT ?
         trim_runs=f"DELETE FROM runs WHERE id IN ({{marks}}) AND state IN {FINISHED}",
         # {table}, {names}, {named}: a row of a copied database, by column name
         insert_row="INSERT INTO {table} ({names}) VALUES ({named})",
-        # {where}: the search and the job state. Each job's last run, open runs and
-        # retries come off the indexes on (job_id, scheduled_for) and (job_id, state, ...): one
-        # state a subquery, and "+ 0" so that no plan walks the index on (state, not_before)
-        # for the least not_before among every job's runs
+        # {where}: the search and the job state. Each job's last run comes off the index
+        # on (job_id, scheduled_for); what waits (dash_open_runs) is read apart, once
         dash_job_facts=f"""
 SELECT j.id, j.name, j.state, j.paused_reason,
     (SELECT r.state FROM runs r WHERE r.job_id = j.id AND {_NOT_SKIPPED}
-     ORDER BY r.scheduled_for DESC LIMIT 1) AS last_state,
-    EXISTS (SELECT 1 FROM runs r WHERE r.job_id = j.id AND r.state = 'failed') AS failing,
-    (SELECT MIN(r.not_before + 0) FROM runs r
-     WHERE r.job_id = j.id AND r.state = 'pending') AS pending_due,
-    (SELECT MIN(r.not_before + 0) FROM runs r
-     WHERE r.job_id = j.id AND r.state = 'failed') AS failed_due
+     ORDER BY r.scheduled_for DESC LIMIT 1) AS last_state
 FROM jobs j {{where}}
 """,
+        dash_job_names="SELECT j.id, j.name FROM jobs j {where}",
+        # the runs waiting to start or to be retried, by job: few, off (state, not_before)
+        dash_open_runs="SELECT job_id, state, MIN(not_before) AS due FROM runs "
+        "WHERE state IN ('pending', 'failed') GROUP BY job_id, state",
         dash_failed_notifications="SELECT job_id, COUNT(*) AS n FROM notifications "
         "WHERE state = 'failed' AND ended_at >= ? AND job_id IS NOT NULL GROUP BY job_id",
         # {marks}: one per id

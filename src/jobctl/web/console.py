@@ -309,11 +309,10 @@ async def timeline(request: Request) -> Response:
     start = now - timedelta(hours=TIMELINE_HOURS)
 
     def read(store: Store, reads: DashboardReads) -> dict[str, Any]:
-        found = reads.job_facts(query, None, start)
-        facts = sorted(found, key=lambda f: natural_key(f.name))
-        page = triage.page_of(facts, number)
-        rows = [(f.id, f.name) for f in page.items]
-        bars = reads.timeline([f.id for f in page.items], start, now)
+        names = sorted(reads.job_names(query), key=lambda row: natural_key(row[1]))
+        page = triage.page_of(names, number)
+        rows = page.items
+        bars = reads.timeline([job_id for job_id, _ in rows], start, now)
         return {"page": page, "rows": rows, "bars": bars}
 
     context = await web.view(read)
