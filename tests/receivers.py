@@ -122,3 +122,53 @@ def smtp_receiver() -> Iterator[Mailbox]:
         yield box
     finally:
         controller.stop()
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+class MainCli:
+    """``jobctl.cli.main(argv)`` in-process, through its real error boundary, on the
+    suite's database (a file, or a PostgreSQL URL)."""
+
+    def __init__(self, db: Any, capsys: Any) -> None:
+        self.db = db
+        self.capsys = capsys
+        self._view: Any = None
+
+    def __call__(self, *args: str, ok: bool = True) -> CliResult:
+        from jobctl.cli import main
+
+        self.capsys.readouterr()
+        code: int | str | None = 0
+        try:
+            main(["--db", str(self.db), *args])
+        except SystemExit as e:
+            code = e.code
+        out, err = self.capsys.readouterr()
+        result = CliResult(0 if code is None else int(code), out, err)
+        if ok and result.exit_code != 0:
+            raise AssertionError(f"jobctl {' '.join(args)} exited {result.exit_code}: {err}")
+        return result
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self(*args, "--json").stdout)
+
+    def store(self) -> Any:
+        from conftest import StoreView
+
+        if self._view is None or self._view.closed:
+            self._view = StoreView(self.db)
+        return self._view
+
+    def close(self) -> None:
+        if self._view is not None:
+            self._view.close()

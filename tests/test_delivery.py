@@ -11,7 +11,12 @@ from receivers import http_receiver, smtp_receiver
 
 from jobctl import __version__
 from jobctl.delivery import DeliveryError, deliver
-from jobctl.notifications import Channel, ChannelKind, Event, webhook_body
+from jobctl.models import Event
+from jobctl.notifications import (
+    Channel,
+    ChannelKind,
+    webhook_body,
+)
 
 
 def _body(key: str = "k-1") -> dict:

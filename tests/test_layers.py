@@ -23,7 +23,8 @@ LAYERS = {
     "specs": 5,
     "jobfile": 5.5,
     "reaper": 5,
-    "notifications": 5,
+    "notifications": 4,
+    "notifier": 7,
     "delivery": 6,
     "store": 6,
     "planner": 6,
@@ -40,12 +41,13 @@ LAYERS = {
     "cli": 9,
 }
 #: the daemon's roles: driven by the loop, never importing each other
-ROLES = {"scheduler", "executor", "retention"}
+ROLES = {"scheduler", "executor", "retention", "notifier"}
 
 # inside the store: values and named statements first, then the shared logic over a
 # dialect, then the protocols; each backend's modules, one idea each
 STORE_LAYERS = {
     "values": 0,
+    "outbox": 0,
     "queries": 0,
     "sqlfiles": 0,
     "rows": 1,

@@ -6,13 +6,10 @@ from __future__ import annotations
 import pytest
 
 from jobctl.errors import UsageError
-from jobctl.models import RunState
+from jobctl.models import DEFAULT_EVENTS, Event, NotifyRule, RunState
 from jobctl.notifications import (
-    DEFAULT_EVENTS,
     Channel,
     ChannelKind,
-    Event,
-    NotifyRule,
     anomaly,
     build_channel,
     channels_for,

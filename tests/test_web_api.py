@@ -600,7 +600,9 @@ def test_run_detail_logs_cancel_and_retry(
     assert detail["state"] == "succeeded" and detail["waiting"] is None
     assert [a["attempt"] for a in detail["attempts"]] == [1]
     assert detail["attempts"][0]["exit_code"] == 0
-    run_only = {k: v for k, v in detail.items() if k not in ("attempts", "waiting")}
+    run_only = {
+        k: v for k, v in detail.items() if k not in ("attempts", "waiting", "notifications")
+    }
     assert run_only == jobctl.json("runs", "hello")[0]
     logs = server.request("GET", f"/v1/runs/{ok_id}/logs")
     assert logs.status == 200 and logs.headers["content-type"].startswith("text/plain")

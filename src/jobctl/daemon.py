@@ -31,6 +31,7 @@ from typing import TextIO
 from .clock import Clock, SystemClock
 from .errors import JobctlError, StoreError
 from .executor import Executor, ExecutorConfig, Ready
+from .notifier import Notifier, Render
 from .reaper import StrayReaper
 from .retention import RETENTION_SLACK_SECONDS, Retention
 from .store import DaemonIdentity, Store, daemon_clock
@@ -85,6 +86,10 @@ class DaemonConfig:
     #: become a child subreaper and kill+reap orphans that left their attempt; off only
     #: for a daemon driven inside a test process
     reap_strays: bool = True
+    #: delivery threads: notifications sent at once, off the loop (SPEC §12)
+    notify_threads: int = 4
+    #: the first retry of a failed delivery (doubling, at most 60 times this)
+    notify_retry_seconds: float = 10.0
 
 
 class Phase(Enum):
@@ -236,6 +241,19 @@ class Daemon:
             watch=self.watch,
             unwatch=self.unwatch,
         )
+        from . import output
+
+        self.notifier = Notifier(
+            store,
+            daemon_id=self.id,
+            environ=env,
+            log=self.log,
+            render=Render(
+                lambda job: output.job_json(job, None), output.run_json, output.attempt_json
+            ),
+            threads=config.notify_threads,
+            first_retry_seconds=config.notify_retry_seconds,
+        )
         self.reaper = StrayReaper()
         self.strays: set[int] = set()
         self.sweep_at: float | None = None
@@ -254,6 +272,7 @@ class Daemon:
     def _on_wake(self, now: datetime, mono: float) -> None:
         messages = self.waker.drain()
         self.executor.wake(cancels=True)
+        self.notifier.wake()
         self.scheduler.on_wake(messages, now)
 
     def _on_signal(self, now: datetime, mono: float) -> None:
@@ -295,6 +314,7 @@ class Daemon:
             self.log("cannot become a child subreaper: escaped grandchildren are not reaped")
         self.watch(self.waker.fileno(), self._on_wake)
         self.watch(self._sig_r, self._on_signal)
+        self.watch(self.notifier.fileno(), self.notifier.on_ready)
         now = self.clock.now()
         self._take_over_dead_local_daemons(now)
         self.store.register_daemon(now)
@@ -327,6 +347,8 @@ class Daemon:
         except StoreError as e:
             self.log(f"cannot unregister: {e} (the row expires with its lease)")
         self.executor.kill_all()
+        self.unwatch(self.notifier.fileno())
+        self.notifier.close()
         if self.config.reap_strays:
             self._sweep()
         signal.set_wakeup_fd(-1)
@@ -354,12 +376,16 @@ class Daemon:
         running = self.phase is Phase.RUNNING
         if self.scheduler.turn(now, mono, firing=running):
             self.executor.wake(cancels=True)  # an --overlap replace may have asked
+            self.notifier.wake()  # missed windows may have been told
+            self.notifier.time_passed()
         self.executor.tick(now, mono)
         if running and self.executor.wants_claim(now):
             self.executor.claim(now, mono)
         elif self.executor.unrecorded(mono):
             self.executor.record(now, mono)
-        self.scheduler.runs_ended(self.executor.take_ended(), mono)
+        self._runs_ended(mono)
+        if running:
+            self.notifier.turn(now)
         if self.config.reap_strays:
             if self.executor.take_exited() and self.sweep_at is None:
                 self.sweep_at = mono + SWEEP_DELAY_SECONDS
@@ -369,8 +395,16 @@ class Daemon:
         if self.phase is not Phase.RUNNING and not self.executor.busy:
             return False
         self._wait(now, mono)
-        self.scheduler.runs_ended(self.executor.take_ended(), self.clock.monotonic())
+        self._runs_ended(self.clock.monotonic())
         return True
+
+    def _runs_ended(self, mono: float) -> None:
+        """Runs that ended: the scheduler moves their jobs on; their ends may have told
+        someone (the notifier looks)."""
+        ended = self.executor.take_ended()
+        if ended:
+            self.notifier.wake()
+        self.scheduler.runs_ended(ended, mono)
 
     def _advance_phase(self, mono: float) -> None:
         if self.signal_received is not None and self.phase is Phase.RUNNING:
@@ -402,6 +436,7 @@ class Daemon:
         for wait in (
             self.scheduler.next_wake(now, mono, firing=running),
             self.executor.next_wake(now, mono, claiming=running),
+            self.notifier.next_wake(now) if running else None,
         ):
             if wait is not None:
                 timeout = min(timeout, wait)
@@ -468,7 +503,9 @@ class Daemon:
             flush()
 
     def _sweep(self) -> None:
-        fds = self.reaper.sweep(self.executor.tracked_pids(), self.executor.running_pgids())
+        with self.notifier.no_spawns():  # a command channel's child is not a stray
+            tracked = self.executor.tracked_pids() | self.notifier.tracked_pids()
+            fds = self.reaper.sweep(tracked, self.executor.running_pgids())
         for fd in fds:
             self.log(f"killed stray process {self.reaper.pid_of(fd)} (it left its attempt's group)")
             self.strays.add(fd)
@@ -498,6 +535,7 @@ class Daemon:
         self.executor.wake()
         self.scheduler.on_renewal(renewal.leader, now)
         self.retention.on_renewal(renewal.leader)
+        self.notifier.on_renewal(renewal.leader)
         if not renewal.leader and self.phase is Phase.RUNNING:
             # try again right when the holder's lease runs out: failover within one lease
             try:

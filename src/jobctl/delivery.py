@@ -8,6 +8,7 @@ webhook's path (its secret): only its scheme and host.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,20 +17,27 @@ import socket
 import subprocess
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from datetime import datetime
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from typing import Any
 
 from . import __version__
+from .clock import iso
+from .models import Event
 from .notifications import (
     COMMAND_TIMEOUT_SECONDS,
     SMTP_TIMEOUT_SECONDS,
     WEBHOOK_TIMEOUT_SECONDS,
     Channel,
     ChannelKind,
+    email_text,
     parse_smtp,
     shown_url,
+    webhook_body,
 )
 from .reaper import kill_group
 
@@ -50,6 +58,7 @@ def deliver(
     email_text: str = "",
     environ: Mapping[str, str] | None = None,
     on_pid: PidHook | None = None,
+    spawn_lock: AbstractContextManager[Any] | None = None,
     webhook_timeout: float = WEBHOOK_TIMEOUT_SECONDS,
     command_timeout: float = COMMAND_TIMEOUT_SECONDS,
 ) -> None:
@@ -61,7 +70,9 @@ def deliver(
     elif channel.kind is ChannelKind.EMAIL:
         send_email(channel, body, email_text, env)
     else:
-        run_command(channel, body, env, timeout=command_timeout, on_pid=on_pid)
+        run_command(
+            channel, body, env, timeout=command_timeout, on_pid=on_pid, spawn_lock=spawn_lock
+        )
 
 
 def post_webhook(channel: Channel, body: dict[str, Any], *, timeout: float) -> None:
@@ -172,6 +183,7 @@ def run_command(
     *,
     timeout: float,
     on_pid: PidHook | None,
+    spawn_lock: AbstractContextManager[Any] | None = None,
 ) -> None:
     """``/bin/sh -c COMMAND`` with the body on stdin and ``JOBCTL_EVENT``, ``JOBCTL_JOB``,
     ``JOBCTL_RUN_ID``, ``JOBCTL_NOTIFICATION_KEY``; exit 0 is delivered; its whole process
@@ -183,20 +195,11 @@ def run_command(
     env["JOBCTL_JOB"] = str(job.get("name") or "")
     env["JOBCTL_RUN_ID"] = "" if run.get("id") is None else str(run["id"])
     env["JOBCTL_NOTIFICATION_KEY"] = str(body["key"])
-    try:
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", channel.target],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-            close_fds=True,
-        )
-    except OSError as e:
-        raise DeliveryError(f"command could not start: {e.strerror or e}") from None
-    if on_pid is not None:
-        on_pid(proc.pid, True)
+    guard = spawn_lock if spawn_lock is not None else contextlib.nullcontext()
+    with guard:  # the stray sweep waits: it never sees the child before its pid is known
+        proc = _start(channel.target, env)
+        if on_pid is not None:
+            on_pid(proc.pid, True)
     try:
         try:
             proc.communicate(json.dumps(body).encode(), timeout=timeout)
@@ -212,3 +215,37 @@ def run_command(
     if proc.returncode != 0:
         status = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
         raise DeliveryError(f"command ended {status}")
+
+
+def _start(command: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    try:
+        return subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as e:
+        raise DeliveryError(f"command could not start: {e.strerror or e}") from None
+
+
+def test_delivery(
+    channel: Channel, now: datetime, environ: Mapping[str, str] | None = None
+) -> None:
+    """``notify test``: one ``test`` event to ``channel`` now, in the foreground (not
+    recorded, not counted). Raises DeliveryError."""
+    key = f"test-{uuid.uuid4().hex}"
+    body = webhook_body(
+        key=key,
+        event=Event.TEST,
+        text=f"jobctl: test notification from {socket.gethostname()} to channel {channel.name}",
+        at=iso(now),
+        job=None,
+        run=None,
+        attempt=None,
+        detail=None,
+    )
+    deliver(channel, body, email_text=email_text(body, b""), environ=environ)

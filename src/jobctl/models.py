@@ -315,6 +315,43 @@ class Trigger:
     after_completion: bool = False
 
 
+class Event(str, Enum):
+    """What a notification reports (SPEC §12)."""
+
+    FAILED = "failed"
+    DEAD = "dead"
+    SUCCEEDED = "succeeded"
+    RECOVERED = "recovered"
+    MISSED = "missed"
+    LATE = "late"
+    LONG = "long"
+    ANOMALY = "anomaly"
+    PAUSED = "paused"
+    TEST = "test"
+
+
+#: what ``--notify CHANNEL`` tells when it names no events
+DEFAULT_EVENTS: tuple[Event, ...] = (
+    Event.DEAD,
+    Event.RECOVERED,
+    Event.MISSED,
+    Event.LATE,
+    Event.ANOMALY,
+    Event.PAUSED,
+)
+
+
+@dataclass(frozen=True)
+class NotifyRule:
+    """One ``--notify CHANNEL[:EVENTS]`` of a job."""
+
+    channel: str
+    events: tuple[Event, ...] = DEFAULT_EVENTS
+
+    def to_json(self) -> dict[str, Any]:
+        return {"channel": self.channel, "events": [e.value for e in self.events]}
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """Everything a user sets on a job: what ``add`` creates and ``edit`` changes."""
@@ -337,6 +374,12 @@ class JobSpec:
     jitter_seconds: float = 0.0
     on_failure: str | None = None
     locks: tuple[str, ...] = ()
+    #: the channels told and for which events (SPEC §12); none: the default channels
+    notify: tuple[NotifyRule, ...] = ()
+    #: a run not started by its window + grace is ``late``
+    grace_seconds: float | None = None
+    #: an attempt still running after this long is ``long``
+    warn_after_seconds: float | None = None
     #: finished runs kept beyond which the scheduler-lease holder deletes (SPEC §13)
     keep_runs: int = DEFAULT_KEEP_RUNS
     #: finished runs whose window is older than this are deleted; None: no age limit

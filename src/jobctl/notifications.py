@@ -8,6 +8,7 @@ a user typed raises UsageError (exit 2) with one line, before anything is writte
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 from collections.abc import Iterable, Sequence
@@ -18,31 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import UsageError
-from .models import NAME_RE, RunState
-
-
-class Event(str, Enum):
-    FAILED = "failed"
-    DEAD = "dead"
-    SUCCEEDED = "succeeded"
-    RECOVERED = "recovered"
-    MISSED = "missed"
-    LATE = "late"
-    LONG = "long"
-    ANOMALY = "anomaly"
-    PAUSED = "paused"
-    TEST = "test"
-
-
-#: what ``--notify CHANNEL`` tells when it names no events
-DEFAULT_EVENTS: tuple[Event, ...] = (
-    Event.DEAD,
-    Event.RECOVERED,
-    Event.MISSED,
-    Event.LATE,
-    Event.ANOMALY,
-    Event.PAUSED,
-)
+from .models import NAME_RE, Event, NotifyRule, RunState
 
 
 class ChannelKind(str, Enum):
@@ -77,17 +54,6 @@ ANOMALY_MIN_RUNS = 5
 ANOMALY_SLOW = 3.0
 ANOMALY_FAST = 0.25
 ANOMALY_MIN_SECONDS = 1.0
-
-
-@dataclass(frozen=True)
-class NotifyRule:
-    """One ``--notify CHANNEL[:EVENTS]`` of a job."""
-
-    channel: str
-    events: tuple[Event, ...] = DEFAULT_EVENTS
-
-    def to_json(self) -> dict[str, Any]:
-        return {"channel": self.channel, "events": [e.value for e in self.events]}
 
 
 @dataclass(frozen=True)
@@ -130,11 +96,31 @@ class Notification:
 
 
 @dataclass(frozen=True)
+class Outgoing:
+    """A notification a daemon leased to send, with its channel (None: it was removed)."""
+
+    note: Notification
+    job_id: int | None
+    channel: Channel | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one delivery ended: sent (``error`` None), to be tried again at ``retry_at``,
+    ``failed`` for good (neither), or ``dropped`` (its channel is gone)."""
+
+    id: int
+    error: str | None
+    retry_at: datetime | None = None
+    dropped: bool = False
+
+
+@dataclass(frozen=True)
 class EventNote:
     """An event an operation caused, before it is fanned out to channels: the store writes
     one outbox row per channel that wants it, in the operation's transaction.
 
-    ``cause`` names what caused it (``run:42:dead``); with the channel it is unique, so
+    ``cause`` names what caused it (``run-42-3-dead``); with the channel it is unique, so
     an event is written once for what caused it however often the cause is looked at."""
 
     event: Event
@@ -426,6 +412,35 @@ def webhook_body(
         "attempt": attempt,
         "detail": detail,
     }
+
+
+def email_text(body: dict[str, Any], output: bytes) -> str:
+    """An email's plain-text body: the line, the run's fields, the end of its output."""
+    lines = [str(body.get("text") or ""), ""]
+    job = body.get("job") or {}
+    run = body.get("run") or {}
+    attempt = body.get("attempt") or {}
+    fields = [
+        ("event", body.get("event")),
+        ("job", job.get("name") or run.get("job")),
+        ("run", run.get("id")),
+        ("state", run.get("state")),
+        ("window", run.get("scheduled_for")),
+        ("attempt", attempt.get("attempt") or run.get("attempt")),
+        ("exit code", attempt.get("exit_code", run.get("exit_code"))),
+        ("error", attempt.get("error") or run.get("last_error")),
+        ("duration", attempt.get("duration") or run.get("duration")),
+        ("host", attempt.get("host") or run.get("host")),
+        ("at", body.get("at")),
+        ("key", body.get("key")),
+    ]
+    lines += [f"{name}: {value}" for name, value in fields if value not in (None, "")]
+    if body.get("detail"):
+        lines.append(f"detail: {json.dumps(body['detail'], sort_keys=True)}")
+    if output:
+        lines += ["", f"--- the last {len(output)} bytes of its output ---"]
+        lines.append(output.decode("utf-8", "replace"))
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------- retries

@@ -26,6 +26,7 @@ from .models import (
     TriggerKind,
     Waiting,
 )
+from .notifications import Channel, Notification
 
 # ---------------------------------------------------------------------- JSON
 
@@ -114,6 +115,9 @@ def job_json(job: Job, last_run: Run | None) -> dict[str, Any]:
         "limits": s.limits.to_dict(),
         "keep_runs": s.keep_runs,
         "keep_for": s.keep_for_seconds,
+        "notify": [r.to_json() for r in s.notify],
+        "grace": s.grace_seconds,
+        "warn_after": s.warn_after_seconds,
         "next_run_at": iso(job.next_run_at),
         "missed_total": job.missed_total,
         "last_run": run_json(last_run) if last_run else None,
@@ -160,11 +164,18 @@ def waiting_json(w: Waiting | None) -> dict[str, Any] | None:
     }
 
 
-def inspect_json(run: Run, attempts: Sequence[Attempt], waiting: Waiting | None) -> dict[str, Any]:
-    """``inspect --json``: the run object plus ``attempts`` (oldest first) and ``waiting``."""
+def inspect_json(
+    run: Run,
+    attempts: Sequence[Attempt],
+    waiting: Waiting | None,
+    notifications: Sequence[Notification] = (),
+) -> dict[str, Any]:
+    """``inspect --json``: the run object plus ``attempts`` (oldest first), ``waiting`` and
+    ``notifications`` (the run's, newest first)."""
     data = run_json(run)
     data["attempts"] = [attempt_json(a) for a in attempts]
     data["waiting"] = waiting_json(waiting)
+    data["notifications"] = [notification_json(n) for n in notifications]
     return data
 
 
@@ -680,4 +691,72 @@ def print_history(revisions: Sequence[Any]) -> None:
             f"{r.revision}  {local_time(r.at)}  {r.who}  {r.source}  {describe_changes(r.changes)}"
             for r in revisions
         ]
+    )
+
+
+# ---------------------------------------------------------------------- notifications
+
+
+def channel_json(ch: Channel) -> dict[str, Any]:
+    """``notify list --json``: a webhook's URL as its scheme and host only."""
+    return {
+        "name": ch.name,
+        "kind": ch.kind.value,
+        "target": ch.shown_target,
+        "default_events": [e.value for e in ch.default_events],
+    }
+
+
+def notification_json(n: Notification) -> dict[str, Any]:
+    return {
+        "id": n.id,
+        "key": n.key,
+        "channel": n.channel,
+        "event": n.event.value,
+        "job": n.job,
+        "run_id": n.run_id,
+        "attempt": n.attempt,
+        "state": n.state.value,
+        "tries": n.tries,
+        "created_at": iso(n.created_at),
+        "sent_at": iso(n.sent_at),
+        "last_error": n.last_error,
+        "text": n.text,
+        "detail": n.detail,
+    }
+
+
+def print_channels(channels: Sequence[Channel]) -> None:
+    if not channels:
+        sys.stdout.write("no channels\n")
+        return
+    _table(
+        ["NAME", "KIND", "TARGET", "DEFAULT EVENTS"],
+        [
+            [c.name, c.kind.value, c.shown_target, ",".join(e.value for e in c.default_events)]
+            for c in channels
+        ],
+    )
+
+
+def print_notifications(items: Sequence[Notification]) -> None:
+    if not items:
+        sys.stdout.write("no notifications\n")
+        return
+    _table(
+        ["ID", "CHANNEL", "EVENT", "JOB", "RUN", "STATE", "TRIES", "CREATED", "ERROR"],
+        [
+            [
+                str(n.id),
+                n.channel,
+                n.event.value,
+                n.job or "-",
+                "-" if n.run_id is None else str(n.run_id),
+                n.state.value,
+                str(n.tries),
+                local_time(n.created_at),
+                n.last_error or "",
+            ]
+            for n in items
+        ],
     )

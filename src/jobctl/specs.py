@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import cronexpr, durations, zones
+from . import cronexpr, durations, notifications, zones
 from .clock import iso
 from .errors import UsageError
 from .models import (
@@ -460,6 +460,29 @@ def policy_changes(p: dict[str, Any]) -> dict[str, Any]:
         out["keep_runs"] = _nonneg_int(p["keep_runs"], "--keep-runs")
     if p.get("keep_for") is not None:
         out["keep_for_seconds"] = durations.parse_duration(p["keep_for"])
+    out.update(notify_changes(p))
+    return out
+
+
+def notify_changes(p: dict[str, Any]) -> dict[str, Any]:
+    """``--notify CHANNEL[:EVENTS]``... (replaces the job's list), ``--no-notify`` (clears
+    it), ``--grace`` and ``--warn-after`` -> JobSpec field values. That each channel
+    exists is checked by the store, in the job's own write."""
+    out: dict[str, Any] = {}
+    if p.get("no_notify"):
+        if p.get("notify"):
+            raise UsageError("give --notify or --no-notify, not both")
+        out["notify"] = ()
+    elif p.get("notify"):
+        rules = tuple(notifications.parse_notify(check_text(v, "--notify")) for v in p["notify"])
+        names = [r.channel for r in rules]
+        if len(set(names)) != len(names):
+            raise UsageError("invalid --notify: a channel is named twice")
+        out["notify"] = rules
+    if p.get("grace") is not None:
+        out["grace_seconds"] = durations.parse_duration(p["grace"])
+    if p.get("warn_after") is not None:
+        out["warn_after_seconds"] = durations.parse_duration(p["warn_after"])
     return out
 
 

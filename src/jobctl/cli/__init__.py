@@ -16,7 +16,12 @@ import sys
 import click
 
 from ..errors import JobctlError
-from . import jobs, runs, system  # noqa: F401  (registering the commands, in help order)
+from . import (  # noqa: F401  (registering the commands, in help order)
+    jobs,
+    notify,
+    runs,
+    system,
+)
 from .base import Ctx, _one_line, cli
 from .code import export as _export  # noqa: F401  (jobs as code: after the others in help)
 from .db import db as _db  # noqa: F401  (db info, db copy: after the others in help)

@@ -366,6 +366,30 @@ def policy_options(f: Callable[..., Any]) -> Callable[..., Any]:
             metavar="DURATION",
             help="Delete finished runs whose window is older than DURATION (default: no limit).",
         ),
+        click.option(
+            "--notify",
+            multiple=True,
+            metavar="CHANNEL[:EVENTS]",
+            help="Tell CHANNEL about EVENTS (comma list; default "
+            "dead,recovered,missed,late,anomaly,paused); repeatable; on edit it replaces "
+            "the list.",
+        ),
+        click.option(
+            "--no-notify",
+            is_flag=True,
+            default=None,
+            help="Name no channel (the channels with --default are told).",
+        ),
+        click.option(
+            "--grace",
+            metavar="DURATION",
+            help="A run not started by its window + DURATION is late.",
+        ),
+        click.option(
+            "--warn-after",
+            metavar="DURATION",
+            help="An attempt still running after DURATION is long.",
+        ),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -400,6 +424,10 @@ POLICY_KEYS = (
     "files_max",
     "keep_runs",
     "keep_for",
+    "notify",
+    "no_notify",
+    "grace",
+    "warn_after",
 )
 TRIGGER_KEYS = (
     "cron",

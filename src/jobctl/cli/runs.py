@@ -127,7 +127,8 @@ def inspect(obj: Ctx, run_id: int, as_json: bool) -> None:
     attempts = store.get_attempts(run_id)
     waiting = planner.waiting_reason(store.waiting(run_id, now))
     if as_json:
-        output.print_json(output.inspect_json(run, attempts, waiting))
+        notes = store.list_notifications(run_id=run_id, limit=100)
+        output.print_json(output.inspect_json(run, attempts, waiting, notes))
     else:
         output.print_inspect(run, attempts, waiting, now)
 

@@ -76,6 +76,20 @@ def status(obj: Ctx, as_json: bool) -> None:
     metavar="DURATION",
     help="On SIGTERM, how long running attempts may finish.",
 )
+@click.option(
+    "--notify-threads",
+    type=click.IntRange(min=1, max=64),
+    default=4,
+    show_default=True,
+    help="Notifications sent at once, each on its own delivery thread (off the loop).",
+)
+@click.option(
+    "--notify-retry",
+    default="10s",
+    show_default=True,
+    metavar="DURATION",
+    help="A failed delivery's first retry; doubling, at most 60 times this, 10 tries.",
+)
 @pass_ctx
 def daemon(
     obj: Ctx,
@@ -84,6 +98,8 @@ def daemon(
     reserved_priority: int | None,
     lease: str,
     shutdown_grace: str,
+    notify_threads: int,
+    notify_retry: str,
 ) -> None:
     """Run the scheduler and workers in the foreground; logs to stderr."""
     from ..daemon import Daemon, DaemonConfig
@@ -99,6 +115,8 @@ def daemon(
         reserved_priority=reserved_priority,
         lease_seconds=parse_duration(lease),
         shutdown_grace_seconds=parse_duration(shutdown_grace),
+        notify_threads=notify_threads,
+        notify_retry_seconds=parse_duration(notify_retry),
     )
     handle = obj.handle()
     handle.check_safe()

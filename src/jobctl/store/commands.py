@@ -32,6 +32,7 @@ from ..models import (
     WaitFacts,
     Window,
 )
+from . import outbox
 from .dialect import Dialect, retrying
 from .rows import (
     attempt_from_row,
@@ -187,12 +188,13 @@ def daemon_info(r: Any) -> DaemonInfo:
 
 
 @retrying
-class Commands:
+class Commands(outbox.OutboxCommands):
     """See :class:`~jobctl.store.protocol.CommandStore` for the rules of every method."""
 
     def __init__(self, db: Dialect) -> None:
         self.db = db
         self.q = db.q
+        self._q = outbox.Sql(psycopg=db.backend == "postgresql")
         self.backend = db.backend
         #: who and from where this face's changes are made, as revisions name them
         self.who = default_who()
@@ -296,6 +298,7 @@ class Commands:
                 raise Conflict(f"a job named {spec.name!r} already exists (use --replace)")
             job_id = None if existing is None else existing["id"]
             before = None if existing is None else job_from_row(job_row(self.db, c, spec.name))
+            outbox.check_rules(c, self._q, spec.notify)
             job_id = self._upsert(c, spec, next_run_at, now, job_id, paused)
             new = job_from_row(job_row(self.db, c, spec.name))
             return self._revise(c, job_id, before, new, now)
@@ -324,6 +327,7 @@ class Commands:
                     out.append((job_from_row(row), False))
                     continue
                 before = None if row is None else job_from_row(row)
+                outbox.check_rules(c, self._q, spec.notify)
                 job_id = self._upsert(
                     c, spec, next_run_at, now, None if row is None else row["id"], False
                 )
@@ -355,6 +359,8 @@ class Commands:
         restart_schedule: bool,
     ) -> Job:
         new_spec = replace(job.spec, **changes)
+        if "notify" in changes:
+            outbox.check_rules(c, self._q, new_spec.notify)
         if new_spec.name != job.name:
             self.db.lock_name(c, new_spec.name)
             if c.execute(self.q.job_id_by_name, (new_spec.name,)).fetchone():

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from ..checks import CheckFacts
 from ..jobfile import ApplyPlan
 from ..models import (
     Attempt,
@@ -34,6 +35,7 @@ from ..models import (
     RunState,
     WaitFacts,
 )
+from ..notifications import Channel, Notification, NotificationState, Outcome, Outgoing
 from .values import (
     Backfilled,
     BackfillFn,
@@ -298,6 +300,47 @@ class CommandStore(Protocol):
 
     # used by jobctl serve
 
+    # notifications (SPEC §12) ---------------------------------------------------------
+    def add_channel(self, channel: Channel, now: datetime, *, replace: bool = False) -> Channel:
+        """Create a channel (``replace``: overwrite one of that name). Conflict when the
+        name is taken."""
+        ...
+
+    def get_channel(self, name: str) -> Channel:
+        """Raises NotFound."""
+        ...
+
+    def list_channels(self) -> list[Channel]:
+        """Every channel, by name."""
+        ...
+
+    def delete_channel(self, name: str, now: datetime) -> int:
+        """Delete a channel; its undelivered notifications become ``dropped`` (returns how
+        many). Conflict, naming them, while jobs name it; NotFound when there is none."""
+        ...
+
+    def list_notifications(
+        self,
+        *,
+        job: str | None = None,
+        state: NotificationState | None = None,
+        run_id: int | None = None,
+        limit: int = 20,
+    ) -> list[Notification]:
+        """Notifications, newest first. NotFound for an unknown job."""
+        ...
+
+    def notification_counts(self) -> list[tuple[str, str, str, int]]:
+        """(channel, event, state, n) of every notification ever sent or failed: counters
+        that retention never lowers."""
+        ...
+
+    def check_facts(self, now: datetime, late_seconds: float, since_seconds: float) -> CheckFacts:
+        """What ``jobctl check`` judges: live daemons, the scheduler-lease holder's host,
+        runs due and unclaimed longer than ``late_seconds`` (of jobs not paused), runs
+        ended ``dead`` and notifications ``failed`` within ``since_seconds``."""
+        ...
+
     def run_counters(self) -> list[tuple[str, int, str | None, int]]:
         """(job, its missed_total, finished state or None, runs that ever ended in it) for
         every job: counters that never go down (SPEC §13)."""
@@ -478,6 +521,39 @@ class DaemonStore(Protocol):
 
     def record_hook(self, run_id: int, status: str) -> None:
         """How the run's ``--on-failure`` command ended (``exit 0``, ``signal 9``, ...)."""
+        ...
+
+    # notifications (SPEC §12) ---------------------------------------------------------
+    def exchange_notifications(
+        self,
+        now: datetime,
+        outcomes: Sequence[Outcome],
+        *,
+        limit: int,
+        lease_seconds: float,
+    ) -> tuple[list[Outgoing], datetime | None]:
+        """One transaction: record each delivery's outcome (fenced: only while this daemon
+        leases it; sent and failed raise the counters), lease up to ``limit`` due
+        notifications (pending, their try due, not leased by a live daemon: a dead
+        daemon's lease is free at once), oldest first; and when the next is due."""
+        ...
+
+    def next_notification_at(self, now: datetime) -> datetime | None:
+        """When a notification may next be leased (None: none pending). Read only."""
+        ...
+
+    def note_overdue(self, now: datetime) -> datetime | None:
+        """For the scheduler-lease holder: write ``late`` (runs not started by window +
+        grace) and ``long`` (attempts running past warn-after) notifications, each once,
+        and drop undelivered ones older than 7 days. Returns when the next late or long
+        falls due."""
+        ...
+
+    def notification_context(
+        self, job_id: int | None, run_id: int | None, attempt: int | None
+    ) -> tuple[Job | None, Run | None, Attempt | None, bytes]:
+        """What a notification's body shows: its job, run and attempt (None when gone) and
+        the attempt's stored output tail."""
         ...
 
     def idle(self) -> None:

@@ -27,6 +27,7 @@ from ..models import (
     Trigger,
     TriggerKind,
 )
+from .outbox import rules_of, rules_text
 from .values import FinishItem
 
 # --------------------------------------------------------------------------------------
@@ -135,6 +136,9 @@ def job_from_row(r: Any) -> Job:
         limits=Limits.from_dict(None if r["limits"] == "{}" else json.loads(r["limits"])),
         keep_runs=r["keep_runs"],
         keep_for_seconds=r["keep_for_seconds"],
+        notify=rules_of(r["notify"]),
+        grace_seconds=r["grace_seconds"],
+        warn_after_seconds=r["warn_after_seconds"],
     )
     next_run_at = r["next_run_at"]
     paused_reason = r["paused_reason"]
@@ -333,4 +337,7 @@ def spec_columns(spec: JobSpec) -> dict[str, Any]:
         ),
         "keep_runs": spec.keep_runs,
         "keep_for_seconds": spec.keep_for_seconds,
+        "notify": rules_text(spec.notify),
+        "grace_seconds": spec.grace_seconds,
+        "warn_after_seconds": spec.warn_after_seconds,
     }

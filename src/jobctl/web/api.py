@@ -29,6 +29,7 @@ from .bodies import (
     parse_json_object,
     query_bool,
     query_int,
+    query_notification_state,
     query_since,
     query_state,
     revision_from_body,
@@ -63,7 +64,8 @@ def run_detail(store: Store, run_id: int) -> dict[str, Any]:
     run = store.get_run(run_id)
     attempts = store.get_attempts(run_id)
     waiting = planner.waiting_reason(store.waiting(run_id, SystemClock().now()))
-    return output.inspect_json(run, attempts, waiting)
+    notes = store.list_notifications(run_id=run_id, limit=100)
+    return output.inspect_json(run, attempts, waiting, notes)
 
 
 def run_id_of(request: Request) -> int:
@@ -317,6 +319,45 @@ async def status(web: Web, request: Request) -> Response:
     return JSONResponse(await web.db(read))
 
 
+# ---------------------------------------------------------------------- notifications
+
+
+async def list_notifications(web: Web, request: Request) -> Response:
+    q = request.query_params
+    state = query_notification_state(q.get("state"))
+    limit = query_int(q.get("limit"), "limit", minimum=1) or 20
+    job = q.get("job") or None
+
+    def read(store: Store) -> list[dict[str, Any]]:
+        items = store.list_notifications(job=job, state=state, limit=limit)
+        return [output.notification_json(n) for n in items]
+
+    return JSONResponse(await web.db(read))
+
+
+async def list_channels(web: Web, request: Request) -> Response:
+    def read(store: Store) -> list[dict[str, Any]]:
+        return [output.channel_json(c) for c in store.list_channels()]
+
+    return JSONResponse(await web.db(read))
+
+
+async def test_channel(web: Web, request: Request) -> Response:
+    """As ``notify test``: 200 ``{"delivered": true}``, 502 with the receiver's error."""
+    from starlette.concurrency import run_in_threadpool
+
+    from ..delivery import DeliveryError, test_delivery
+
+    name = request.path_params["name"]
+    await _no_body(web, request)
+    channel = await web.db(lambda store: store.get_channel(name))
+    try:
+        await run_in_threadpool(test_delivery, channel, web.clock.now())
+    except DeliveryError as e:
+        return JSONResponse({"error": f"channel {name}: {e}"}, status_code=502)
+    return JSONResponse({"delivered": True})
+
+
 async def metrics_page(web: Web, request: Request) -> Response:
     now = web.clock.now()
     text = await web.db(lambda store: metrics.render(store, now))
@@ -342,5 +383,8 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("POST", "/v1/runs/{run_id:int}/cancel", cancel_run),
     ("POST", "/v1/runs/{run_id:int}/retry", retry_run),
     ("GET", "/v1/status", status),
+    ("GET", "/v1/notifications", list_notifications),
+    ("GET", "/v1/channels", list_channels),
+    ("POST", "/v1/channels/{name}/test", test_channel),
     ("GET", "/metrics", metrics_page),
 ]

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..models import Job, JobSpec, RunState, TriggerKind
+from ..notifications import NotificationState
 from ..specs import (
     TriggerOptions,
     build_spec,
@@ -69,6 +70,9 @@ _POLICY_FIELDS: dict[str, str] = {
     "limits": "limits",
     "keep_runs": "int",
     "keep_for": "duration",
+    "notify": "notify",
+    "grace": "duration",
+    "warn_after": "duration",
 }
 JOB_FIELDS = frozenset({"name", "trigger", "command", "paused", *_POLICY_FIELDS})
 LIMIT_FIELDS = frozenset({"nice", "io_class", "memory_max", "cpu_max", "files_max"})
@@ -203,7 +207,21 @@ def _policies(body: Mapping[str, Any]) -> dict[str, Any]:
             out[field] = _codes(value, field)
         elif kind == "limits":
             _limits(value, out)
+        elif kind == "notify":
+            out["notify"] = _notify(value)
+            out["no_notify"] = not out["notify"]
     return out
+
+
+def _notify(value: Any) -> list[str]:
+    """``notify``: ``[{channel, events}]`` (or ``"CHANNEL[:EVENTS]"`` strings) -> the
+    ``--notify`` values; ``[]`` clears the list."""
+    from ..notifications import rules_from_json
+
+    if not isinstance(value, list):
+        raise UsageError("invalid notify: must be an array of {channel, events}")
+    rules = rules_from_json(value)
+    return [f"{r.channel}:{','.join(e.value for e in r.events)}" for r in rules]
 
 
 def _trigger_options(trigger: Any, *, partial: bool) -> TriggerOptions:
@@ -404,3 +422,15 @@ def backfill_request_from_body(body: Mapping[str, Any]) -> tuple[str, str, bool]
         _str(body["to"], "to"),
         _bool(dry_run, "dry_run") if dry_run is not None else False,
     )
+
+
+def query_notification_state(value: str | None) -> NotificationState | None:
+    """``?state=`` with the message of ``notifications --state``."""
+    if value is None:
+        return None
+    try:
+        return NotificationState(value)
+    except ValueError:
+        raise UsageError(
+            f"invalid --state {value!r}: use " + "|".join(s.value for s in NotificationState)
+        ) from None

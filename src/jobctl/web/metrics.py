@@ -113,4 +113,14 @@ def render(store: Any, now: datetime) -> str:
             for job, n in sorted(missed.items())
         ),
     )
+    family(
+        "jobctl_notifications_total",
+        "counter",
+        "Notifications delivered (sent) or given up (failed), by channel and event.",
+        (
+            f'jobctl_notifications_total{{channel="{_label(channel)}",event="{event}",'
+            f'state="{state}"}} {n}'
+            for channel, event, state, n in store.notification_counts()
+        ),
+    )
     return "\n".join(lines) + "\n"

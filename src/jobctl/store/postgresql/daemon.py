@@ -29,6 +29,7 @@ from ...clock import from_us, to_us
 from ...errors import Conflict, NotFound
 from ...models import (
     MAX_SKIPPED_ROWS,
+    Attempt,
     Decision,
     Job,
     JobState,
@@ -38,9 +39,11 @@ from ...models import (
     RunState,
     Window,
 )
+from .. import outbox
 from ..commands import insert_run, run_by_id
 from ..dialect import retrying
 from ..rows import (
+    attempt_from_row,
     finish_params,
     job_from_row,
     next_claim_time,
@@ -164,7 +167,7 @@ WHERE job_id IN (SELECT id FROM jobs) GROUP BY job_id, bucket
 
 
 @retrying
-class PgDaemonStore:
+class PgDaemonStore(outbox.OutboxDaemon):
     """See :class:`~jobctl.store.protocol.DaemonStore` for the rules of every method."""
 
     backend = "postgresql"
@@ -172,6 +175,7 @@ class PgDaemonStore:
     def __init__(self, db: PgDb, identity: DaemonIdentity) -> None:
         self.db = db
         self.identity = identity
+        self._q = outbox.Sql(psycopg=True)
 
     # ------------------------------------------------------------------ the server's clock
 
@@ -417,6 +421,9 @@ class PgDaemonStore:
                 )
                 if ids:
                     self.db.announce("run")
+                missed = outbox.missed_of(job, p)
+                if missed is not None:
+                    outbox.enqueue(c, self._q, [missed], now)
                 out.append(Fired(job.moved_to(p.next_run_at), p, ids))
         return out
 
@@ -517,6 +524,15 @@ class PgDaemonStore:
             )
             if decision.state in (RunState.DEAD, RunState.CANCELLED):
                 ended.append((run_by_id(self.db, c, lease.run_id), decision))
+            outbox.note_finish(
+                c,
+                self._q,
+                lease.run_id,
+                lease.attempt,
+                decision.state is RunState.FAILED,
+                from_us(now_us),
+                outbox.Targets(c, self._q),
+            )
         return ended
 
     def _claim_runs(
@@ -721,7 +737,15 @@ class PgDaemonStore:
             )
             self.db.announce(f"job:{row['job_id']}")
             self.db.announce("run")
-            return Finished(RunState(row["state"]))
+            state = RunState(row["state"])
+            retry = state is RunState.FAILED and f.decision.retry_at is not None
+            outbox.note_finish(
+                c, self._q, f.run_id, f.attempt, retry, now, outbox.Targets(c, self._q)
+            )
+            return Finished(state)
+
+    def _attempt_of(self, row: Any) -> Attempt:
+        return attempt_from_row(row)
 
     def record_hook(self, run_id: int, status: str) -> None:
         with self.db.write() as c:

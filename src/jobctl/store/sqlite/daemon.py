@@ -11,6 +11,7 @@ from ...clock import from_us, to_us
 from ...errors import NotFound, StoreError
 from ...models import (
     MAX_SKIPPED_ROWS,
+    Attempt,
     Decision,
     Job,
     JobState,
@@ -21,8 +22,10 @@ from ...models import (
     SkipReason,
     Window,
 )
+from .. import outbox
 from ..commands import insert_run, run_by_id
 from ..rows import (
+    attempt_from_row,
     finish_params,
     job_from_row,
     next_claim_time,
@@ -94,7 +97,7 @@ class ScheduleHeads:
         return self._store._iter_heads()
 
 
-class SqliteDaemonStore:
+class SqliteDaemonStore(outbox.OutboxDaemon):
     """See :class:`~jobctl.store.protocol.DaemonStore` for the rules of every method."""
 
     backend = "sqlite"
@@ -102,6 +105,7 @@ class SqliteDaemonStore:
     def __init__(self, db: Db, identity: DaemonIdentity) -> None:
         self.db = db
         self.identity = identity
+        self._q = outbox.Sql(psycopg=False)
         self._wake_address: str | None = None
         self._seen_version: int | None = None
 
@@ -329,6 +333,9 @@ class SqliteDaemonStore:
             if trims:
                 c.executemany(sql.TRIM_MISSED, trims)
             c.executemany(sql.MOVE_SCHEDULE, moves)
+            missed = [n for job, p in plans if (n := outbox.missed_of(job, p)) is not None]
+            if missed:
+                outbox.enqueue(c, self._q, missed, now)
             for job, p in plans:
                 ids = [
                     run_id
@@ -462,6 +469,15 @@ class SqliteDaemonStore:
             )
             if decision.state in (RunState.DEAD, RunState.CANCELLED):
                 ended.append((run_by_id(self.db, c, lease.run_id), decision))
+            outbox.note_finish(
+                c,
+                self._q,
+                lease.run_id,
+                lease.attempt,
+                decision.state is RunState.FAILED,
+                now,
+                outbox.Targets(c, self._q),
+            )
         # One compare-and-set per claim: the UPDATE picks the best run that is due and
         # whose locks and job are free *now*, inside the same statement, so runs blocked
         # on a lock never block the runs behind them and two daemons cannot both win.
@@ -546,7 +562,16 @@ class SqliteDaemonStore:
         if attempts:
             c.executemany(sql.FINISH_ATTEMPT, attempts)
             self.db.announce("run")  # what they held is free for the other daemons
+        # the notifications of these ends, in their transaction (SPEC §12)
+        targets = outbox.Targets(c, self._q)
+        for f, done in zip(items, out, strict=True):
+            if done.state is not None:
+                retry = done.state is RunState.FAILED and f.decision.retry_at is not None
+                outbox.note_finish(c, self._q, f.run_id, f.attempt, retry, now, targets)
         return out
+
+    def _attempt_of(self, row: Any) -> Attempt:
+        return attempt_from_row(row)
 
     def record_hook(self, run_id: int, status: str) -> None:
         with self.db.write() as c:
