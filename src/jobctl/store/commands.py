@@ -47,6 +47,8 @@ from .values import Backfilled, BackfillFn, CopiedJob, DbInfo, Revision, Status
 
 #: the upper bounds (seconds) of the duration histogram's buckets, fixed by the schema's
 #: duration_tallies (bucket i counts attempts at most bound i, and above the one before)
+#: runs read by id in one statement for ``last_runs``
+LAST_RUNS_BATCH = 500
 DURATION_BUCKET_BOUNDS_SECONDS = (0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 14400)
 
 # ------------------------------------------------------------------ shared helpers
@@ -242,13 +244,21 @@ class Commands(outbox.OutboxCommands):
 
     def last_runs(self, job_ids: Sequence[int] | None = None) -> dict[int, Run]:
         ids = None if job_ids is None else sorted(set(job_ids))
-        only = "" if ids is None else f"WHERE jobs.id IN ({self.db.marks(len(ids))})"
         if ids == []:
             return {}
+        only = "" if ids is None else f"WHERE jobs.id IN ({self.db.marks(len(ids))})"
+        run_ids = [
+            int(r["id"])
+            for r in self.db.read(self.q.last_run_ids.format(only=only), ids or ())
+            if r["id"] is not None
+        ]
         out = {}
-        for r in self.db.read(self.q.last_runs.format(only=only), ids or ()):
-            run = run_from_row(r)
-            out[run.job_id] = run
+        for k in range(0, len(run_ids), LAST_RUNS_BATCH):
+            batch = run_ids[k : k + LAST_RUNS_BATCH]
+            sql = self.q.runs_by_ids.format(marks=self.db.marks(len(batch)))
+            for r in self.db.read(sql, batch):
+                run = run_from_row(r)
+                out[run.job_id] = run
         return out
 
     def _upsert(
@@ -549,7 +559,8 @@ class Commands(outbox.OutboxCommands):
             params.append(to_us(since))
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         params.append(limit)
-        rows = self.db.read(self.q.list_runs.format(where=clause), params)
+        sql = self.q.list_runs if job_name is None else self.q.list_runs_of_job
+        rows = self.db.read(sql.format(where=clause), params)
         return [run_from_row(r) for r in rows]
 
     def get_attempts(self, run_id: int) -> list[Attempt]:

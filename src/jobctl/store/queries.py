@@ -69,8 +69,10 @@ class Queries:
     jobs_all: str
     job_names: str
     job_ids: str
-    last_runs: str
+    last_run_ids: str
+    runs_by_ids: str
     list_runs: str
+    list_runs_of_job: str
     recent_runs_of_job: str
     attempts_of_run: str
     last_attempt: str
@@ -167,15 +169,16 @@ LEFT JOIN attempts la ON la.run_id = runs.id AND la.attempt = runs.attempt
         job_ids="SELECT id FROM jobs ORDER BY id",
         # {only}: "WHERE jobs.id IN (...)" or nothing. Per job, the newest window that
         # was not skipped, walked down the UNIQUE (job_id, scheduled_for) index: a few
-        # rows a job, however long its history
-        last_runs=run_select
-        + """
-WHERE runs.id IN (
-    SELECT (SELECT r.id FROM runs r WHERE r.job_id = jobs.id AND r.state <> 'skipped'
-            ORDER BY r.scheduled_for DESC LIMIT 1)
-    FROM jobs {only}
-)""",
+        # rows a job, however long its history; then those runs by id ({marks}), a
+        # batch at a time (an IN over a subquery of runs would be joined by a scan)
+        last_run_ids="""
+SELECT (SELECT r.id FROM runs r WHERE r.job_id = jobs.id AND r.state <> 'skipped'
+        ORDER BY r.scheduled_for DESC LIMIT 1) AS id
+FROM jobs {only}""",
+        runs_by_ids=run_select + " WHERE runs.id IN ({marks})",
         list_runs=run_select + " {where} ORDER BY runs.scheduled_for DESC, runs.id DESC LIMIT ?",
+        # one job's: its windows are unique, so the (job_id, ...) indexes give the order
+        list_runs_of_job=run_select + " {where} ORDER BY runs.scheduled_for DESC LIMIT ?",
         # one job's newest runs, off the UNIQUE (job_id, scheduled_for) index
         recent_runs_of_job=run_select
         + " WHERE runs.job_id = ? ORDER BY runs.scheduled_for DESC LIMIT ?",
