@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from clihelpers import Jobctl, assert_one_error_line, make_dead
-from conftest import StoreView, finish_one
+from conftest import StoreView, finish_one, wait_until
 
 from jobctl.models import AttemptResult, Decision, RunState
 
@@ -288,3 +288,19 @@ def test_keep_flags_go_through_export_and_apply(jobctl: Jobctl, tmp_path) -> Non
     path.write_text(text.replace("keep_runs = 5", "keep_runs = 9"))
     jobctl.ok("apply", str(path))
     assert jobctl.json("show", "k")["keep_runs"] == 9
+
+
+def test_a_backfilled_run_runs_with_its_window_as_jobctl_scheduled_for(
+    jobctl: Jobctl, start_daemon, tmp_path
+) -> None:
+    out = tmp_path / "windows"
+    add_hourly(jobctl, "w")
+    jobctl.ok("edit", "w", "--command", f'echo "$JOBCTL_SCHEDULED_FOR" >> {out}')
+    jobctl.ok("backfill", "w", "--from", "2026-01-05T00:00", "--to", "2026-01-05T02:00")
+    start_daemon()
+    wait_until(
+        lambda: {r["state"] for r in jobctl.json("runs", "w")} == {"succeeded"},
+        30,
+        what="the backfilled runs to succeed",
+    )
+    assert sorted(out.read_text().split()) == ["2026-01-05T00:00:00Z", "2026-01-05T01:00:00Z"]

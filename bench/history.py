@@ -1,0 +1,301 @@
+"""The history workloads (SPEC §13): reads with a long history against a short one, and
+retention at work under a daemon.
+
+``history``: a database of ``jobs`` jobs with ``runs_per_job`` finished runs each (one
+attempt each, 1 % dead), built through the store's bulk API (``commands.load_copy``, as
+``db copy --history`` fills a database), against the same jobs with one run each. Each
+read is timed as a user meets it: the ``jobctl`` command in a new process (its start
+included), and ``GET /v1/runs`` and ``GET /metrics`` against a running ``jobctl serve``.
+
+``retention``: ``jobs`` jobs firing every second with ``--keep-runs keep`` under a real
+daemon for ``seconds``: the file's size and the start lateness p99 of each interval.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import sqlite3
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from .jobctl_runs import DaemonProc, _add_jobs, jobctl_exe
+from .stats import median, percentile
+
+#: the reads of SPEC §13's list, as ``jobctl`` arguments (job and run filled in)
+CLI_READS = {
+    "runs": ["runs"],
+    "runs NAME": ["runs", "{job}"],
+    "runs --state dead": ["runs", "--state", "dead"],
+    "show NAME": ["show", "{job}"],
+    "inspect ID": ["inspect", "{run}"],
+    "list": ["list"],
+    "status": ["status"],
+}
+HTTP_READS = {"GET /v1/runs": "/v1/runs", "GET /metrics": "/metrics"}
+T_END = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+class _Runs:
+    """A job's runs, made as they are read (``load_copy`` goes through them twice: for the
+    job's last window, then to insert them), so ten million are never held at once."""
+
+    def __init__(self, job: Any, n: int, seed: int) -> None:
+        self.job, self.n, self.seed = job, n, seed
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[Any]:
+        from jobctl.models import Attempt, Run, RunReason, RunSettings, RunState
+        from jobctl.store.values import CopiedAttempt, CopiedRun
+
+        rng = random.Random(self.seed)
+        settings = RunSettings.from_spec(self.job.spec)
+        for k in range(self.n, 0, -1):
+            window = T_END - timedelta(minutes=k)
+            dead = rng.random() < 0.01
+            started = window + timedelta(milliseconds=rng.randint(1, 50))
+            ended = started + timedelta(milliseconds=rng.randint(5, 3000))
+            run = Run.of(
+                {
+                    "id": 0,
+                    "job_id": self.job.id,
+                    "job_name": self.job.name,
+                    "scheduled_for": window,
+                    "state": RunState.DEAD if dead else RunState.SUCCEEDED,
+                    "skip_reason": None,
+                    "attempt": 1,
+                    "max_attempts": 1,
+                    "not_before": window,
+                    "leased_by": None,
+                    "lease_until": None,
+                    "started_at": started,
+                    "finished_at": ended,
+                    "exit_code": 3 if dead else 0,
+                    "last_error": "exit 3" if dead else None,
+                    "reason": RunReason.SCHEDULE,
+                    "catchup_from": None,
+                    "priority": 0,
+                    "run_key": None,
+                    "env": {},
+                    "locks": (),
+                    "settings": settings,
+                    "cancel_requested": False,
+                    "attempt_base": 0,
+                    "hook_status": None,
+                    "attempt_started_at": started,
+                    "attempt_finished_at": ended,
+                    "host": "bench",
+                }
+            )
+            attempt = Attempt(0, 1, started, ended, run.exit_code, run.last_error, 3, "bench", 4242)
+            yield CopiedRun(run, [CopiedAttempt(attempt, b"ok\n")])
+
+
+def build(db: Path, jobs: int, runs_per_job: int) -> float:
+    """Fill an empty database through ``load_copy``; returns the seconds it took."""
+    from jobctl.models import Job, JobSpec, JobState, Trigger, TriggerKind
+    from jobctl.store import open_store
+    from jobctl.store.values import CopiedJob
+
+    trig = Trigger(TriggerKind.CRON, "UTC", "* * * * *")
+    copied = []
+    for i in range(jobs):
+        spec = JobSpec(f"h{i}", trig, "true", keep_runs=max(runs_per_job, 1000))
+        job = Job(i + 1, spec, JobState.ACTIVE, T_END - timedelta(days=30), T_END, 0, None)
+        copied.append(CopiedJob(job, _Runs(job, runs_per_job, i)))  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    store = open_store(db)
+    try:
+        store.commands.load_copy(copied, T_END, history=True)
+    finally:
+        store.close()
+    return time.perf_counter() - t0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _timed_cli(db: Path, args: list[str], reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        subprocess.run(
+            [jobctl_exe(), "--db", str(db), *args],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        times.append(time.perf_counter() - t0)
+    return median(times) * 1000
+
+
+def _timed_http(db: Path, reps: int) -> dict[str, float]:
+    port = _free_port()
+    with tempfile.NamedTemporaryFile("w", delete=False) as f:
+        f.write("bench-token\n")
+        token_file = f.name
+    proc = subprocess.Popen(
+        [
+            jobctl_exe(),
+            "--db",
+            str(db),
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--token-file",
+            token_file,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def get(path: str) -> bytes:
+        req = urllib.request.Request(base + path, headers={"Authorization": "Bearer bench-token"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return bytes(r.read())
+
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                get("/healthz")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        out = {}
+        for name, path in HTTP_READS.items():
+            get(path)  # warm: the first request imports what it needs
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                get(path)
+                times.append(time.perf_counter() - t0)
+            out[name] = median(times) * 1000
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        os.unlink(token_file)
+
+
+def reads(db: Path, reps: int) -> dict[str, float]:
+    """Median ms of each read of SPEC §13's list on ``db``."""
+    conn = sqlite3.connect(db)
+    try:
+        job = conn.execute("SELECT name FROM jobs ORDER BY id LIMIT 1").fetchone()[0]
+        run = conn.execute("SELECT MAX(id) FROM runs").fetchone()[0]
+    finally:
+        conn.close()
+    out = {
+        name: _timed_cli(db, [a.format(job=job, run=run) for a in args], reps)
+        for name, args in CLI_READS.items()
+    }
+    out.update(_timed_http(db, reps))
+    return out
+
+
+def history(tmp: Path, jobs: int, runs_per_job: int, reps: int) -> dict[str, Any]:
+    """Every read with ``jobs`` × ``runs_per_job`` runs against ``jobs`` × 1."""
+    small, big = tmp / "small.db", tmp / "big.db"
+    build_small = build(small, jobs, 1)
+    build_big = build(big, jobs, runs_per_job)
+    small_ms, big_ms = reads(small, reps), reads(big, reps)
+    return {
+        "jobs": jobs,
+        "runs": jobs * runs_per_job,
+        "build_seconds": {"small": build_small, "big": build_big},
+        "size_bytes": big.stat().st_size,
+        "small_ms": small_ms,
+        "big_ms": big_ms,
+        "ratio": {k: big_ms[k] / small_ms[k] for k in small_ms},
+    }
+
+
+def retention(tmp: Path, jobs: int, keep: int, seconds: float, workers: int) -> dict[str, Any]:
+    """``jobs`` jobs every second keeping ``keep`` runs each, under a daemon for
+    ``seconds``: every 10 s the file's size (with its WAL) and the p99 start lateness of
+    the windows of the 10 s before (read while they are still kept)."""
+    from jobctl.models import JobSpec, Trigger, TriggerKind
+
+    db = tmp / "retention.db"
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+    trig = Trigger(TriggerKind.INTERVAL, "UTC", "1s", every_seconds=1.0, anchor=start)
+    _add_jobs(db, [JobSpec(f"r{i}", trig, "true", keep_runs=keep) for i in range(jobs)])
+    daemon = DaemonProc(db, workers)
+    samples = []
+    try:
+        t_end = time.monotonic() + seconds
+        while time.monotonic() < t_end:
+            time.sleep(10)
+            now_us = int(time.time() * 1_000_000)
+            conn = sqlite3.connect(db)
+            try:
+                late = [
+                    v / 1000
+                    for (v,) in conn.execute(
+                        "SELECT a.started_at - r.scheduled_for FROM attempts a JOIN runs r "
+                        "ON r.id = a.run_id WHERE a.attempt = 1 AND r.scheduled_for >= ? "
+                        "AND r.scheduled_for < ?",
+                        (now_us - 15_000_000, now_us - 5_000_000),
+                    )
+                ]
+                kept = conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+            finally:
+                conn.close()
+            size = sum(p.stat().st_size for p in (db, Path(str(db) + "-wal")) if p.exists())
+            samples.append(
+                {
+                    "t": round(seconds - (t_end - time.monotonic())),
+                    "size_bytes": size,
+                    "runs_kept": kept,
+                    "late_p99_ms": percentile(late, 99) if late else None,
+                    "late_n": len(late),
+                }
+            )
+    finally:
+        daemon.stop()
+    return {"jobs": jobs, "keep": keep, "seconds": seconds, "samples": samples}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m bench.history", description=__doc__)
+    sub = p.add_subparsers(dest="workload", required=True)
+    h = sub.add_parser("history", help="reads with a long history against a short one")
+    h.add_argument("--jobs", type=int, default=1000)
+    h.add_argument("--runs-per-job", type=int, default=10_000)
+    h.add_argument("--reps", type=int, default=5)
+    r = sub.add_parser("retention", help="jobs every second under a daemon, retention at work")
+    r.add_argument("--jobs", type=int, default=200)
+    r.add_argument("--keep", type=int, default=100)
+    r.add_argument("--seconds", type=float, default=600)
+    r.add_argument("--workers", type=int, default=8)
+    a = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as d:
+        if a.workload == "history":
+            result = history(Path(d), a.jobs, a.runs_per_job, a.reps)
+        else:
+            result = retention(Path(d), a.jobs, a.keep, a.seconds, a.workers)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
