@@ -5,6 +5,7 @@ themselves. Each page is saved as a screenshot under the test's temporary folder
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
@@ -409,3 +410,79 @@ def test_edit_the_definition_as_toml_in_the_page(
         "arguments[0].scrollIntoView()", browser.find_element(By.ID, "definition")
     )
     shot("job-edited")
+
+
+def test_notifications_page_with_test_buttons(
+    browser: Any, server: Server, jobctl: Jobctl, shot: Any
+) -> None:
+    import http.server
+    import threading
+
+    from selenium.webdriver.common.by import By
+
+    got: list[tuple[str, dict[str, Any]]] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            got.append((self.path, json.loads(body)))
+            self.send_response(200 if self.path == "/ok" else 500)
+            self.end_headers()
+            self.wfile.write(b"receiver says no" if self.path != "/ok" else b"")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    try:
+        port = receiver.server_address[1]
+        jobctl("notify", "add", "hook", "--webhook", f"http://127.0.0.1:{port}/ok")
+        jobctl("notify", "add", "broken", "--webhook", f"http://127.0.0.1:{port}/bad")
+        jobctl("add", "told", "--manual", "--retries", "0", "--notify", "hook:dead", "--", "false")
+        history(jobctl, "told", [(datetime.now(UTC) - timedelta(minutes=3), 1.0, 1)])
+
+        sign_in(browser, server)
+        browser.get(server.url + "/notifications")
+        channels = [
+            r.get_attribute("data-channel")
+            for r in browser.find_elements(By.CSS_SELECTOR, "tr.channel")
+        ]
+        assert channels == ["broken", "hook"]
+        # the dead run's notification, waiting for a daemon to deliver it
+        (row,) = browser.find_elements(By.CSS_SELECTOR, "tr.notification")
+        assert "dead" in row.text and "told" in row.text and "pending" in row.text
+        browser.get(server.url + "/notifications?state=sent")
+        assert not browser.find_elements(By.CSS_SELECTOR, "tr.notification")
+        browser.get(server.url + "/jobs/told")
+        assert browser.find_element(By.ID, "notify").text == "hook: dead"
+        browser.get(server.url + "/notifications")
+        shot("notifications")
+
+        # a test button that delivers, and one whose receiver refuses
+        hook = browser.find_element(By.CSS_SELECTOR, 'tr.channel[data-channel="hook"]')
+        hook.find_element(By.XPATH, ".//button[text()='send a test']").click()
+        wait_until(lambda: "delivered" in text_of(browser, "#test-result"), 30)
+        assert "not delivered" not in text_of(browser, "#test-result")
+        assert [(p, b["event"]) for p, b in got] == [("/ok", "test")]
+        broken = browser.find_element(By.CSS_SELECTOR, 'tr.channel[data-channel="broken"]')
+        broken.find_element(By.XPATH, ".//button[text()='send a test']").click()
+        wait_until(lambda: "not delivered" in text_of(browser, "#test-result"), 30)
+        assert "500" in text_of(browser, "#test-result")
+        shot("notifications-test-failed")
+        # the test events are not recorded as notifications
+        assert len(browser.find_elements(By.CSS_SELECTOR, "tr.notification")) == 1
+        # and the button needs the CSRF token
+        status = browser.execute_async_script(
+            """
+            const done = arguments[arguments.length - 1];
+            fetch('/channels/hook/test', {method: 'POST', credentials: 'same-origin',
+                  headers: {'Content-Type': 'application/x-www-form-urlencoded'}, body: ''})
+              .then(r => done(r.status), e => done(String(e)));
+            """
+        )
+        assert status == 403
+        assert len(got) == 2
+    finally:
+        receiver.shutdown()
+        receiver.server_close()

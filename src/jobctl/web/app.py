@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..clock import SystemClock
 from . import api as api_routes
-from . import console, pages
+from . import console, deliveries, pages
 from .context import AnyClock, Web, error_status, error_text
 
 if TYPE_CHECKING:
@@ -146,6 +146,7 @@ def create_app(
         ],
         *pages.routes(web),
         *console.routes(web),
+        *deliveries.routes(),
         Mount("/static", app=StaticFiles(packages=[("jobctl.web", "static")]), name="static"),
     ]
     app = Starlette(
