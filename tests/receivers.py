@@ -144,15 +144,21 @@ class MainCli:
         self.capsys = capsys
         self._view: Any = None
 
-    def __call__(self, *args: str, ok: bool = True) -> CliResult:
+    def __call__(self, *args: str, ok: bool = True, stdin: str = "") -> CliResult:
+        import io
+        import sys
+
         from jobctl.cli import main
 
         self.capsys.readouterr()
+        real_stdin, sys.stdin = sys.stdin, io.StringIO(stdin)
         code: int | str | None = 0
         try:
             main(["--db", str(self.db), *args])
         except SystemExit as e:
             code = e.code
+        finally:
+            sys.stdin = real_stdin
         out, err = self.capsys.readouterr()
         result = CliResult(0 if code is None else int(code), out, err)
         if ok and result.exit_code != 0:

@@ -124,6 +124,31 @@ def test_job_flags_in_add_edit_and_json(jobctl) -> None:
     jobctl("notify", "rm", "b")
 
 
+def test_jobs_as_code_keep_notify_grace_and_warn_after(jobctl) -> None:
+    jobctl("notify", "add", "ops", "--command", "true")
+    jobctl(
+        "add",
+        "a",
+        "--every",
+        "1h",
+        "--notify",
+        "ops:dead,late",
+        "--grace",
+        "5m",
+        "--warn-after",
+        "1h",
+        "--",
+        "true",
+    )
+    text = jobctl("export").stdout
+    assert 'notify = [\n    "ops:dead,late",\n]' in text
+    assert 'grace = "5m"' in text and 'warn_after = "1h"' in text
+    assert jobctl("apply", "-", stdin=text).stdout == ""  # export | apply - changes nothing
+    r = jobctl("apply", "-", stdin=text.replace("ops:dead,late", "nosuch:dead"), ok=False)
+    assert r.exit_code == 2 and "no channel named nosuch" in r.stderr
+    assert jobctl.json("show", "a")["notify"] == [{"channel": "ops", "events": ["dead", "late"]}]
+
+
 def test_notify_test_delivers_to_a_webhook_and_an_smtp_server(jobctl) -> None:
     with http_receiver() as rec, smtp_receiver() as box:
         jobctl("notify", "add", "web", "--webhook", rec.url)

@@ -94,6 +94,10 @@ def _size(size: int | None) -> str | None:
     return None if size is None else specs.format_size(size)
 
 
+def _notify(rules: Any) -> list[str]:
+    return [f"{r.channel}:{','.join(e.value for e in r.events)}" for r in rules]
+
+
 def _local_iso(instant: datetime | None, tz: str) -> str | None:
     """An instant as ISO 8601 in the job's zone, with its offset (exact to the µs)."""
     if instant is None:
@@ -195,6 +199,10 @@ FIELDS: tuple[Field, ...] = (
     # retention (SPEC §13)
     Field("keep_runs", "int", lambda d: d.spec.keep_runs, _spec_default("keep_runs")),
     Field("keep_for", "duration", lambda d: _duration(d.spec.keep_for_seconds)),
+    # notifications (SPEC §12): "CHANNEL:EVENTS" as --notify takes them
+    Field("notify", "strings", lambda d: _notify(d.spec.notify), [], "notify"),
+    Field("grace", "duration", lambda d: _duration(d.spec.grace_seconds)),
+    Field("warn_after", "duration", lambda d: _duration(d.spec.warn_after_seconds)),
     # the job's state
     Field("paused", "bool", lambda d: d.paused, False, None),
 )

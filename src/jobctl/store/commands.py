@@ -308,7 +308,7 @@ class Commands(outbox.OutboxCommands):
                 raise Conflict(f"a job named {spec.name!r} already exists (use --replace)")
             job_id = None if existing is None else existing["id"]
             before = None if existing is None else job_from_row(job_row(self.db, c, spec.name))
-            outbox.check_rules(c, self._q, spec.notify)
+            outbox.check_rules(c, self._q, spec.notify, spec.name)
             job_id = self._upsert(c, spec, next_run_at, now, job_id, paused)
             new = job_from_row(job_row(self.db, c, spec.name))
             return self._revise(c, job_id, before, new, now)
@@ -337,7 +337,7 @@ class Commands(outbox.OutboxCommands):
                     out.append((job_from_row(row), False))
                     continue
                 before = None if row is None else job_from_row(row)
-                outbox.check_rules(c, self._q, spec.notify)
+                outbox.check_rules(c, self._q, spec.notify, spec.name)
                 job_id = self._upsert(
                     c, spec, next_run_at, now, None if row is None else row["id"], False
                 )
@@ -370,7 +370,7 @@ class Commands(outbox.OutboxCommands):
     ) -> Job:
         new_spec = replace(job.spec, **changes)
         if "notify" in changes:
-            outbox.check_rules(c, self._q, new_spec.notify)
+            outbox.check_rules(c, self._q, new_spec.notify, new_spec.name)
         if new_spec.name != job.name:
             self.db.lock_name(c, new_spec.name)
             if c.execute(self.q.job_id_by_name, (new_spec.name,)).fetchone():

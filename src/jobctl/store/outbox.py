@@ -154,11 +154,11 @@ def delete_channel(c: Cursor, q: Sql, name: str, now: datetime) -> int:
     return dropped
 
 
-def check_rules(c: Cursor, q: Sql, rules: Sequence[NotifyRule]) -> None:
+def check_rules(c: Cursor, q: Sql, rules: Sequence[NotifyRule], job: str) -> None:
     """Inside a job's write: every channel its rules name exists (UsageError, exit 2)."""
     for rule in rules:
         if c.execute(q(CHANNEL_BY_NAME), (rule.channel,)).fetchone() is None:
-            raise UsageError(f"invalid --notify: no channel named {rule.channel}")
+            raise UsageError(f"invalid --notify of job {job}: no channel named {rule.channel}")
 
 
 def rules_text(rules: Sequence[NotifyRule]) -> str:
