@@ -347,3 +347,44 @@ def test_api_job_bodies_take_notify_grace_and_warn_after(server, jobctl) -> None
     bad = server.request("POST", "/v1/jobs", {**body, "name": "k", "notify": [{"channel": "no"}]})
     assert bad.status == 422 and "no channel named no" in bad.json()["error"]
     assert [j["name"] for j in jobctl.json("list")] == ["j"]
+
+
+def test_a_hanging_receiver_delays_no_run(jobctl, start_daemon) -> None:
+    """Each delivery hangs 4 s on one delivery thread: runs are claimed, run and finished
+    meanwhile as if nothing were told, and the deliveries follow one by one."""
+    with http_receiver(delay_seconds=4) as rec:
+        jobctl("notify", "add", "ops", "--webhook", rec.url)
+        jobctl("add", "j", "--manual", "--notify", "ops:succeeded", "--", "true")
+        start_daemon("--notify-threads", "1")
+        t0 = time.monotonic()
+        for _ in range(3):
+            jobctl("run", "j", "--wait")
+        took = time.monotonic() - t0
+        wait_until(lambda: len(rec.requests) >= 1, 10, what="the first delivery under way")
+        assert took < 4, took  # three runs inside the first delivery's hang
+        _sent(jobctl, 3, timeout=30)
+
+
+def test_a_delivery_out_of_tries_is_failed_counted_and_warned(jobctl) -> None:
+    """Through the store as a daemon drives it: a failed try with no retry left (the
+    notifier gives none after the tenth, see test_retry_delays) makes it failed, the
+    counter behind jobctl_notifications_total counts it, and check says so."""
+    from jobctl.clock import SystemClock
+    from jobctl.notifications import Outcome
+
+    jobctl("notify", "add", "ops", "--command", "exit 1", "--default", "dead")
+    jobctl("add", "j", "--manual", "--retries", "0", "--", "exit 1")
+    store = jobctl.store()
+    now = SystemClock().now()
+    store.enqueue_run("j", now)
+    (claimed,), _ = store.claim("d1", "h", now, 30)
+    store.finish(claimed.run, claimed.run.attempt, "d1", now, exit_code=1)
+    d = store.daemon.face("d1", "h")
+    (out,), _ = d.exchange_notifications(now, [], limit=4, lease_seconds=60)
+    d.exchange_notifications(now, [Outcome(out.note.id, "exit 1")], limit=0, lease_seconds=60)
+    [n] = _notes(jobctl)
+    assert (n["state"], n["tries"], n["last_error"]) == ("failed", 1, "exit 1")
+    r = jobctl("check", ok=False)
+    assert r.exit_code == 2  # no daemon: critical, and the failed notification said too
+    assert "1 failed notification(s) in the last 24h" in r.stdout
+    assert [c for c in store.notification_counts()] == [("ops", "dead", "failed", 1)]
