@@ -245,7 +245,6 @@ class Daemon:
 
         self.notifier = Notifier(
             store,
-            daemon_id=self.id,
             environ=env,
             log=self.log,
             render=Render(

@@ -70,7 +70,6 @@ class Notifier:
         self,
         store: DaemonStore,
         *,
-        daemon_id: str,
         environ: Mapping[str, str],
         log: Callable[[str], None],
         render: Render,
@@ -79,7 +78,6 @@ class Notifier:
         first_retry_seconds: float | None = None,
     ) -> None:
         self.store = store
-        self.daemon_id = daemon_id
         self.environ = dict(environ)
         self.log = log
         self.render = render
