@@ -625,6 +625,20 @@ def test_edit_in_editor_keeps_invalid_text(
     finally:
         kept.unlink()
     assert revisions(jobctl) == {"a": 1}
+    # an editor that fails changes nothing; what it saved is kept
+    monkeypatch.setenv("EDITOR", "false")
+    failed = jobctl("edit", "-e", ok=False)
+    assert failed.exit_code == 1 and "the editor exited 1" in failed.stderr
+    crash = "open(path, 'w').write('half')\nsys.exit(3)"
+    monkeypatch.setenv("EDITOR", editor(tmp_path, "crash", crash))
+    crashed = jobctl("edit", "-e", ok=False)
+    assert crashed.exit_code == 1 and "exited 3" in crashed.stderr
+    half = Path(crashed.stderr.strip().rstrip(")").rsplit(" ", 1)[1])
+    try:
+        assert half.read_text() == "half"
+    finally:
+        half.unlink()
+    assert revisions(jobctl) == {"a": 1}
     # and options beside -e are refused
     assert jobctl("edit", "-e", "a", "--retries", "3", ok=False).exit_code == 2
     assert jobctl("edit", ok=False).exit_code == 2

@@ -125,10 +125,13 @@ def edit_in_editor(obj: Ctx, names: tuple[str, ...]) -> None:
     except (OSError, ValueError) as e:
         os.unlink(path)
         raise JobctlError(f"cannot start the editor {editor!r}: {e}") from None
-    if code != 0:
-        raise JobctlError(f"the editor exited {code}: nothing was changed (the text is in {path})")
     with open(path, encoding="utf-8", errors="replace") as f:
         edited = f.read()
+    if code != 0:
+        if edited == text:
+            os.unlink(path)
+            raise JobctlError(f"the editor exited {code}: nothing was changed")
+        raise JobctlError(f"the editor exited {code}: nothing was changed (the text is in {path})")
     if edited == text:
         os.unlink(path)
         click.echo("no changes")
