@@ -82,6 +82,7 @@ EVERY_JOB: list[list[str]] = [
     ["cron-last", "--cron", "0 12 L * *", "--catchup", "skip", "--overlap", "replace"],
     ["rate", "--every", "90m", "--start", "2026-01-01T00:00:00Z", "--timeout", "1h"],
     ["rate-default-start", "--every", "5m", "--retries", "0", "--backoff", "1m"],
+    ["retention", "--cron", "@hourly", "--keep-runs", "50", "--keep-for", "30d"],
     ["delay", "--every", "1h", "--after-completion", "--priority", "-3", "--jitter", "30s"],
     ["once", "--at", "2099-06-01T08:00", "--tz", "America/New_York"],
     ["reboot", "--cron", "@reboot", "--env", "A=1", "--env", "B=two words"],
@@ -190,6 +191,8 @@ def test_export_writes_only_what_differs_from_the_defaults(jobctl: Any) -> None:
     assert jobs["reboot"]["reboot"] is True
     assert jobs["reboot"]["env"] == {"A": "1", "B": "two words"}
     assert jobs["settings"]["stdin"] == "line one\nline two"
+    assert (jobs["retention"]["keep_runs"], jobs["retention"]["keep_for"]) == (50, "4w2d")
+    assert "keep_runs" not in jobs["rate"]  # 1000 is the default
     # run policies and limits (SPEC §14, §16)
     assert jobs["after-ok"]["after"] == "cron-berlin"
     assert jobs["after-ok"]["overlap"] == "queue"
