@@ -388,3 +388,19 @@ def test_a_delivery_out_of_tries_is_failed_counted_and_warned(jobctl) -> None:
     assert r.exit_code == 2  # no daemon: critical, and the failed notification said too
     assert "1 failed notification(s) in the last 24h" in r.stdout
     assert [c for c in store.notification_counts()] == [("ops", "dead", "failed", 1)]
+
+
+def test_a_send_under_way_does_not_hold_a_stopping_daemon(jobctl, start_daemon) -> None:
+    """SIGTERM while a delivery hangs on its receiver: the daemon exits without waiting
+    for it (the next daemon sends it again, with the same key)."""
+    with http_receiver(delay_seconds=20) as rec:
+        jobctl("notify", "add", "ops", "--webhook", rec.url)
+        jobctl("add", "j", "--manual", "--notify", "ops:succeeded", "--", "true")
+        d = start_daemon()
+        jobctl("run", "j", "--wait")
+        wait_until(lambda: rec.requests, 10, what="the delivery under way")
+        t0 = time.monotonic()
+        assert d.terminate() == 0
+        assert time.monotonic() - t0 < 8
+        [n] = _notes(jobctl)
+        assert n["state"] == "pending"

@@ -25,7 +25,6 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -85,7 +84,7 @@ class Notifier:
         self.lease_seconds = lease_seconds
         #: a test's short backoff (JOBCTL_NOTIFY_RETRY_SECONDS); None: SPEC §12's 10 s
         self.first_retry_seconds = first_retry_seconds
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: DeliveryPool | None = None
         self._done: queue.SimpleQueue[tuple[int, str | None, int]] = queue.SimpleQueue()
         self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._in_flight: dict[int, Outgoing] = {}
@@ -248,7 +247,7 @@ class Notifier:
         )
         text = email_text(body, output[-EMAIL_OUTPUT_BYTES:])
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="jobctl-deliver")
+            self._pool = DeliveryPool(self.threads)
         self._in_flight[note.id] = out
         channel = out.channel
         tries = note.tries + 1
@@ -288,7 +287,34 @@ class Notifier:
         this daemon's row, so another daemon sends them again, with the same key)."""
         self.stopping = True
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.stop()
         for fd in (self._r, self._w):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+class DeliveryPool:
+    """``threads`` daemon threads that run what :meth:`submit` queues, in order. Daemon
+    threads: a send still hanging on a receiver never holds the process at its exit (what
+    it was sending is sent again by the next daemon, with the same key)."""
+
+    def __init__(self, threads: int) -> None:
+        self._work: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"jobctl-deliver-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        self._work.put(fn)
+
+    def _serve(self) -> None:
+        while (fn := self._work.get()) is not None:
+            fn()
+
+    def stop(self) -> None:
+        """Let each thread end after what it is doing (none is waited for)."""
+        for _ in self._threads:
+            self._work.put(None)
