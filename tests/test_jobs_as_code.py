@@ -83,6 +83,19 @@ EVERY_JOB: list[list[str]] = [
     ["rate", "--every", "90m", "--start", "2026-01-01T00:00:00Z", "--timeout", "1h"],
     ["rate-default-start", "--every", "5m", "--retries", "0", "--backoff", "1m"],
     ["retention", "--cron", "@hourly", "--keep-runs", "50", "--keep-for", "30d"],
+    [
+        "notified",
+        "--cron",
+        "@weekly",
+        "--notify",
+        "ops",
+        "--notify",
+        "pager:dead,late",
+        "--grace",
+        "5m",
+        "--warn-after",
+        "1h",
+    ],
     ["delay", "--every", "1h", "--after-completion", "--priority", "-3", "--jitter", "30s"],
     ["once", "--at", "2099-06-01T08:00", "--tz", "America/New_York"],
     ["reboot", "--cron", "@reboot", "--env", "A=1", "--env", "B=two words"],
@@ -138,6 +151,8 @@ EVERY_JOB: list[list[str]] = [
 
 
 def add_every_job(jobctl: Any) -> None:
+    jobctl("notify", "add", "ops", "--command", "true")
+    jobctl("notify", "add", "pager", "--command", "true")
     for name, *args in EVERY_JOB:
         jobctl("add", name, *args, "--", f"echo {name} 'quoted' \"double\"")
 
@@ -193,6 +208,10 @@ def test_export_writes_only_what_differs_from_the_defaults(jobctl: Any) -> None:
     assert jobs["settings"]["stdin"] == "line one\nline two"
     assert (jobs["retention"]["keep_runs"], jobs["retention"]["keep_for"]) == (50, "4w2d")
     assert "keep_runs" not in jobs["rate"]  # 1000 is the default
+    notified = jobs["notified"]
+    assert notified["notify"][1] == "pager:dead,late"
+    assert notified["notify"][0].startswith("ops:")
+    assert (notified["grace"], notified["warn_after"]) == ("5m", "1h")
     # run policies and limits (SPEC §14, §16)
     assert jobs["after-ok"]["after"] == "cron-berlin"
     assert jobs["after-ok"]["overlap"] == "queue"

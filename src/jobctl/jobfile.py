@@ -184,9 +184,6 @@ FIELDS: tuple[Field, ...] = (
     Field("on_failure", "str", lambda d: d.spec.on_failure),
     Field("stdin", "str", lambda d: d.spec.stdin),
     Field("locks", "strings", lambda d: list(d.spec.locks), [], "lock"),
-    # retention (SPEC §13)
-    Field("keep_runs", "int", lambda d: d.spec.keep_runs, _spec_default("keep_runs")),
-    Field("keep_for", "duration", lambda d: _duration(d.spec.keep_for_seconds)),
     # run policies (SPEC §14)
     Field("deadline", "duration", lambda d: _duration(d.spec.deadline_seconds)),
     Field("pause_after_failures", "int", lambda d: d.spec.pause_after_failures),
@@ -211,6 +208,7 @@ FIELDS: tuple[Field, ...] = (
 )
 
 BY_KEY: dict[str, Field] = {f.key: f for f in FIELDS}
+assert len(BY_KEY) == len(FIELDS), "a key of the job file is in FIELDS twice"
 TRIGGER_KEYS = tuple(f.key for f in FIELDS if f.chooses_trigger)
 
 
