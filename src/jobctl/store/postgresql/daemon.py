@@ -65,6 +65,7 @@ from ..values import (
     TurnResult,
 )
 from .db import PgDb
+from .sql import QUERIES
 from .waker import Waker
 
 #: candidates read per round of a claim
@@ -94,13 +95,15 @@ FROM cand JOIN jobs ON jobs.id = cand.job_id
 ORDER BY cand.priority DESC, cand.scheduled_for ASC, cand.id ASC
 """
 
-# The compare-and-set of one claim, checked again once the advisory locks are held.
+# The compare-and-set of the claims of a turn, checked again once the advisory locks are
+# held. The runs given share no job of one run at a time and no lock name (the caller's
+# choice), so no two of them can be judged against each other within this one snapshot.
 CLAIM_ONE = """
 UPDATE runs SET state = 'leased', leased_by = %(me)s, lease_until = %(until)s,
     attempt = runs.attempt + 1, started_at = COALESCE(runs.started_at, %(now)s),
     exclusive = (jobs.overlap IN ('forbid', 'replace')), lease_host = %(host)s, pgid = NULL
 FROM jobs
-WHERE runs.id = %(id)s AND jobs.id = runs.job_id AND jobs.state <> 'paused'
+WHERE runs.id = ANY(%(ids)s::bigint[]) AND jobs.id = runs.job_id AND jobs.state <> 'paused'
   AND runs.state IN ('pending', 'failed') AND runs.not_before <= %(now)s
   AND NOT EXISTS (
       SELECT 1 FROM run_locks mine JOIN held_locks h ON h.name = mine.name
@@ -113,12 +116,42 @@ WHERE runs.id = %(id)s AND jobs.id = runs.job_id AND jobs.state <> 'paused'
 RETURNING runs.id, runs.attempt
 """
 
-INSERT_ATTEMPT = """
-INSERT INTO attempts (run_id, attempt, started_at, daemon_id, host) VALUES (%s, %s, %s, %s, %s)
-ON CONFLICT (run_id, attempt) DO UPDATE SET started_at = EXCLUDED.started_at,
-    daemon_id = EXCLUDED.daemon_id, host = EXCLUDED.host, finished_at = NULL,
-    exit_code = NULL, error = NULL, output = NULL, output_bytes = 0, pid = NULL,
-    cpu_user = NULL, cpu_system = NULL, max_rss = NULL
+# The claims with their held locks and attempt rows, one statement: a lock held twice or a
+# second leased run of a one-at-a-time job fails it whole (the unique keys), and the
+# caller then claims the same runs one by one.
+CLAIM = f"""
+WITH claimed AS ({CLAIM_ONE}),
+held AS (
+    INSERT INTO held_locks (name, run_id)
+    SELECT l.name, l.run_id FROM run_locks l JOIN claimed ON claimed.id = l.run_id
+),
+began AS (
+    INSERT INTO attempts (run_id, attempt, started_at, daemon_id, host)
+    SELECT id, attempt, %(now)s, %(me)s, %(host)s FROM claimed
+    ON CONFLICT (run_id, attempt) DO UPDATE SET started_at = EXCLUDED.started_at,
+        daemon_id = EXCLUDED.daemon_id, host = EXCLUDED.host, finished_at = NULL,
+        exit_code = NULL, error = NULL, output = NULL, output_bytes = 0, pid = NULL,
+        cpu_user = NULL, cpu_system = NULL, max_rss = NULL
+)
+SELECT id FROM claimed
+"""
+
+# The advisory locks of a turn's claims, each tried once, never waited for.
+TRY_KEYS = """
+SELECT k, pg_try_advisory_xact_lock(hashtextextended(k, 0)) AS ok
+FROM unnest(%s::text[]) AS k
+"""
+
+# The pids of children started, on their runs (fenced) and attempts, one statement.
+SET_PIDS = """
+WITH s AS (
+    UPDATE runs SET pgid = p.pid
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(pids)s::int[]) AS p(id, attempt, pid)
+    WHERE runs.id = p.id AND runs.attempt = p.attempt AND runs.state = 'leased'
+      AND runs.leased_by = %(me)s
+    RETURNING runs.id, runs.attempt, p.pid
+)
+UPDATE attempts SET pid = s.pid FROM s WHERE attempts.run_id = s.id AND attempts.attempt = s.attempt
 """
 
 UPSERT_DAEMON = """
@@ -128,23 +161,56 @@ ON CONFLICT (id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at,
     expires_at = EXCLUDED.expires_at
 """
 
-# one UPDATE, fenced, with the cancel check inside: no read first
-FINISH_RUN = """
-UPDATE runs SET
-    state = CASE WHEN cancel_requested = 1 AND %(if_cancelled)s::text IS NOT NULL
-                 THEN %(if_cancelled)s ELSE %(state)s END,
-    last_error = CASE WHEN cancel_requested = 1 AND %(if_cancelled)s::text IS NOT NULL
-                      THEN 'cancelled' ELSE %(error)s END,
-    exit_code = %(exit_code)s,
-    max_attempts = max_attempts + %(uncounted)s,
-    not_before = CASE WHEN %(state)s IN ('failed', 'pending') THEN %(retry_at)s
-                      ELSE not_before END,
-    finished_at = CASE WHEN %(state)s IN ('failed', 'pending') AND NOT (cancel_requested = 1
-                       AND %(if_cancelled)s::text IS NOT NULL) THEN finished_at ELSE %(now)s END,
-    leased_by = NULL, lease_until = NULL, pgid = NULL
-WHERE id = %(run_id)s AND attempt = %(attempt)s AND state = 'leased' AND leased_by = %(me)s
-RETURNING state, job_id
+# The ends of a turn, each fenced (its run still leased by this daemon, same attempt),
+# with the cancel check inside, and the attempts of the ends that held: one statement.
+FINISH_RUNS = """
+WITH f AS (
+    SELECT * FROM unnest(
+        %(run_id)s::bigint[], %(attempt)s::int[], %(state)s::text[], %(if_cancelled)s::text[],
+        %(error)s::text[], %(exit_code)s::int[], %(uncounted)s::int[], %(retry_at)s::bigint[],
+        %(a_error)s::text[], %(output)s::bytea[], %(total)s::bigint[], %(pid)s::int[],
+        %(cpu_user)s::float8[], %(cpu_system)s::float8[], %(max_rss)s::bigint[]
+    ) AS f(run_id, attempt, state, if_cancelled, error, exit_code, uncounted, retry_at,
+           a_error, output, total, pid, cpu_user, cpu_system, max_rss)
+),
+ended AS (
+    UPDATE runs SET
+        state = CASE WHEN runs.cancel_requested = 1 AND f.if_cancelled IS NOT NULL
+                     THEN f.if_cancelled ELSE f.state END,
+        last_error = CASE WHEN runs.cancel_requested = 1 AND f.if_cancelled IS NOT NULL
+                          THEN 'cancelled' ELSE f.error END,
+        exit_code = f.exit_code,
+        max_attempts = runs.max_attempts + f.uncounted,
+        not_before = CASE WHEN f.state IN ('failed', 'pending') THEN f.retry_at
+                          ELSE runs.not_before END,
+        finished_at = CASE WHEN f.state IN ('failed', 'pending')
+                                AND NOT (runs.cancel_requested = 1 AND f.if_cancelled IS NOT NULL)
+                           THEN runs.finished_at ELSE %(now)s END,
+        leased_by = NULL, lease_until = NULL, pgid = NULL
+    FROM f
+    WHERE runs.id = f.run_id AND runs.attempt = f.attempt AND runs.state = 'leased'
+      AND runs.leased_by = %(me)s
+    RETURNING runs.id, runs.state, runs.job_id
+),
+recorded AS (
+    UPDATE attempts SET finished_at = %(now)s, exit_code = f.exit_code, error = f.a_error,
+        output = f.output, output_bytes = f.total, pid = COALESCE(f.pid, attempts.pid),
+        cpu_user = f.cpu_user, cpu_system = f.cpu_system, max_rss = f.max_rss
+    FROM ended JOIN f ON f.run_id = ended.id
+    WHERE attempts.run_id = f.run_id AND attempts.attempt = f.attempt
+)
+SELECT id, state, job_id FROM ended
 """
+
+#: FINISH_RUNS's arrays, one element an end (``a_error``: the attempt's error)
+FINISH_COLUMNS = (
+    "run_id", "attempt", "state", "if_cancelled", "error", "exit_code", "uncounted",
+    "retry_at", "a_error", "output", "total", "pid", "cpu_user", "cpu_system", "max_rss",
+)  # fmt: skip
+
+# The claimed runs as the commands read a run, by id.
+RUNS_BY_IDS = QUERIES.run_by_id.replace("WHERE runs.id = %s", "WHERE runs.id = ANY(%s::bigint[])")
+assert RUNS_BY_IDS != QUERIES.run_by_id
 
 SERVER_NOW_US = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS us"
 
@@ -164,6 +230,15 @@ INSERT INTO duration_tallies (job_id, bucket, n, us)
 SELECT job_id, bucket, SUM(n), SUM(us) FROM gone
 WHERE job_id IN (SELECT id FROM jobs) GROUP BY job_id, bucket
 """
+
+
+def _claim_keys(cand: dict[str, Any]) -> list[str]:
+    """The advisory locks a claim of ``cand`` takes: its job's when the job holds one run
+    at a time, and one a lock name."""
+    exclusive = cand["overlap"] in (Overlap.FORBID.value, Overlap.REPLACE.value)
+    return ([f"job:{cand['job_id']}"] if exclusive else []) + [
+        f"lock:{name}" for name in cand["locks"]
+    ]
 
 
 @retrying
@@ -202,8 +277,9 @@ class PgDaemonStore(outbox.OutboxDaemon):
     # ------------------------------------------------------------------ daemons
 
     def open_waker(self) -> Waker:
-        """A LISTEN connection of its own (see :class:`~.waker.Waker`)."""
-        return Waker(self.db.url)
+        """A LISTEN connection of its own (see :class:`~.waker.Waker`), deaf to what this
+        store's connection announces."""
+        return Waker(self.db.url, own_pid=lambda: self.db.backend_pid)
 
     def child_location(self) -> str:
         """The URL without its password (SPEC §10: use ~/.pgpass or PGPASSWORD)."""
@@ -548,92 +624,102 @@ class PgDaemonStore(outbox.OutboxDaemon):
         on_expired: ExpiredFn,
     ) -> tuple[list[Claimed], list[tuple[Run, Decision]]]:
         """As on SQLite, correct with any number of claimers at once (module docstring);
-        a claim never waits on another daemon's claim."""
+        a claim never waits on another daemon's claim.
+
+        A round reads the next candidates (locked for this claimer) and picks those this
+        turn may take (reserved workers; among them at most one run of a job that holds
+        one at a time and one holder of a lock name); it tries their advisory locks in
+        one statement and claims the runs whose keys it got in another (:data:`CLAIM`),
+        then reads them: four statements a round, however many runs it claims."""
         now_us = to_us(now)
         until = to_us(now + timedelta(seconds=lease_seconds))
         claimed: list[Claimed] = []
         low_used = 0
         rp = reserved_priority if reserved_priority is not None else -(2**62)
         tried: list[int] = []
+        taken: set[str] = set()  # the keys of this turn's claims
         with self.db.write() as c:
             ended = self._settle_expired(c, daemon_id, now_us, on_expired)
             while len(claimed) < limit:
                 low_ok = reserved_priority is None or low_limit is None or low_used < low_limit
+                n = min(CLAIM_BATCH, (limit - len(claimed)) * 4)
                 cands = c.execute(
                     CANDIDATES,
-                    {
-                        "now": now_us,
-                        "low_ok": low_ok,
-                        "rp": rp,
-                        "tried": tried,
-                        "n": min(CLAIM_BATCH, (limit - len(claimed)) * 4),
-                    },
+                    {"now": now_us, "low_ok": low_ok, "rp": rp, "tried": tried, "n": n},
                 ).fetchall()
+                picked: list[tuple[dict[str, Any], list[str], bool]] = []
+                keys_now: set[str] = set()
+                deferred = False
                 for cand in cands:
-                    if len(claimed) >= limit:
+                    if len(claimed) + len(picked) >= limit:
                         break
-                    tried.append(cand["id"])
-                    low = reserved_priority is not None and cand["priority"] < reserved_priority
-                    if low and low_limit is not None and low_used >= low_limit:
+                    keys = _claim_keys(cand)
+                    if keys_now.intersection(keys):
+                        deferred = True  # judged after this round's claims, next round
                         continue
-                    run = self._try_claim(c, cand, daemon_id, host, now_us, until)
+                    tried.append(cand["id"])
+                    if cand["job_state"] == JobState.PAUSED.value or taken.intersection(keys):
+                        continue
+                    low = reserved_priority is not None and cand["priority"] < reserved_priority
+                    low_picked = sum(1 for p in picked if p[2])
+                    if low and low_limit is not None and low_used + low_picked >= low_limit:
+                        continue
+                    picked.append((cand, keys, low))
+                    keys_now.update(keys)
+                got = self._claim_picked(c, picked, daemon_id, host, now_us, until)
+                for cand, keys, low in picked:
+                    run = got.get(cand["id"])
                     if run is None:
                         continue
+                    taken.update(keys)
                     if low:
                         low_used += 1
                     here = cand["lease_host"] == host
                     stale = cand["pgid"] if (cand["pgid"] and here) else None
                     claimed.append(Claimed(run, stale, here and cand["last_error"] == "lost"))
-                if not cands:
-                    break
+                if len(cands) < n and not deferred:
+                    break  # every candidate left was seen (or is another claimer's)
             if claimed:
                 self.db.announce("run")
         return claimed, ended
 
-    def _try_claim(
-        self, c: Any, cand: dict[str, Any], daemon_id: str, host: str, now_us: int, until: int
-    ) -> Run | None:
-        """One compare-and-set claim of ``cand`` inside a savepoint; None when its job is
-        paused, or another claimer holds its job or one of its locks (never waited for)."""
-        if cand["job_state"] == JobState.PAUSED.value:
-            return None
-        exclusive = cand["overlap"] in (Overlap.FORBID.value, Overlap.REPLACE.value)
-        keys = ([f"job:{cand['job_id']}"] if exclusive else []) + [
-            f"lock:{name}" for name in cand["locks"]
-        ]
+    def _claim_picked(
+        self,
+        c: Any,
+        picked: Sequence[tuple[dict[str, Any], list[str], bool]],
+        daemon_id: str,
+        host: str,
+        now_us: int,
+        until: int,
+    ) -> dict[int, Run]:
+        """Claim the picked candidates whose advisory locks this transaction gets (none is
+        waited for); the claimed runs by id."""
+        keys = sorted({k for _, ks, _ in picked for k in ks})
         if keys:
-            got = c.execute(
-                "SELECT bool_and(pg_try_advisory_xact_lock(hashtextextended(k, 0))) AS ok "
-                "FROM unnest(%s::text[]) AS k",
-                (keys,),
-            ).fetchone()["ok"]
-            if not got:
-                return None
+            got = {r["k"] for r in c.execute(TRY_KEYS, (keys,)).fetchall() if r["ok"]}
+            ids = [cand["id"] for cand, ks, _ in picked if got.issuperset(ks)]
+        else:
+            ids = [cand["id"] for cand, _, _ in picked]
+        if not ids:
+            return {}
+        params = {"me": daemon_id, "until": until, "now": now_us, "host": host, "ids": ids}
+        violation = self.db.psycopg.errors.UniqueViolation
         try:
-            with c.connection.transaction():  # a savepoint: a violation undoes this claim only
-                row = c.execute(
-                    CLAIM_ONE,
-                    {
-                        "me": daemon_id,
-                        "until": until,
-                        "now": now_us,
-                        "host": host,
-                        "id": cand["id"],
-                    },
-                ).fetchone()
-                if row is None:
-                    return None
-                run_id, attempt = row["id"], row["attempt"]
-                if cand["locks"]:
-                    c.execute(
-                        "INSERT INTO held_locks (name, run_id) "
-                        "SELECT name, run_id FROM run_locks WHERE run_id = %s",
-                        (run_id,),
-                    )
-                c.execute(INSERT_ATTEMPT, (run_id, attempt, now_us, daemon_id, host))
-        except self.db.psycopg.errors.UniqueViolation:
-            return None  # the database's own rule caught what the checks let through
-        return run_by_id(self.db, c, run_id)
+            with c.connection.transaction():  # a savepoint: a violation undoes these only
+                won = [r["id"] for r in c.execute(CLAIM, params).fetchall()]
+        except violation:
+            # the database's own rule caught what the checks let through (a holder that
+            # committed as this statement's snapshot was taken): one by one, then
+            won = []
+            for run_id in ids:
+                try:
+                    with c.connection.transaction():
+                        won += [r["id"] for r in c.execute(CLAIM, {**params, "ids": [run_id]})]
+                except violation:
+                    continue
+        if not won:
+            return {}
+        return {r["id"]: run_from_row(r) for r in c.execute(RUNS_BY_IDS, (won,)).fetchall()}
 
     def next_claim_at(self, now: datetime) -> datetime | None:
         now_us = to_us(now)
@@ -679,7 +765,7 @@ class PgDaemonStore(outbox.OutboxDaemon):
         ended: list[tuple[Run, Decision]] = []
         with self.db.batch():
             self._set_pids(daemon_id, started)
-            finished = [self._finish(daemon_id, now, f) for f in finishes]
+            finished = self._finish_all(daemon_id, now, finishes)
             if limit > 0:
                 claimed, ended = self._claim_runs(
                     daemon_id,
@@ -697,17 +783,15 @@ class PgDaemonStore(outbox.OutboxDaemon):
         if not started:
             return
         with self.db.write() as c:
-            for run_id, attempt, pid in started:
-                cur = c.execute(
-                    "UPDATE runs SET pgid = %s WHERE id = %s AND attempt = %s "
-                    "AND state = 'leased' AND leased_by = %s",
-                    (pid, run_id, attempt, daemon_id),
-                )
-                if cur.rowcount:
-                    c.execute(
-                        "UPDATE attempts SET pid = %s WHERE run_id = %s AND attempt = %s",
-                        (pid, run_id, attempt),
-                    )
+            c.execute(
+                SET_PIDS,
+                {
+                    "ids": [r for r, _, _ in started],
+                    "attempts": [a for _, a, _ in started],
+                    "pids": [p for _, _, p in started],
+                    "me": daemon_id,
+                },
+            )
 
     def save_output(self, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
         if not outputs:
@@ -721,28 +805,37 @@ class PgDaemonStore(outbox.OutboxDaemon):
                 output_params(self.identity.id, outputs),
             )
 
-    def _finish(self, daemon_id: str, now: datetime, f: FinishItem) -> Finished:
-        run_params, attempt_params = finish_params(f, to_us(now), daemon_id)
+    def _finish_all(
+        self, daemon_id: str, now: datetime, finishes: Sequence[FinishItem]
+    ) -> list[Finished]:
+        """Record every end of the turn in one statement (:data:`FINISH_RUNS`); an end
+        whose run this daemon no longer holds (fenced) is ``Finished(None)``."""
+        if not finishes:
+            return []
+        now_us = to_us(now)
+        cols: dict[str, list[Any]] = {k: [] for k in FINISH_COLUMNS}
+        for f in finishes:
+            run_params, attempt_params = finish_params(f, now_us, daemon_id)
+            for k in FINISH_COLUMNS:
+                if k == "a_error":
+                    cols[k].append(attempt_params["error"])
+                else:
+                    cols[k].append(run_params[k] if k in run_params else attempt_params[k])
         with self.db.write() as c:
-            row = c.execute(FINISH_RUN, run_params).fetchone()
-            if row is None:
-                return Finished(None)
-            c.execute(
-                "UPDATE attempts SET finished_at = %(now)s, exit_code = %(exit_code)s, "
-                "error = %(error)s, output = %(output)s, output_bytes = %(total)s, "
-                "pid = COALESCE(%(pid)s, pid), cpu_user = %(cpu_user)s, "
-                "cpu_system = %(cpu_system)s, max_rss = %(max_rss)s "
-                "WHERE run_id = %(run_id)s AND attempt = %(attempt)s",
-                attempt_params,
-            )
-            self.db.announce(f"job:{row['job_id']}")
-            self.db.announce("run")
-            state = RunState(row["state"])
-            retry = state is RunState.FAILED and f.decision.retry_at is not None
-            outbox.note_finish(
-                c, self._q, f.run_id, f.attempt, retry, now, outbox.Targets(c, self._q)
-            )
-            return Finished(state)
+            rows = c.execute(FINISH_RUNS, {**cols, "now": now_us, "me": daemon_id}).fetchall()
+            for row in rows:
+                self.db.announce(f"job:{row['job_id']}")
+            if rows:
+                self.db.announce("run")
+            states = {r["id"]: RunState(r["state"]) for r in rows}
+            targets = outbox.Targets(c, self._q)  # read once for the turn's ends
+            for f in finishes:
+                state = states.get(f.run_id)
+                if state is None:
+                    continue
+                retry = state is RunState.FAILED and f.decision.retry_at is not None
+                outbox.note_finish(c, self._q, f.run_id, f.attempt, retry, now, targets)
+        return [Finished(states.get(f.run_id)) for f in finishes]
 
     def _attempt_of(self, row: Any) -> Attempt:
         return attempt_from_row(row)

@@ -29,6 +29,8 @@ FIRST_BACKOFF_SECONDS = 0.1
 CONNECT_TIMEOUT_SECONDS = 10
 #: the channel every change is announced on (payloads as in jobctl.wake: job:ID, run:ID, all)
 CHANNEL = "jobctl"
+#: every message of a transaction in one statement (one round trip, however many)
+NOTIFY_ALL = "SELECT count(pg_notify(%s, m)) FROM unnest(%s::text[]) AS m"
 
 
 #: a deadlock or a serialization failure: the server rolled the transaction back whole,
@@ -90,6 +92,8 @@ class PgDb:
         self.reconnects = 0
         #: server clock minus this host's clock, re-measured at each heartbeat (seconds)
         self.clock_offset_seconds = 0.0
+        #: the server process of the connection: what a NOTIFY it sent carries as its pid
+        self.backend_pid: int = conn.info.backend_pid
 
     @classmethod
     def open(cls, url: str, *, create: bool = True) -> Self:
@@ -152,6 +156,7 @@ class PgDb:
         with contextlib.suppress(Exception):
             self.conn.close()
         self.conn = conn
+        self.backend_pid = conn.info.backend_pid
         self._backoff = FIRST_BACKOFF_SECONDS
         self._retry_at = 0.0
         self.reconnects += 1
@@ -176,7 +181,8 @@ class PgDb:
     def write(self) -> Iterator[Any]:
         """A transaction (READ COMMITTED): committed on success, rolled back on error.
         Notifications queued with :meth:`announce` are sent inside it, so they are
-        delivered exactly when the change is visible. Inside :meth:`batch` it joins."""
+        delivered exactly when the change is visible: all of them in one statement, each
+        message once. Inside :meth:`batch` it joins."""
         if self.in_batch:
             yield self._batch_cur
             return
@@ -187,8 +193,8 @@ class PgDb:
                 cur = conn.cursor()
                 self._batch_cur = cur
                 yield cur
-                for note in dict.fromkeys(self._notes):
-                    cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, note))
+                if self._notes:
+                    cur.execute(NOTIFY_ALL, (CHANNEL, list(dict.fromkeys(self._notes))))
         except psycopg.Error as e:
             raise self._error(e) from None
         finally:

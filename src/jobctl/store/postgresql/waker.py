@@ -7,6 +7,11 @@ LISTEN connection and passes each notification through a pipe, whose read end is
 when the connection is made again. A lost connection is retried with a backoff that
 doubles up to :data:`~.db.MAX_BACKOFF_SECONDS`; once it is back (LISTEN again) the waker
 answers ``all``: what was announced meanwhile is gone, so the daemon re-reads everything.
+
+What the daemon's own connection announced is not passed on (``own_pid``: that connection's
+server process, the pid a NOTIFY carries), as a SQLite daemon pokes every daemon but
+itself: it knows what it just did, and a wake-up of its own would cost it a turn and a
+re-read of each job whose run it just finished.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .db import CHANNEL, FIRST_BACKOFF_SECONDS, MAX_BACKOFF_SECONDS, connect
@@ -25,8 +31,9 @@ POLL_SECONDS = 0.5
 class Waker:
     """The daemon's end: readable when a notification arrived. Close with :meth:`close`."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, own_pid: Callable[[], int] | None = None) -> None:
         self.url = url
+        self._own_pid = own_pid
         self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._lock = threading.Lock()
         self._queue: list[str] = []
@@ -68,6 +75,8 @@ class Waker:
                 self._push("all")
             try:
                 for note in conn.notifies(timeout=POLL_SECONDS):
+                    if self._own_pid is not None and note.pid == self._own_pid():
+                        continue
                     self._push(note.payload or "all")
             except Exception:
                 with contextlib.suppress(Exception):
