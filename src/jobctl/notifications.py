@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any
-from urllib.parse import urlsplit
 
 from .errors import UsageError
 from .models import NAME_RE, Event, NotifyRule, RunState
@@ -172,6 +170,8 @@ def check_channel_name(name: str) -> str:
 
 def check_webhook_url(url: str) -> str:
     """An ``http`` or ``https`` URL with a host. The message shows scheme and host only."""
+    from urllib.parse import urlsplit
+
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018  (raises ValueError for a bad port)
@@ -258,9 +258,17 @@ def build_channel(
     return Channel(name, ChannelKind.COMMAND, command, default_events=events)
 
 
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def shown_url(url: str) -> str:
     """A URL as scheme and host (with its port) only: its path, query and user often hold a
     secret. ``https://hooks.example.com/…``; something that is no URL is shown as ``…``."""
+    from urllib.parse import urlsplit  # deferred: the CLI's start does not pay for it
+
     try:
         parts = urlsplit(url)
         host = parts.hostname
@@ -323,7 +331,7 @@ def anomaly(duration: float | None, previous: Sequence[float]) -> dict[str, Any]
     window = list(previous[:ANOMALY_WINDOW])
     if duration is None or len(window) < ANOMALY_MIN_RUNS:
         return None
-    median = statistics.median(window)
+    median = _median(window)
     if abs(duration - median) < ANOMALY_MIN_SECONDS:
         return None
     if duration > ANOMALY_SLOW * median:
