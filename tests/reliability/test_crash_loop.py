@@ -94,6 +94,7 @@ import random, sys
 from jobctl.cli import main
 db, seed = sys.argv[1], int(sys.argv[2])
 rng = random.Random(seed)
+print("ready", flush=True)
 def call(*a):
     try:
         main(["--db", db, *a])
@@ -119,11 +120,13 @@ def test_sigkill_of_cli_writers_leaves_no_half_written_state(jobctl, db):
         procs = [
             subprocess.Popen(
                 [sys.executable, "-c", WRITER, str(db), str(i * 10 + j)],
-                stdout=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
             )
             for j in range(2)
         ]
+        for p in procs:  # killed while writing, not while starting (a loaded machine)
+            assert p.stdout is not None and p.stdout.readline() == b"ready\n"
         time.sleep(rng.uniform(0.4, 1.2))
         for p in procs:
             p.send_signal(signal.SIGKILL)
@@ -131,6 +134,7 @@ def test_sigkill_of_cli_writers_leaves_no_half_written_state(jobctl, db):
             p.wait()
             assert b"Traceback" not in p.stderr.read()
             p.stderr.close()
+            p.stdout.close()
     assert integrity(db) == "ok"
     store = jobctl.store()
     jobs = store.list_jobs()
