@@ -152,6 +152,25 @@ durations are numbers of seconds, absent values are null. Errors are one line on
 standard error starting with `Error:`.
 """
 
+DAEMON = """
+`jobctl daemon` runs in the foreground and logs to standard error. On SIGTERM or SIGINT
+it stops claiming, gives running attempts `--shutdown-grace` to finish, then kills their
+process groups and puts their runs back to pending (the interrupted attempt does not use
+up a retry), and exits 0.
+
+A daemon that is killed outright (SIGKILL, the OOM killer) runs no shutdown, so at start
+it starts a keeper: a small process (`python -I -S .../jobctl/keeper.py`, in its own
+process group) that holds one end of a pipe on which the daemon names the process group
+of each attempt it starts and each one that ends. When the daemon dies, however it dies,
+the pipe ends and the keeper kills every attempt's process group still named, then
+exits; so nothing of the dead daemon's attempts runs on while another daemon runs those
+runs again. The keeper ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT (a stop is the
+daemon's to act on), never kills a group whose id was reused, and holds none of the
+daemon's files or sockets. A daemon whose keeper is killed starts another. A grandchild
+that left its attempt's process group (`setsid`) is not the keeper's: the daemon, a
+child subreaper, kills it while it runs.
+"""
+
 EXIT_STATUS = [
     ("0", "Success."),
     (
@@ -323,6 +342,7 @@ def man_page() -> str:
         *tagged(COMMAND_ENVIRONMENT),
     ]
     out += [".SH FILES", *tagged(FILES, bold=False)]
+    out += [".SH THE DAEMON", *prose(DAEMON)]
     out += [".SH CATCH\\-UP AND DST", *prose(CATCHUP_AND_DST)]
     out += [".SH WATCHING A RUN", *prose(WATCHING)]
     out += [

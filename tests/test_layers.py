@@ -29,6 +29,7 @@ LAYERS = {
     "store": 6,
     "planner": 6,
     "worker": 6,
+    "keeper": 5,
     "service": 6,
     "scheduler": 7,
     "retention": 7,

@@ -31,6 +31,7 @@ from typing import TextIO
 from .clock import Clock, SystemClock
 from .errors import JobctlError, StoreError
 from .executor import Executor, ExecutorConfig, Ready
+from .keeper import Keeper
 from .notifier import Notifier, Render
 from .reaper import StrayReaper
 from .retention import RETENTION_SLACK_SECONDS, Retention
@@ -230,6 +231,8 @@ class Daemon:
             store, log=self.log, rng=rng, boot_id=self.boot_id, lease_seconds=config.lease_seconds
         )
         self.retention = Retention(store, log=self.log)
+        #: outlives the daemon to kill its attempts if it dies without its shutdown
+        self.keeper = Keeper(self.log)
         self.executor = Executor(
             store,
             ExecutorConfig(
@@ -240,6 +243,7 @@ class Daemon:
             rng=rng,
             watch=self.watch,
             unwatch=self.unwatch,
+            keeper=self.keeper,
         )
         from . import output
 
@@ -278,6 +282,18 @@ class Daemon:
         with contextlib.suppress(OSError):
             os.read(self._sig_r, 512)
 
+    def _start_keeper(self) -> None:
+        if self.keeper.start() and self.keeper.pidfd is not None:
+            self.watch(self.keeper.pidfd, self._on_keeper_exit)
+
+    def _on_keeper_exit(self, now: datetime, mono: float) -> None:
+        """Someone killed the keeper: another is started and told every running group."""
+        if self.keeper.pidfd is not None:
+            self.unwatch(self.keeper.pidfd)
+        self.keeper.on_exit()
+        if self.keeper.pidfd is not None:
+            self.watch(self.keeper.pidfd, self._on_keeper_exit)
+
     def _on_stray_exit(self, fd: int) -> None:
         self.unwatch(fd)
         self.strays.discard(fd)
@@ -309,6 +325,7 @@ class Daemon:
     def run(self) -> int:
         self._install_signals()
         mark_inherited_fds_cloexec()
+        self._start_keeper()  # after the line above: it gets none of our descriptors
         if self.config.reap_strays and not self.reaper.enable():
             self.log("cannot become a child subreaper: escaped grandchildren are not reaped")
         self.watch(self.waker.fileno(), self._on_wake)
@@ -350,6 +367,9 @@ class Daemon:
         self.notifier.close()
         if self.config.reap_strays:
             self._sweep()
+        if self.keeper.pidfd is not None:
+            self.unwatch(self.keeper.pidfd)
+        self.keeper.stop()
         signal.set_wakeup_fd(-1)
         self.waker.close()
         self.selector.close()
@@ -450,6 +470,8 @@ class Daemon:
         # upkeep below (a checkpoint fsyncs), come off it, or the loop would wake that late
         wake_at = mono + timeout
         self._flush_log()
+        if self.keeper.behind:
+            self.keeper.flush()
         if timeout >= IDLE_SECONDS:
             try:
                 self.store.idle()
@@ -504,6 +526,8 @@ class Daemon:
     def _sweep(self) -> None:
         with self.notifier.no_spawns():  # a command channel's child is not a stray
             tracked = self.executor.tracked_pids() | self.notifier.tracked_pids()
+            if self.keeper.pid is not None:
+                tracked.add(self.keeper.pid)  # a child of ours, but no stray
             fds = self.reaper.sweep(tracked, self.executor.running_pgids())
         for fd in fds:
             self.log(f"killed stray process {self.reaper.pid_of(fd)} (it left its attempt's group)")

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from . import planner
 from .errors import StoreError
+from .keeper import Keeper
 from .models import AttemptResult, Decision, Run, RunState, StopReason
 from .reaper import group_alive, kill_group, kill_run_processes
 from .store import Claimed, DaemonStore, Finished
@@ -84,8 +85,11 @@ class Executor:
         rng: random.Random,
         watch: Watch,
         unwatch: Unwatch,
+        keeper: Keeper | None = None,
     ) -> None:
         self.store = store
+        #: told each attempt's process group, to kill them if the daemon dies
+        self.keeper = keeper
         self.config = config
         self.daemon_id = store.identity.id
         self.host = store.identity.host
@@ -327,7 +331,13 @@ class Executor:
             if n:
                 self.log(f"run {run.id}: killed {n} leftover processes of a lost attempt")
         try:
-            child = Child.start(run.settings, env, mono, on_close=self.unwatch)
+            child = Child.start(
+                run.settings,
+                env,
+                mono,
+                on_close=self.unwatch,
+                on_reap=self.keeper.release if self.keeper is not None else None,
+            )
         except OSError as e:
             error = f"spawn: {e.strerror or e}" if not str(e).startswith("spawn:") else str(e)
             if e.filename and e.filename not in error:
@@ -335,6 +345,8 @@ class Executor:
             self.log(f"run {run.id} of {run.job_name}: cannot start: {error}")
             self._queue(None, run, run.attempt, AttemptResult(None, spawn_error=error), now, mono)
             return
+        if self.keeper is not None:
+            self.keeper.hold(child.pid)
         held = Held(run, run.attempt, child, mono)
         self.held[run.id] = held
         assert child.output_fd is not None and child.pidfd is not None  # just started

@@ -463,6 +463,8 @@ class Child:
     The process is finished when :attr:`returncode` is set and the output is closed.
     ``on_close`` is called with each of the two descriptors just before the child closes
     it: the caller that watches them in ``epoll`` unregisters it there (see :func:`spawn`).
+    ``on_reap`` is called with the pid just before the exited process is reaped (the
+    daemon's keeper forgets its group then: see :mod:`jobctl.keeper`).
     """
 
     def __init__(
@@ -473,11 +475,13 @@ class Child:
         deadline: float | None,
         on_close: Callable[[int], None] | None = None,
         limits: Limits = NO_LIMITS,
+        on_reap: Callable[[int], None] | None = None,
     ) -> None:
         self.pid = pid
         self.limits = limits
         self.rusage: Any = None
         self.on_close = on_close
+        self.on_reap = on_reap
         self.pidfd: int | None = pidfd
         self.output_fd: int | None = output_fd
         os.set_blocking(output_fd, False)
@@ -494,6 +498,7 @@ class Child:
         env: Mapping[str, str],
         now_monotonic: float,
         on_close: Callable[[int], None] | None = None,
+        on_reap: Callable[[int], None] | None = None,
     ) -> Child:
         """Spawn ``shell -c command`` in a new session (see :func:`spawn`).
 
@@ -524,7 +529,7 @@ class Child:
             os.close(r)
             raise
         deadline = now_monotonic + settings.timeout_seconds if settings.timeout_seconds else None
-        return cls(pid, pidfd, r, deadline, on_close, settings.limits)
+        return cls(pid, pidfd, r, deadline, on_close, settings.limits, on_reap)
 
     # -- events
 
@@ -558,6 +563,8 @@ class Child:
         KillMode=control-group), so an attempt leaves no stray process behind.
         """
         kill_group(self.pid, signal.SIGKILL)
+        if self.on_reap is not None:
+            self.on_reap(self.pid)  # the keeper lets the group go while its id is ours
         self.returncode, self.rusage = _reap(self.pid)
         if self.pidfd is not None:
             self._close(self.pidfd)
