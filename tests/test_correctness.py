@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 from clihelpers import Jobctl
+from conftest import wait_until
 from webhelpers import Server, token_file
 
 HUGE = "99999999999999999999"
@@ -169,3 +171,52 @@ def test_an_empty_trigger_value_says_it_is_empty(cli: Jobctl, flag: str, what: s
     r = cli("add", "j", flag, "", "--", "true")
     assert r.code == 2
     one_error(r.err, f"the {what} is empty")
+
+
+# ---------------------------------------------------------------------- 3: the end time
+
+
+FAULT_SQLITE = [
+    "CREATE TABLE fault (down INTEGER)",
+    "INSERT INTO fault VALUES (1)",
+    "CREATE TRIGGER fault_finish BEFORE UPDATE OF finished_at ON attempts "
+    "WHEN NEW.finished_at IS NOT NULL AND (SELECT down FROM fault) = 1 "
+    "BEGIN SELECT RAISE(ABORT, 'the disk is on fire'); END",
+]
+FAULT_POSTGRESQL = [
+    "CREATE TABLE fault (down INTEGER)",
+    "INSERT INTO fault VALUES (1)",
+    "CREATE FUNCTION fault_finish() RETURNS trigger AS $$ BEGIN "
+    "IF NEW.finished_at IS NOT NULL AND (SELECT down FROM fault) = 1 THEN "
+    "RAISE EXCEPTION 'the disk is on fire'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql",
+    "CREATE TRIGGER fault_finish BEFORE UPDATE ON attempts FOR EACH ROW "
+    "EXECUTE FUNCTION fault_finish()",
+]
+
+
+def test_an_attempt_ends_when_its_process_exits_not_when_the_end_is_written(
+    cli: Jobctl, start_daemon: Any
+) -> None:
+    """Every write of an attempt's end fails for a while (a real error from the database:
+    a trigger that raises while ``fault.down`` is 1, the daemon's writes as a server that
+    is down makes them fail); the end recorded once the write succeeds is still the
+    time the process exited."""
+    cli.ok("add", "short", "--manual", "--retries", "0", "--", "sleep 1")
+    with cli.store() as store, store.write() as c:
+        sqlite = store.handle.backend == "sqlite"
+        for statement in FAULT_SQLITE if sqlite else FAULT_POSTGRESQL:
+            c.execute(statement)
+    d = start_daemon()
+    run_id = cli.json("run", "short")["id"]
+    d.wait_log("the disk is on fire", timeout=10)  # it ended; its end cannot be written
+    time.sleep(3)  # the database stays unwritable
+    with cli.store() as store, store.write() as c:
+        c.execute("UPDATE fault SET down = 0")
+    mended = datetime.now(UTC)
+    wait_until(lambda: cli.json("inspect", str(run_id))["state"] == "succeeded", 10)
+    data = cli.json("inspect", str(run_id))
+    [attempt] = data["attempts"]
+    assert 0.9 <= attempt["duration"] < 2.5, attempt  # about the second it slept
+    finished = datetime.fromisoformat(attempt["finished_at"].replace("Z", "+00:00"))
+    assert finished < mended - timedelta(seconds=2), (finished, mended)
+    assert data["finished_at"] == attempt["finished_at"]

@@ -59,6 +59,8 @@ class Held:
     saved_mono: float = field(default=0.0)
     #: its end is decided and waits for the turn's transaction
     queued: bool = False
+    #: when its main process was seen to exit: the attempt's end time
+    exited_at: datetime | None = None
 
 
 @dataclass
@@ -70,6 +72,8 @@ class Ending:
     attempt: int
     result: AttemptResult
     decision: Decision
+    #: when the attempt ended: its recorded end, however much later the write succeeds
+    ended_at: datetime
 
 
 class Executor:
@@ -251,7 +255,13 @@ class Executor:
             # an attempt that ended before its pid was written takes the pid into its end
             finishes = [
                 FinishItem(
-                    e.run.id, e.attempt, e.result, e.decision, pid[0] if pid else None, e.run.job_id
+                    e.run.id,
+                    e.attempt,
+                    e.result,
+                    e.decision,
+                    pid[0] if pid else None,
+                    e.run.job_id,
+                    e.ended_at,
                 )
                 for e in ending
                 for pid in [self._started.get((e.run.id, e.attempt))]
@@ -364,6 +374,7 @@ class Executor:
     def _on_exit(self, held: Held, now: datetime, mono: float) -> None:
         child = held.child
         child.on_exit()
+        held.exited_at = now
         self._exited = True
         self._maybe_finish(held, now, mono)
 
@@ -402,7 +413,7 @@ class Executor:
             self.log(f"run {run.id}: attempt {held.attempt} ended after its lease was lost")
             self._release(held)
             return
-        self._queue(held, run, held.attempt, result, now, mono)
+        self._queue(held, run, held.attempt, result, now, mono, ended_at=held.exited_at)
 
     def _queue(
         self,
@@ -412,17 +423,22 @@ class Executor:
         result: AttemptResult,
         now: datetime,
         mono: float,
+        *,
+        ended_at: datetime | None = None,
     ) -> None:
-        """Decide an attempt's end now. Inside a batch (:meth:`begin_batch`) it is
-        recorded with the batch's transaction, else at once."""
-        decision = planner.decide(run, attempt, result, now, self.rng)
+        """Decide an attempt's end now, as of ``ended_at`` (default ``now``): when its
+        main process exited, the end time recorded however late the write succeeds.
+        Inside a batch (:meth:`begin_batch`) it is recorded with the batch's transaction,
+        else at once."""
+        ended = now if ended_at is None else ended_at
+        decision = planner.decide(run, attempt, result, ended, self.rng)
         if decision is None:
             if held is not None:
                 self._release(held)
             return
         if held is not None:
             held.queued = True
-        self._ending.append(Ending(held, run, attempt, result, decision))
+        self._ending.append(Ending(held, run, attempt, result, decision, ended))
         self.claim_needed = True
         if not self._batching:
             self.record(now, mono)

@@ -242,8 +242,11 @@ def finish_params(
     f: FinishItem, now_us: int, daemon_id: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """An attempt's end as parameters: of the fenced update of its run, and of its attempt
-    row (both backends bind the same names)."""
+    row (both backends bind the same names). The end time is ``f.ended_at`` when given,
+    else ``now_us``."""
     decision, result = f.decision, f.result
+    if f.ended_at is not None:
+        now_us = to_us(f.ended_at)
     run = {
         "state": decision.state.value,
         "if_cancelled": decision.if_cancelled.value if decision.if_cancelled else None,

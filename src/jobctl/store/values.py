@@ -90,6 +90,10 @@ class FinishItem:
     pid: int | None = None
     #: the run's job (0: not known): its end is announced to the daemons as ``job:ID``
     job_id: int = 0
+    #: when the attempt ended (its main process exited), recorded as its end and the
+    #: run's, however much later the write comes (the database was unreachable); None:
+    #: the time of the write
+    ended_at: datetime | None = None
 
 
 @dataclass(frozen=True)
