@@ -169,6 +169,15 @@ daemon's to act on), never kills a group whose id was reused, and holds none of 
 daemon's files or sockets. A daemon whose keeper is killed starts another. A grandchild
 that left its attempt's process group (`setsid`) is not the keeper's: the daemon, a
 child subreaper, kills it while it runs.
+
+Its log is one line an event. At `--log-level info` (the default) that is the start and
+the stop, each change of the scheduler lease, each attempt that failed and each run that
+ended other than succeeded, and each fault; `debug` adds every attempt's start and
+success, `warning` keeps the faults alone. Under systemd (`JOURNAL_STREAM` is set) a line
+has no timestamp and starts with its syslog priority (`<3>` a dead run, `<4>` a fault or a
+failed attempt, `<6>` info, `<7>` debug), so `journalctl --user -u jobctl -p warning`
+shows what needs a look; elsewhere a line starts with the local time, and a warning or an
+error says so.
 """
 
 EXIT_STATUS = [
@@ -196,7 +205,8 @@ ENVIRONMENT = [
     (
         "JOURNAL_STREAM",
         "Set by systemd when standard error goes to the journal; the daemon "
-        "then leaves the timestamps off its log lines.",
+        "then leaves the timestamps off its log lines and starts each with its syslog "
+        "priority.",
     ),
 ]
 

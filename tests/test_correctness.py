@@ -5,6 +5,7 @@ daemon's keeper has its own file (test_keeper.py)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -220,3 +221,75 @@ def test_an_attempt_ends_when_its_process_exits_not_when_the_end_is_written(
     finished = datetime.fromisoformat(attempt["finished_at"].replace("Z", "+00:00"))
     assert finished < mended - timedelta(seconds=2), (finished, mended)
     assert data["finished_at"] == attempt["finished_at"]
+
+
+# ---------------------------------------------------------------------- 10: the daemon's log
+
+
+LOG_JOBS = [
+    ("ok", "true"),
+    ("flaky", '[ "$JOBCTL_ATTEMPT" = 1 ] && exit 3; true'),
+    ("broken", "exit 7"),
+]
+
+
+def _log_runs(cli: Jobctl, start_daemon: Any, *args: str, env: dict[str, str] | None = None):
+    for name, command in LOG_JOBS:
+        cli.ok("add", name, "--manual", "--retries", "1", "--backoff", "1s", "--", command)
+    d = start_daemon(*args, env=env, ready=False)  # "started" is not a warning
+    wait_until(lambda: cli.json("status")["daemons"], 10, what="the daemon registered")
+    runs = [cli.json("run", name)["id"] for name, _ in LOG_JOBS for _ in range(2)]
+    final = {"succeeded", "dead"}
+    wait_until(lambda: all(cli.json("inspect", str(r))["state"] in final for r in runs), 20)
+    assert d.terminate() == 0
+    return d.log().splitlines()
+
+
+def test_the_default_log_has_no_line_for_a_run_that_succeeded(cli, start_daemon):
+    lines = _log_runs(cli, start_daemon)
+    text = "\n".join(lines)
+    assert not [line for line in lines if "of ok:" in line], text  # 2 runs, no line
+    assert "attempt 1 started" not in text and "succeeded" not in text
+    # a failed attempt and a dead run say so, with their level
+    assert sum("of flaky: attempt 1 failed (exit 3); retry in" in line for line in lines) == 2
+    assert all("warning: run " in line for line in lines if "of flaky:" in line), text
+    dead = [line for line in lines if "of broken: attempt 2 failed (exit 7); dead" in line]
+    assert len(dead) == 2 and all("error: run " in line for line in dead), text
+    # start, lease and stop are info: no level word
+    assert any(" took the scheduler lease" in line for line in lines), text
+    assert "stopped" in lines[-1] and "warning" not in lines[-1]
+    assert len(lines) <= 12, text
+
+
+def test_debug_logs_every_attempt_and_warning_only_faults(cli, start_daemon, tmp_path):
+    lines = _log_runs(cli, start_daemon, "--log-level", "debug")
+    assert sum("of ok: attempt 1 started" in line for line in lines) == 2
+    assert (
+        sum("debug: run " in line and "of ok: attempt 1 succeeded" in line for line in lines) == 2
+    )
+
+
+def test_warning_level_keeps_only_faults(cli, start_daemon):
+    lines = _log_runs(cli, start_daemon, "--log-level", "warning")
+    assert lines and all(" warning: " in line or " error: " in line for line in lines), lines
+    assert len(lines) == 6  # four retries, two dead runs
+
+
+def test_under_systemd_each_line_starts_with_its_syslog_priority(cli, start_daemon):
+    lines = _log_runs(cli, start_daemon, "--log-level", "debug", env={"JOURNAL_STREAM": "8:1"})
+    assert all(re.match(r"<[3467]>\S", line) for line in lines), lines
+    by_priority = {
+        "<7>": "of ok: attempt 1 succeeded",
+        "<6>": "took the scheduler lease",
+        "<4>": "of flaky: attempt 1 failed",
+        "<3>": "of broken: attempt 2 failed (exit 7); dead",
+    }
+    for prefix, text in by_priority.items():
+        assert any(line.startswith(prefix) and text in line for line in lines), (prefix, lines)
+    assert not any(re.match(r"<\d>\d{4}-", line) for line in lines)  # no timestamp
+
+
+def test_a_log_level_outside_the_three_is_invalid_input(cli):
+    r = cli("daemon", "--log-level", "chatty")
+    assert r.code == 2
+    one_error(r.err, "--log-level")

@@ -423,7 +423,7 @@ def test_stdin_cwd_and_journal_log_format(jobctl, start_daemon, tmp_path):
     wait_until(lambda: _run(jobctl, run["id"]).state is RunState.SUCCEEDED, 5)
     assert jobctl("logs", str(run["id"])).stdout == f"{tmp_path}\nline one\nline two"
     first = d.log().splitlines()[0]
-    assert first.startswith("daemon ")  # no timestamp under systemd
+    assert first.startswith("<6>daemon ")  # no timestamp under systemd, a priority
     assert "hunter2" not in d.log()
 
 

@@ -282,9 +282,9 @@ def test_log_is_written_once_per_flush():
     log("two")
     assert out.getvalue() == ""
     log.flush()
-    assert out.getvalue() == "one\ntwo\n"
+    assert out.getvalue() == "<6>one\n<6>two\n"
     log.flush()
-    assert out.getvalue() == "one\ntwo\n"
+    assert out.getvalue() == "<6>one\n<6>two\n"
 
 
 def test_a_lost_attempts_group_is_stale_only_for_a_claim_on_its_host(tmp_path):

@@ -30,6 +30,7 @@ LAYERS = {
     "planner": 6,
     "worker": 6,
     "keeper": 5,
+    "logs": 1,
     "service": 6,
     "scheduler": 7,
     "retention": 7,

@@ -28,7 +28,11 @@ def _every(name: str, seconds: int, **kw) -> JobSpec:
 
 def _scheduler(store: StoreView, logs: list[str]) -> Scheduler:
     return Scheduler(
-        store.daemon, log=logs.append, rng=random.Random(0), boot_id="boot", lease_seconds=30
+        store.daemon,
+        log=lambda line, level=None: logs.append(line),
+        rng=random.Random(0),
+        boot_id="boot",
+        lease_seconds=30,
     )
 
 
@@ -47,7 +51,7 @@ def _daemon(store: StoreView, clock: FakeClock):
         store.handle,
         DaemonConfig(workers=1, lease_seconds=30, reap_strays=False),
         clock=clock,
-        log=lambda line: None,
+        log=lambda line, level=None: None,
     )
 
 
@@ -121,7 +125,7 @@ def _executor(store: StoreView, loop: Loop, logs: list[str], workers: int = 2) -
         store.daemon.face("d1", "test-host"),
         ExecutorConfig(workers=workers, lease_seconds=30),
         environ={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "JOBCTL_DB": str(store.handle.location)},
-        log=logs.append,
+        log=lambda line, level=None: logs.append(line),
         rng=random.Random(0),
         watch=loop.watch,
         unwatch=loop.unwatch,

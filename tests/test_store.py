@@ -303,7 +303,7 @@ def _scheduler(store):
     from jobctl.scheduler import Scheduler
 
     sched = Scheduler(
-        store.d, log=lambda m: None, rng=random.Random(0), boot_id="b", lease_seconds=10
+        store.d, log=lambda m, level=None: None, rng=random.Random(0), boot_id="b", lease_seconds=10
     )
     sched.leading = True
     return sched

@@ -20,18 +20,17 @@ import random
 import select
 import signal
 import socket
-import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import TextIO
 
 from .clock import Clock, SystemClock
 from .errors import JobctlError, StoreError
 from .executor import Executor, ExecutorConfig, Ready
 from .keeper import Keeper
+from .logs import INFO, WARNING, Log, LogFn
 from .notifier import Notifier, Render
 from .reaper import StrayReaper
 from .retention import RETENTION_SLACK_SECONDS, Retention
@@ -97,39 +96,6 @@ class Phase(Enum):
     RUNNING = "running"
     DRAINING = "draining"
     KILLING = "killing"
-
-
-class Log:
-    """One event a line on stderr; no timestamps under systemd (it adds its own).
-
-    Lines are buffered and written with one flush per loop turn (:meth:`flush`, called
-    before the loop sleeps and on exit), not one write and flush per event."""
-
-    def __init__(self, stream: TextIO | None = None, environ: Mapping[str, str] | None = None):
-        self.stream = stream or sys.stderr
-        env = os.environ if environ is None else environ
-        self.stamps = "JOURNAL_STREAM" not in env
-        self._lines: list[str] = []
-        self._stamp_second = -1
-        self._stamp = ""
-
-    def __call__(self, message: str) -> None:
-        if self.stamps:
-            second = int(time.time())
-            if second != self._stamp_second:
-                self._stamp_second = second
-                self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S ", time.localtime(second))
-            message = self._stamp + message
-        self._lines.append(message)
-
-    def flush(self) -> None:
-        if not self._lines:
-            return
-        text = "\n".join(self._lines) + "\n"
-        self._lines = []
-        with contextlib.suppress(OSError, ValueError):  # a closed stderr must not stop us
-            self.stream.write(text)
-            self.stream.flush()
 
 
 class Poller:
@@ -198,7 +164,7 @@ class Daemon:
         config: DaemonConfig,
         *,
         clock: Clock | None = None,
-        log: Callable[[str], None] | None = None,
+        log: LogFn | None = None,
         environ: Mapping[str, str] | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -215,7 +181,7 @@ class Daemon:
         self.config = config
         # on PostgreSQL the server's clock (SPEC §10)
         self.clock: Clock = clock or daemon_clock(store, SystemClock())
-        self.log = log or Log()
+        self.log: LogFn = log or Log()
         env = dict(os.environ if environ is None else environ)
         # a job that calls jobctl (a fan-out) reaches the daemon's own database
         env["JOBCTL_DB"] = store.child_location()
@@ -320,14 +286,16 @@ class Daemon:
         ]
         if dead:
             self.store.forget_daemons(dead)
-            self.log(f"daemon {', '.join(dead)} of this host is gone: its leases are free")
+            self.log(f"daemon {', '.join(dead)} of this host is gone: its leases are free", INFO)
 
     def run(self) -> int:
         self._install_signals()
         mark_inherited_fds_cloexec()
         self._start_keeper()  # after the line above: it gets none of our descriptors
         if self.config.reap_strays and not self.reaper.enable():
-            self.log("cannot become a child subreaper: escaped grandchildren are not reaped")
+            self.log(
+                "cannot become a child subreaper: escaped grandchildren are not reaped", WARNING
+            )
         self.watch(self.waker.fileno(), self._on_wake)
         self.watch(self._sig_r, self._on_signal)
         self.watch(self.notifier.fileno(), self.notifier.on_ready)
@@ -346,7 +314,10 @@ class Daemon:
                 except JobctlError as e:
                     # a busy, full or failing database: nothing half-applied (one
                     # transaction per write); log, back off, and carry on with the rest
-                    self.log(f"store error: {e}; retrying")
+                    self.log(
+                        f"store error: {e}; next turn in {STORE_ERROR_BACKOFF_SECONDS:g}s",
+                        WARNING,
+                    )
                     self.executor.wake()
                     self.scheduler.reload()
                     self._flush_log()
@@ -361,7 +332,7 @@ class Daemon:
         try:
             self.store.unregister_daemon()
         except StoreError as e:
-            self.log(f"cannot unregister: {e} (the row expires with its lease)")
+            self.log(f"cannot unregister: {e} (the row expires with its lease)", WARNING)
         self.executor.kill_all()
         self.unwatch(self.notifier.fileno())
         self.notifier.close()
@@ -386,7 +357,10 @@ class Daemon:
         if self.expected_wake is not None:
             late = (now - self.expected_wake).total_seconds()
             if late > MISSED_GAP_SECONDS:
-                self.log(f"woke {late:.0f}s late (suspend?): windows since then count as missed")
+                self.log(
+                    f"woke {late:.0f}s late (suspend?): windows since then count as missed",
+                    WARNING,
+                )
                 self.scheduler.note_gap(now)
             self.expected_wake = None
         self._advance_phase(mono)
@@ -438,7 +412,7 @@ class Daemon:
                 try:
                     self.store.release_leader()
                 except StoreError as e:
-                    self.log(f"cannot release the scheduler lease: {e}")
+                    self.log(f"cannot release the scheduler lease: {e}", WARNING)
             self.retention.on_renewal(False)
         if (
             self.phase is Phase.DRAINING
@@ -476,7 +450,7 @@ class Daemon:
             try:
                 self.store.idle()
             except StoreError as e:
-                self.log(f"store upkeep failed: {e}")
+                self.log(f"store upkeep failed: {e}", WARNING)
                 self._flush_log()
         timeout = max(wake_at - self.clock.monotonic(), 0.0)
         # from the clock as we go to sleep: a slow turn is busy, not suspended
@@ -530,7 +504,10 @@ class Daemon:
                 tracked.add(self.keeper.pid)  # a child of ours, but no stray
             fds = self.reaper.sweep(tracked, self.executor.running_pgids())
         for fd in fds:
-            self.log(f"killed stray process {self.reaper.pid_of(fd)} (it left its attempt's group)")
+            self.log(
+                f"killed stray process {self.reaper.pid_of(fd)} (it left its attempt's group)",
+                WARNING,
+            )
             self.strays.add(fd)
             self.watch(fd, self._stray_callback(fd))
 
@@ -545,7 +522,7 @@ class Daemon:
                 held=self.executor.held_attempts(),
             )
         except StoreError as e:
-            self.log(f"heartbeat failed: {e}")
+            self.log(f"heartbeat failed: {e}", WARNING)
             self.next_heartbeat = mono + min(1.0, lease / 3)
             since = mono - (self.last_renewal if self.last_renewal is not None else mono)
             if self.last_renewal is not None and since >= 2 * lease / 3:

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from . import planner
 from .errors import StoreError
 from .keeper import Keeper
+from .logs import DEBUG, ERROR, INFO, WARNING, LogFn
 from .models import AttemptResult, Decision, Run, RunState, StopReason
 from .reaper import group_alive, kill_group, kill_run_processes
 from .store import Claimed, DaemonStore, Finished
@@ -85,7 +86,7 @@ class Executor:
         config: ExecutorConfig,
         *,
         environ: Mapping[str, str],
-        log: Callable[[str], None],
+        log: LogFn,
         rng: random.Random,
         watch: Watch,
         unwatch: Unwatch,
@@ -286,7 +287,7 @@ class Executor:
                 claimed, ended, finished = res.claimed, res.ended, res.finished
         except StoreError as e:
             # what was learned stays queued and is recorded again with the next try
-            self.log(f"claim failed: {e}" if claim else f"cannot record yet: {e}")
+            self.log(f"claim failed: {e}" if claim else f"cannot record yet: {e}", WARNING)
             self._record_after = mono + RECORD_RETRY_SECONDS
             if claim:
                 self.next_claim_wall = now + timedelta(seconds=RECORD_RETRY_SECONDS)
@@ -302,7 +303,8 @@ class Executor:
         for run, decision in ended:
             self.log(
                 f"run {run.id} of {run.job_name}: lease lost on its last attempt: "
-                f"{decision.state.value}"
+                f"{decision.state.value}",
+                ERROR if decision.state is RunState.DEAD else WARNING,
             )
             self._ended_jobs.append(run.job_id)
             if decision.state is RunState.DEAD:
@@ -326,20 +328,23 @@ class Executor:
                 # every worker is busy: the next claim comes when one of them finishes
                 self.next_claim_wall = None
         except StoreError as e:
-            self.log(f"claim failed: {e}")
+            self.log(f"claim failed: {e}", WARNING)
             self.next_claim_wall = now + timedelta(seconds=RECORD_RETRY_SECONDS)
 
     def _start(self, claimed: Claimed, now: datetime, mono: float) -> None:
         run = claimed.run
         if claimed.stale_pgid and group_alive(claimed.stale_pgid):
-            self.log(f"run {run.id}: killing process group {claimed.stale_pgid} of a lost attempt")
+            self.log(
+                f"run {run.id}: killing process group {claimed.stale_pgid} of a lost attempt",
+                WARNING,
+            )
             kill_group(claimed.stale_pgid)
         env = build_env(self.environ, run, run.settings, run.attempt)
         if claimed.lost_here:
             # also what a daemon killed before it recorded the process group left behind
             n = kill_run_processes(run.id, env.get("JOBCTL_DB", ""))
             if n:
-                self.log(f"run {run.id}: killed {n} leftover processes of a lost attempt")
+                self.log(f"run {run.id}: killed {n} leftover processes of a lost attempt", WARNING)
         try:
             child = Child.start(
                 run.settings,
@@ -352,7 +357,7 @@ class Executor:
             error = f"spawn: {e.strerror or e}" if not str(e).startswith("spawn:") else str(e)
             if e.filename and e.filename not in error:
                 error = f"spawn: {e.filename}: {e.strerror or e}"
-            self.log(f"run {run.id} of {run.job_name}: cannot start: {error}")
+            self.log(f"run {run.id} of {run.job_name}: cannot start: {error}", WARNING)
             self._queue(None, run, run.attempt, AttemptResult(None, spawn_error=error), now, mono)
             return
         if self.keeper is not None:
@@ -363,7 +368,9 @@ class Executor:
         self.watch(child.output_fd, lambda now, mono: self._on_output(held, now, mono))
         self.watch(child.pidfd, lambda now, mono: self._on_exit(held, now, mono))
         self._started[(run.id, run.attempt)] = (child.pid, mono)
-        self.log(f"run {run.id} of {run.job_name}: attempt {run.attempt} started, pid {child.pid}")
+        self.log(
+            f"run {run.id} of {run.job_name}: attempt {run.attempt} started, pid {child.pid}", DEBUG
+        )
 
     # ------------------------------------------------------------------ children
 
@@ -400,7 +407,7 @@ class Executor:
             try:
                 self.store.save_output(outputs)
             except StoreError as e:
-                self.log(f"cannot store running output: {e}")
+                self.log(f"cannot store running output: {e}", WARNING)
         if self._started and mono >= self._pids_due_at():
             self.record(now, mono)
 
@@ -410,7 +417,9 @@ class Executor:
         result = held.child.result()
         run = held.run
         if result.stop_reason is StopReason.LOST:
-            self.log(f"run {run.id}: attempt {held.attempt} ended after its lease was lost")
+            self.log(
+                f"run {run.id}: attempt {held.attempt} ended after its lease was lost", WARNING
+            )
             self._release(held)
             return
         self._queue(held, run, held.attempt, result, now, mono, ended_at=held.exited_at)
@@ -456,18 +465,20 @@ class Executor:
         if done.state is None:
             self.log(
                 f"run {run.id} of {run.job_name}: attempt {attempt} ended "
-                f"({result.error or 'ok'}), not recorded: lease lost"
+                f"({result.error or 'ok'}), not recorded: lease lost",
+                WARNING,
             )
             return
         self._ended_jobs.append(run.job_id)
         state = done.state
         if state is RunState.SUCCEEDED:
-            self.log(f"run {run.id} of {run.job_name}: attempt {attempt} succeeded")
+            self.log(f"run {run.id} of {run.job_name}: attempt {attempt} succeeded", DEBUG)
         elif state is RunState.FAILED and decision.retry_at is not None:
             delay = (decision.retry_at - now).total_seconds()
             self.log(
                 f"run {run.id} of {run.job_name}: attempt {attempt} failed ({result.error}); "
-                f"retry in {delay:.1f}s"
+                f"retry in {delay:.1f}s",
+                WARNING,
             )
         elif state is RunState.PENDING:
             self.log(f"run {run.id}: interrupted by shutdown, back to pending")
@@ -475,7 +486,8 @@ class Executor:
             self.log(f"run {run.id} of {run.job_name}: cancelled")
         elif state is RunState.DEAD:
             self.log(
-                f"run {run.id} of {run.job_name}: attempt {attempt} failed ({result.error}); dead"
+                f"run {run.id} of {run.job_name}: attempt {attempt} failed ({result.error}); dead",
+                ERROR,
             )
             self._on_failure_hook(run, result.error or "failed", result.output)
 
@@ -490,19 +502,19 @@ class Executor:
         env["JOBCTL_ERROR"] = error
         hook = spawn_hook(settings.on_failure, settings.shell, env, tail, settings.cwd)
         if hook is None:
-            self.log(f"run {run.id}: on-failure command could not start")
+            self.log(f"run {run.id}: on-failure command could not start", WARNING)
             self._record_hook(run.id, "not started")
             return
         self.hooks[hook.pidfd] = (hook, run.id)
         self.watch(hook.pidfd, lambda now, mono: self._on_hook_exit(hook.pidfd))
-        self.log(f"run {run.id} of {run.job_name}: on-failure command started")
+        self.log(f"run {run.id} of {run.job_name}: on-failure command started", DEBUG)
 
     def _on_hook_exit(self, fd: int) -> None:
         self.unwatch(fd)
         hook, run_id = self.hooks.pop(fd)
         status = hook.wait()
         text = f"signal {-status}" if status < 0 else f"exit {status}"
-        self.log(f"run {run_id}: on-failure command ended: {text}")
+        self.log(f"run {run_id}: on-failure command ended: {text}", WARNING if status else INFO)
         self._record_hook(run_id, text)
         self._exited = True
 
@@ -510,7 +522,7 @@ class Executor:
         try:
             self.store.record_hook(run_id, status)
         except StoreError as e:
-            self.log(f"run {run_id}: cannot record the on-failure result: {e}")
+            self.log(f"run {run_id}: cannot record the on-failure result: {e}", WARNING)
 
     # ------------------------------------------------------------------ leases and cancels
 
@@ -522,7 +534,7 @@ class Executor:
         for run_id in run_ids:
             h = self.held.get(run_id)
             if h is not None and not h.queued and h.child.stop_reason is None:
-                self.log(f"run {run_id} attempt {h.attempt}: lease lost, killing it")
+                self.log(f"run {run_id} attempt {h.attempt}: lease lost, killing it", WARNING)
                 h.child.kill_now(StopReason.LOST)
 
     def on_cancel(self, run_ids: frozenset[int], mono: float) -> None:
@@ -545,7 +557,9 @@ class Executor:
         another daemon may soon take them: kill every attempt's group now."""
         for h in self.held.values():
             if h.child.returncode is None and h.child.stop_reason is None:
-                self.log(f"run {h.run.id}: cannot renew its lease: killing attempt {h.attempt}")
+                self.log(
+                    f"run {h.run.id}: cannot renew its lease: killing attempt {h.attempt}", WARNING
+                )
                 h.child.kill_now(StopReason.LOST)
 
     def interrupt_all(self) -> None:

@@ -32,7 +32,10 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the keeper's program runs alone (python -I -S): nothing of jobctl
+    from .logs import LogFn
 
 #: signals the keeper ignores: a stop or hang-up is the daemon's to act on; the keeper
 #: ends when the daemon's pipe does
@@ -128,7 +131,7 @@ class Keeper:
     what does not fit waits in memory for the next write. ``log`` gets one line for each
     start after the first and each failure."""
 
-    def __init__(self, log: Callable[[str], None]) -> None:
+    def __init__(self, log: LogFn) -> None:
         self.log = log
         self.pid: int | None = None
         #: readable when the keeper exited; the daemon watches it (:meth:`on_exit`)
@@ -159,7 +162,7 @@ class Keeper:
             )
         except OSError as e:
             os.close(w)
-            self.log(f"cannot start the keeper: {e}: attempts outlive a daemon killed outright")
+            self._warn(f"cannot start the keeper: {e}: attempts outlive a daemon killed outright")
             return False
         finally:
             os.close(r)
@@ -169,7 +172,7 @@ class Keeper:
             os.close(w)
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            self.log(f"cannot watch the keeper: {e}: attempts outlive a daemon killed outright")
+            self._warn(f"cannot watch the keeper: {e}: attempts outlive a daemon killed outright")
             return False
         os.set_blocking(w, False)
         self.pid, self.pidfd, self._w = pid, pidfd, w
@@ -217,8 +220,13 @@ class Keeper:
         start another. The caller stops watching the old :attr:`pidfd` first and
         watches the new one after."""
         status = self._reap()
-        self.log(f"the keeper exited ({status}): starting another")
+        self._warn(f"the keeper exited ({status}): starting another")
         self.start()
+
+    def _warn(self, message: str) -> None:
+        from .logs import WARNING  # here: the keeper's program imports nothing of jobctl
+
+        self.log(message, WARNING)
 
     def _reap(self) -> str:
         if self._w is not None:

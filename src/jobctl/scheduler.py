@@ -11,11 +11,12 @@ that on to the executor.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from . import planner
 from .clock import from_us, iso, to_us
+from .logs import DEBUG, INFO, LogFn
 from .models import Job, Overlap, Plan, RunReason, RunState
 from .store import DaemonStore
 
@@ -43,7 +44,7 @@ class Scheduler:
         self,
         store: DaemonStore,
         *,
-        log: Callable[[str], None],
+        log: LogFn,
         rng: random.Random,
         boot_id: str,
         lease_seconds: float,
@@ -208,9 +209,11 @@ class Scheduler:
             n_skip = len(windows) - n_run
             missed = any(w.reason is RunReason.CATCHUP for w in windows)
             what = "missed windows" if missed or f.plan.missed_increment else "window"
+            # missed windows are news; a window skipped for an overlap comes every time
             self.log(
                 f"job {f.job.name}: {what} up to {iso(f.plan.last_window_at)}: "
-                f"{n_run} to run, {n_skip} skipped"
+                f"{n_run} to run, {n_skip} skipped",
+                INFO if missed or f.plan.missed_increment else DEBUG,
             )
         for _, job_id in due:
             if job_id in later:

@@ -30,7 +30,7 @@ def test_suspend_is_missed_windows_by_policy_busy_is_not(tmp_path):
         handle,
         DaemonConfig(workers=1, lease_seconds=30, reap_strays=False),
         clock=clock,
-        log=logs.append,
+        log=lambda line, level=None: logs.append(line),
     )
     d.selector.select = lambda timeout: []  # the fake clock is the only time that passes
     # record, never run

@@ -90,6 +90,14 @@ def status(obj: Ctx, as_json: bool) -> None:
     metavar="DURATION",
     help="A failed delivery's first retry; doubling, at most 60 times this, 10 tries.",
 )
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning"]),
+    default="info",
+    show_default=True,
+    help="The least level logged: debug adds every attempt's start and success; "
+    "warning keeps faults only.",
+)
 @pass_ctx
 def daemon(
     obj: Ctx,
@@ -100,6 +108,7 @@ def daemon(
     shutdown_grace: str,
     notify_threads: int,
     notify_retry: str,
+    log_level: str,
 ) -> None:
     """Run the scheduler and workers in the foreground; logs to stderr."""
     from ..daemon import Daemon, DaemonConfig
@@ -120,7 +129,9 @@ def daemon(
     )
     handle = obj.handle()
     handle.check_safe()
-    sys.exit(Daemon(handle, config).run())
+    from ..logs import Level, Log
+
+    sys.exit(Daemon(handle, config, log=Log(level=Level.named(log_level))).run())
 
 
 @cli.command()
