@@ -20,6 +20,8 @@ from clihelpers import Jobctl
 from conftest import wait_until
 from webhelpers import Server, token_file
 
+from jobctl.errors import StoreError
+
 HUGE = "99999999999999999999"
 #: what one exec argument may hold on Linux, its NUL included (SPEC §16: 128 KiB)
 MAX_ARG_BYTES = 128 * 1024
@@ -293,3 +295,34 @@ def test_a_log_level_outside_the_three_is_invalid_input(cli):
     r = cli("daemon", "--log-level", "chatty")
     assert r.code == 2
     one_error(r.err, "--log-level")
+
+
+def test_a_name_taken_says_how_to_replace_it_in_the_callers_own_terms(cli: Jobctl) -> None:
+    cli.ok("add", "dup", "--manual", "--", "true")
+    r = cli("add", "dup", "--manual", "--", "true")
+    assert (r.code, r.err) == (1, "Error: a job named 'dup' already exists (use --replace)\n")
+    # the API's 409 names the API's way (test_web_api.py: test_conflicts_are_409)
+
+
+def test_show_prints_long_durations_as_durations(cli: Jobctl) -> None:
+    cli.ok(
+        "add", "slow", "--manual", "--timeout", "5200w", "--backoff", "2w3d", "--jitter", "1h1s",
+        "--", "true",
+    )  # fmt: skip
+    out = cli.ok("show", "slow").out
+    assert re.search(r"^timeout +5200w$", out, re.M), out
+    assert re.search(r"^retries +2, backoff 2w3d$", out, re.M), out
+    assert re.search(r"^jitter +1h1s$", out, re.M), out
+    assert "e+" not in out
+
+
+def test_an_unreachable_server_is_said_once_with_when_it_is_tried_again(cli: Jobctl) -> None:
+    with cli.store() as store:
+        if store.handle.backend != "postgresql":
+            pytest.skip("the connection back-off is PostgreSQL's")
+        db = store.handle.db
+        db.conn.close()  # as a server that went away leaves it
+        db._retry_at = time.monotonic() + 5
+        with pytest.raises(StoreError) as e:
+            store.get_job("none")
+    assert "retrying" not in str(e.value) and "next connection in" in str(e.value), e.value

@@ -412,7 +412,8 @@ def test_conflicts_are_409(server: Server, jobctl: Jobctl) -> None:
     a = server.request("POST", "/v1/jobs", body)
     assert a.status == 409
     jobctl("add", "dup2", "--manual", "--", "true")
-    assert a.json() == {"error": "a job named 'dup' already exists (use --replace)"}
+    # a CLI flag means nothing to an API client: it is told the API's way
+    assert a.json() == {"error": "a job named 'dup' already exists (PATCH /v1/jobs/dup changes it)"}
     rename = server.request("PATCH", "/v1/jobs/dup", {"name": "dup2"})
     assert (rename.status, rename.json()) == (409, {"error": "a job named 'dup2' already exists"})
     jobctl("cancel", "dup")

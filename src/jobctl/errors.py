@@ -23,6 +23,10 @@ class Conflict(JobctlError):
     """The operation conflicts with the current state, e.g. a name in use (exit 1)."""
 
 
+class NameTaken(Conflict):
+    """A job of that name exists already (exit 1); each caller says how to replace it."""
+
+
 class StoreError(JobctlError):
     """The database cannot be opened, is corrupt, is too new, or a write failed (exit 1)."""
 

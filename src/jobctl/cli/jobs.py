@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import UsageError
+from ..errors import Conflict, NameTaken, UsageError
 from .base import (
     Ctx,
     _complete_jobs,
@@ -62,9 +62,12 @@ def add(
     warn_all(trigger_warnings(spec.trigger) + check_start_settings(spec.cwd, spec.shell))
     if trig.after is not None:
         check_after(spec.name, spec.trigger, obj.store().list_jobs())
-    job = obj.store().add_job(
-        spec, next_fire(spec.trigger, now), now, paused=paused, replace_existing=replace_
-    )
+    try:
+        job = obj.store().add_job(
+            spec, next_fire(spec.trigger, now), now, paused=paused, replace_existing=replace_
+        )
+    except NameTaken as e:
+        raise Conflict(f"{e} (use --replace)") from None
     obj.warn_if_no_daemon()
     _emit_job(obj, job, as_json, "replaced" if replace_ else "added")
 

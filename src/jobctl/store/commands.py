@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import jobfile
 from ..clock import from_us, to_us
-from ..errors import Conflict, NotFound, StoreError, UsageError
+from ..errors import Conflict, NameTaken, NotFound, StoreError, UsageError
 from ..models import (
     Attempt,
     DaemonInfo,
@@ -305,7 +305,7 @@ class Commands(outbox.OutboxCommands):
             self.db.lock_name(c, spec.name)
             existing = c.execute(self.q.job_id_by_name, (spec.name,)).fetchone()
             if existing is not None and not replace_existing:
-                raise Conflict(f"a job named {spec.name!r} already exists (use --replace)")
+                raise NameTaken(f"a job named {spec.name!r} already exists")
             job_id = None if existing is None else existing["id"]
             before = None if existing is None else job_from_row(job_row(self.db, c, spec.name))
             outbox.check_rules(c, self._q, spec.notify, spec.name)

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 
 from .. import output
 from ..clock import iso
-from ..errors import NotFound
+from ..errors import Conflict, NameTaken, NotFound
 from ..specs import check_after
 from ..triggers import next_fire
 from . import metrics
@@ -103,7 +103,10 @@ async def create_job(web: Web, request: Request) -> Response:
 
     def write(store: Store) -> dict[str, Any]:
         check_after(spec.name, spec.trigger, store.list_jobs())
-        job = store.add_job(spec, next_fire(spec.trigger, now), now, paused=paused)
+        try:
+            job = store.add_job(spec, next_fire(spec.trigger, now), now, paused=paused)
+        except NameTaken as e:
+            raise Conflict(f"{e} (PATCH /v1/jobs/{spec.name} changes it)") from None
         return output.job_json(job, None)
 
     return JSONResponse(await web.db(write), status_code=201)

@@ -146,7 +146,10 @@ class PgDb:
             return self.conn
         now = time.monotonic()
         if now < self._retry_at:
-            raise StoreError(f"database {self.location} unreachable (retrying)")
+            wait = self._retry_at - now
+            raise StoreError(
+                f"database {self.location} unreachable (next connection in {wait:.1f}s)"
+            )
         try:
             conn = connect(self.url)
         except StoreError:
