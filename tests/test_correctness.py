@@ -326,3 +326,26 @@ def test_an_unreachable_server_is_said_once_with_when_it_is_tried_again(cli: Job
         with pytest.raises(StoreError) as e:
             store.get_job("none")
     assert "retrying" not in str(e.value) and "next connection in" in str(e.value), e.value
+
+
+# ---------------------------------------------------------------------- 7: a cancelled job
+
+
+def test_edit_of_a_cancelled_job_says_it_is_stopped_and_changes_nothing(cli: Jobctl) -> None:
+    cli.ok("add", "gone", "--cron", "0 9 * * *", "--retries", "2", "--", "true")
+    cli.ok("cancel", "gone")
+    before = cli.json("show", "gone")
+    r = cli("edit", "gone", "--retries", "5")
+    assert r.code == 1
+    one_error(r.err, "cancelled", "stopped for good")
+    after = cli.json("show", "gone")
+    assert after["retries"] == 2 and after["state"] == "cancelled"
+    assert after == before
+
+
+def test_patch_of_a_cancelled_job_is_409(server: Server, cli: Jobctl) -> None:
+    cli.ok("add", "gone", "--manual", "--", "true")
+    cli.ok("cancel", "gone")
+    r = server.request("PATCH", "/v1/jobs/gone", {"retries": 5})
+    assert r.status == 409 and "cancelled" in r.json()["error"], r.text
+    assert cli.json("show", "gone")["retries"] == 2

@@ -356,6 +356,8 @@ class Commands(outbox.OutboxCommands):
     ) -> Job:
         with self.db.write() as c:
             job = job_from_row(job_row(self.db, c, name, lock=True))
+            if job.state is JobState.CANCELLED:  # stopped for good (SPEC §7)
+                raise Conflict(f"job {name!r} is cancelled: it is stopped for good")
             new = self._edit_tx(c, job, changes, now, next_run_at, restart_schedule)
             return self._revise(c, job.id, job, new, now)
 

@@ -124,7 +124,8 @@ class CommandStore(Protocol):
         the schedule starts again at ``next_run_at`` (a one-shot that was done becomes
         active). Runs already created keep their settings, but for a window recorded ahead
         of its time that has not come yet: that one is taken back, and the job gets its
-        window again (decided with the job as it is now). Raises NotFound, Conflict."""
+        window again (decided with the job as it is now). Raises NotFound, Conflict (a
+        name taken, or a cancelled job: it is stopped for good)."""
         ...
 
     def pause_job(self, name: str, now: datetime) -> Job:
