@@ -349,3 +349,30 @@ def test_patch_of_a_cancelled_job_is_409(server: Server, cli: Jobctl) -> None:
     r = server.request("PATCH", "/v1/jobs/gone", {"retries": 5})
     assert r.status == 409 and "cancelled" in r.json()["error"], r.text
     assert cli.json("show", "gone")["retries"] == 2
+
+
+# ---------------------------------------------------------------------- 8: db copy --history
+
+
+def test_db_copy_with_history_is_refused_while_a_daemon_holds_the_source(
+    cli: Jobctl, start_daemon: Any, tmp_path: Path
+) -> None:
+    cli.ok("add", "long", "--manual", "--", "sleep 30")
+    d = start_daemon()
+    run_id = cli.json("run", "long")["id"]
+    wait_until(lambda: cli.json("inspect", str(run_id))["state"] == "leased", 10)
+    target = tmp_path / "copy.db"
+    r = cli("db", "copy", "--to", str(target), "--history")
+    assert r.code == 1
+    one_error(r.err, "daemon", f"pid {d.pid}", "--force")
+    assert not target.exists()  # nothing written, not even an empty file
+    # jobs alone are no snapshot of running work: they copy
+    cli.ok("db", "copy", "--to", str(tmp_path / "jobs.db"))
+    # --force copies what there is, leased run included
+    out = cli.ok("db", "copy", "--to", str(target), "--history", "--force").out
+    assert "1 jobs and 1 runs" in out
+    copied = Jobctl(target, cli.capsys).json("inspect", str(run_id))
+    assert copied["state"] == "leased"
+    # once the daemon is gone, a copy with history needs no --force
+    assert d.terminate() == 0
+    cli.ok("db", "copy", "--to", str(tmp_path / "after.db"), "--history")

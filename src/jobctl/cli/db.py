@@ -59,20 +59,35 @@ def db_info(obj: Ctx, as_json: bool) -> None:
     "--to", "target", required=True, metavar="DB", help="The database to fill (path or URL)."
 )
 @click.option("--history", is_flag=True, help="Copy every run and attempt too.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --history: copy even while a daemon runs on the source.",
+)
 @pass_ctx
-def db_copy(obj: Ctx, target: str, history: bool) -> None:
+def db_copy(obj: Ctx, target: str, history: bool, force: bool) -> None:
     """Copy every job into another database of either backend, all or nothing.
 
     Refused when the target holds any job. The copies get new ids; without --history
-    they have no runs, no last run and no missed windows.
+    they have no runs, no last run and no missed windows. With --history it is refused
+    while a daemon runs on the source (its leased runs would be copied mid-run), unless
+    --force.
     """
-    from ..errors import UsageError
+    from ..errors import Conflict, UsageError
     from ..paths import resolve_db_path
     from ..store import open_store, read_copy, shown_location
 
     if not target:
         raise UsageError("--to needs a database path or URL")
     source = obj.handle()
+    if history and not force:
+        live = source.commands.live_daemons(obj.now())
+        if live:
+            hosts = ", ".join(sorted({f"pid {d.pid} on {d.host}" for d in live}))
+            raise Conflict(
+                f"a daemon runs on the source ({hosts}): the runs it holds would be copied "
+                "as leased mid-run; stop it first, or give --force"
+            )
     jobs = read_copy(source.commands, history=history)
     to = resolve_db_path(target)
     dest = open_store(to)
