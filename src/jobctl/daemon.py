@@ -481,7 +481,7 @@ class Daemon:
         try:
             self.retention.turn(now, mono)
         except StoreError as e:
-            self.log(f"retention failed: {e}")
+            self.log(f"retention failed: {e}", WARNING)
             self.retention.fail(mono)
         wait = self.retention.next_wake(mono)
         return timeout if wait is None else min(timeout, wait)
