@@ -20,7 +20,9 @@ from clihelpers import Jobctl
 from conftest import wait_until
 from webhelpers import Server, token_file
 
+from jobctl import planner
 from jobctl.errors import StoreError
+from jobctl.models import DaemonLoad, RunState, WaitFacts, WaitReason
 
 HUGE = "99999999999999999999"
 #: what one exec argument may hold on Linux, its NUL included (SPEC §16: 128 KiB)
@@ -376,3 +378,66 @@ def test_db_copy_with_history_is_refused_while_a_daemon_holds_the_source(
     # once the daemon is gone, a copy with history needs no --force
     assert d.terminate() == 0
     cli.ok("db", "copy", "--to", str(tmp_path / "after.db"), "--history")
+
+
+# ---------------------------------------------------------------------- 5: the reserved quota
+
+
+def test_inspect_names_the_reserved_quota_when_it_is_what_blocks(
+    cli: Jobctl, start_daemon: Any
+) -> None:
+    cli.ok("add", "background", "--manual", "--", "sleep 30")
+    start_daemon("--workers", "2", "--reserved", "1", "--reserved-priority", "10")
+    first = cli.json("run", "background")["id"]
+    wait_until(lambda: cli.json("inspect", str(first))["state"] == "leased", 10)
+    second = cli.json("run", "background")["id"]
+    waiting = wait_until(lambda: cli.json("inspect", str(second)).get("waiting"), 5)
+    assert waiting["reason"] == "workers", waiting
+    detail = waiting["detail"]
+    assert "every worker is busy" not in detail, detail
+    assert "1 reserved worker is only for priority >= 10" in detail, detail
+    assert "reserved worker is only for priority >= 10" in cli.ok("inspect", str(second)).out
+    # an urgent run takes the reserved worker: then every worker is busy, and says so
+    urgent = cli.json("run", "background", "--priority", "10")["id"]
+    wait_until(lambda: cli.json("inspect", str(urgent))["state"] == "leased", 10)
+    waiting = cli.json("inspect", str(second))["waiting"]
+    assert (
+        waiting["reason"] == "workers"
+        and "every worker is busy (2 runs running)" in (waiting["detail"])
+    ), waiting
+
+
+def _facts(priority: int, *loads: DaemonLoad) -> WaitFacts:
+    return WaitFacts(
+        run_id=1,
+        job_name="j",
+        state=RunState.PENDING,
+        not_before=None,
+        due=True,
+        paused=False,
+        lock=None,
+        overlap_run_id=None,
+        claimable=True,
+        live_daemons=len(loads),
+        leased_runs=sum(d.leased for d in loads),
+        priority=priority,
+        daemons=loads,
+    )
+
+
+@pytest.mark.parametrize(
+    ("priority", "loads", "words"),
+    [
+        # the daemon: 2 workers, 1 reserved for >= 10, one background run going
+        (0, [DaemonLoad(2, 1, 10, 1, 1)], "the 1 reserved worker is only for priority >= 10"),
+        (10, [DaemonLoad(2, 1, 10, 2, 1)], "every worker is busy (2 runs running)"),
+        # another daemon with a free worker and no quota: not the quota's doing
+        (0, [DaemonLoad(2, 1, 10, 1, 1), DaemonLoad(4, 0, None, 3, 0)], "every worker is busy"),
+        (0, [DaemonLoad(3, 2, 5, 1, 1)], "the 2 reserved workers are only for priority >= 5"),
+        (0, [DaemonLoad(None, 0, None, 1, 0)], "every worker is busy (1 run running)"),
+    ],
+)
+def test_the_waiting_reason_of_a_claimable_run(priority, loads, words):
+    waiting = planner.waiting_reason(_facts(priority, *loads))
+    assert waiting is not None and waiting.reason is WaitReason.WORKERS
+    assert words in waiting.detail, waiting.detail

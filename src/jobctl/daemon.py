@@ -175,7 +175,14 @@ class Daemon:
         self.boot_id = read_boot_id()
         # who this daemon is, said once: every write of its face of the store names it
         identity = DaemonIdentity(
-            self.id, self.host, os.getpid(), self.boot_id, config.lease_seconds
+            self.id,
+            self.host,
+            os.getpid(),
+            self.boot_id,
+            config.lease_seconds,
+            config.workers,
+            config.reserved,
+            config.reserved_priority,
         )
         self.store = store = handle.open_daemon(identity)
         self.config = config

@@ -638,6 +638,22 @@ class WaitFacts:
     live_daemons: int
     #: runs leased right now (by any daemon)
     leased_runs: int
+    #: the run's priority, and what each live daemon can run (read for a claimable run)
+    priority: int = 0
+    daemons: tuple[DaemonLoad, ...] = ()
+
+
+@dataclass(frozen=True)
+class DaemonLoad:
+    """A live daemon's workers and what holds them: ``workers`` (None for a daemon that
+    does not say), the ``reserved`` ones only runs of priority ``reserved_priority`` or more
+    may hold, its ``leased`` runs and how many of them are below that priority."""
+
+    workers: int | None
+    reserved: int
+    reserved_priority: int | None
+    leased: int
+    low_leased: int
 
 
 @dataclass(frozen=True)

@@ -363,7 +363,7 @@ def waiting_reason(facts: WaitFacts | None) -> Waiting | None:
     if facts.live_daemons == 0:
         return Waiting(WaitReason.NO_DAEMON, "no daemon is running; start one with jobctl daemon")
     if facts.claimable:
-        return _workers(facts.leased_runs)
+        return _workers(facts)
     if not facts.due:
         when = iso(facts.not_before)
         if facts.state is RunState.FAILED:
@@ -380,11 +380,33 @@ def waiting_reason(facts: WaitFacts | None) -> Waiting | None:
             f"run {facts.overlap_run_id} of job {facts.job_name} is running",
             run_id=facts.overlap_run_id,
         )
-    return _workers(facts.leased_runs)  # not reached while the store's facts agree
+    return _workers(facts)  # not reached while the store's facts agree
 
 
-def _workers(leased_runs: int) -> Waiting:
-    n = leased_runs
+def _workers(facts: WaitFacts) -> Waiting:
+    """A claimable run waits for a worker: every one is busy, or the free ones are
+    reserved for runs of a higher priority than this one's (``daemon --reserved K
+    --reserved-priority P``) and the runs below P hold all the others."""
+    free = [d for d in facts.daemons if d.workers is None or d.leased < d.workers]
+    quota = [
+        d
+        for d in free
+        if d.workers is not None
+        and d.reserved_priority is not None
+        and d.reserved > 0
+        and facts.priority < d.reserved_priority
+        and d.low_leased >= d.workers - d.reserved
+    ]
+    if free and len(quota) == len(free):
+        d = quota[0]
+        k, p, low = d.reserved, d.reserved_priority, d.low_leased
+        return Waiting(
+            WaitReason.WORKERS,
+            f"due and free: the {k} reserved worker{'' if k == 1 else 's'} "
+            f"{'is' if k == 1 else 'are'} only for priority >= {p} (this run has "
+            f"{facts.priority}; {low} run{'' if low == 1 else 's'} below {p} running)",
+        )
+    n = facts.leased_runs
     return Waiting(
         WaitReason.WORKERS,
         f"due and free: every worker is busy ({n} run{'' if n == 1 else 's'} running)",

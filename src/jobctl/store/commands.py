@@ -23,6 +23,7 @@ from ..errors import Conflict, NameTaken, NotFound, StoreError, UsageError
 from ..models import (
     Attempt,
     DaemonInfo,
+    DaemonLoad,
     Job,
     JobSpec,
     JobState,
@@ -587,6 +588,21 @@ class Commands(outbox.OutboxCommands):
         state = RunState(r["state"])
         if state not in (RunState.PENDING, RunState.FAILED):
             return None
+        claimable = bool(r["claimable"])
+        loads = (
+            tuple(
+                DaemonLoad(
+                    d["workers"],
+                    d["reserved"],
+                    d["reserved_priority"],
+                    d["leased"],
+                    d["low_leased"],
+                )
+                for d in self.db.read(self.q.daemon_loads, {"now": to_us(now)})
+            )
+            if claimable
+            else ()
+        )
         return WaitFacts(
             run_id=run_id,
             job_name=r["job_name"],
@@ -599,6 +615,8 @@ class Commands(outbox.OutboxCommands):
             claimable=bool(r["claimable"]),
             live_daemons=r["live_daemons"],
             leased_runs=r["leased_runs"],
+            priority=r["priority"],
+            daemons=loads,
         )
 
     def enqueue_run(

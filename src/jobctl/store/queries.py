@@ -92,6 +92,7 @@ class Queries:
     count_runs: str
     live_daemons: str
     waiting: str
+    daemon_loads: str
     run_costs_by_job: str
     run_counters: str
     duration_tallies: str
@@ -212,7 +213,7 @@ FROM daemons d WHERE d.expires_at >= :now ORDER BY d.started_at, d.id
         # whole (without the per-daemon quota), and what blocks it (the first lock by name
         # and its holder, the lowest leased sibling), with the live daemons and leased runs.
         waiting=f"""
-SELECT runs.state, runs.not_before, j.name AS job_name,
+SELECT runs.state, runs.not_before, runs.priority, j.name AS job_name,
     {RUN_DUE} AS due,
     {JOB_PAUSED} AS paused,
     (SELECT other.name {LOCK_HOLDERS} ORDER BY other.name, holder.id LIMIT 1) AS lock_name,
@@ -224,6 +225,15 @@ SELECT runs.state, runs.not_before, j.name AS job_name,
     (SELECT COUNT(*) FROM runs r2 WHERE r2.state = 'leased') AS leased_runs
 FROM runs JOIN jobs j ON j.id = runs.job_id
 WHERE runs.id = :run_id
+""",
+        # each live daemon's workers and the runs it holds, all and below its quota's
+        # priority (few rows: leased runs only)
+        daemon_loads="""
+SELECT d.workers, d.reserved, d.reserved_priority,
+    (SELECT COUNT(*) FROM runs r WHERE r.state = 'leased' AND r.leased_by = d.id) AS leased,
+    (SELECT COUNT(*) FROM runs r WHERE r.state = 'leased' AND r.leased_by = d.id
+        AND r.priority < d.reserved_priority) AS low_leased
+FROM daemons d WHERE d.expires_at >= :now ORDER BY d.started_at, d.id
 """,
         # the CPU tallied apart from the rows (retention never lowers it), and the peak
         # memory of each job's last finished run, off the (job_id, state, scheduled_for)

@@ -32,6 +32,11 @@ class DaemonIdentity:
     boot_id: str
     #: how long its leases (its row, the scheduler's, its runs') last unless renewed
     lease_seconds: float
+    #: what it runs at once (``--workers``), and how many of them only runs of priority
+    #: ``reserved_priority`` or more may hold (``--reserved``): ``inspect`` reads them
+    workers: int | None = None
+    reserved: int = 0
+    reserved_priority: int | None = None
 
 
 @dataclass(frozen=True)

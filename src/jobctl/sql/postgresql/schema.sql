@@ -187,7 +187,10 @@ CREATE TABLE jobctl.daemons (
     started_at BIGINT NOT NULL,
     heartbeat_at BIGINT NOT NULL,
     expires_at BIGINT NOT NULL,
-    wake_address TEXT
+    wake_address TEXT,
+    workers INTEGER,
+    reserved INTEGER NOT NULL DEFAULT 0,
+    reserved_priority BIGINT
 );
 
 CREATE TABLE jobctl.scheduler_lease (

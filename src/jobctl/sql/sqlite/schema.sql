@@ -143,7 +143,7 @@ CREATE TABLE daemons (
     expires_at INTEGER NOT NULL,
     wake_address TEXT,
     boot_id TEXT
-);
+, workers INTEGER, reserved INTEGER NOT NULL DEFAULT 0, reserved_priority INTEGER);
 
 CREATE TABLE scheduler_lease (
     id INTEGER PRIMARY KEY CHECK (id = 1),

@@ -155,8 +155,10 @@ UPDATE attempts SET pid = s.pid FROM s WHERE attempts.run_id = s.id AND attempts
 """
 
 UPSERT_DAEMON = """
-INSERT INTO daemons (id, pid, host, boot_id, started_at, heartbeat_at, expires_at, wake_address)
-VALUES (%(id)s, %(pid)s, %(host)s, %(boot_id)s, %(now)s, %(now)s, %(until)s, NULL)
+INSERT INTO daemons (id, pid, host, boot_id, started_at, heartbeat_at, expires_at, wake_address,
+    workers, reserved, reserved_priority)
+VALUES (%(id)s, %(pid)s, %(host)s, %(boot_id)s, %(now)s, %(now)s, %(until)s, NULL,
+    %(workers)s, %(reserved)s, %(rp)s)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at,
     expires_at = EXCLUDED.expires_at
 """
@@ -319,6 +321,9 @@ class PgDaemonStore(outbox.OutboxDaemon):
                 "boot_id": me.boot_id,
                 "now": to_us(now),
                 "until": to_us(now + timedelta(seconds=me.lease_seconds)),
+                "workers": me.workers,
+                "reserved": me.reserved,
+                "rp": me.reserved_priority,
             },
         )
 

@@ -148,6 +148,9 @@ class SqliteDaemonStore(outbox.OutboxDaemon):
                 "now": to_us(now),
                 "until": to_us(now + timedelta(seconds=me.lease_seconds)),
                 "wake": self._wake_address,
+                "workers": me.workers,
+                "reserved": me.reserved,
+                "rp": me.reserved_priority,
             },
         )
 

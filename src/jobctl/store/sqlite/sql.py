@@ -30,8 +30,9 @@ INSERT_RUN_LOCK = QUERIES.insert_run_lock
 
 DELETE_EXPIRED_DAEMONS = "DELETE FROM daemons WHERE expires_at < ?"
 UPSERT_DAEMON = """
-INSERT INTO daemons (id, pid, host, boot_id, started_at, heartbeat_at, expires_at, wake_address)
-VALUES (:id, :pid, :host, :boot_id, :now, :now, :until, :wake)
+INSERT INTO daemons (id, pid, host, boot_id, started_at, heartbeat_at, expires_at, wake_address,
+    workers, reserved, reserved_priority)
+VALUES (:id, :pid, :host, :boot_id, :now, :now, :until, :wake, :workers, :reserved, :rp)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,
     expires_at = excluded.expires_at
 """
