@@ -171,9 +171,10 @@ WITH f AS (
         %(run_id)s::bigint[], %(attempt)s::int[], %(state)s::text[], %(if_cancelled)s::text[],
         %(error)s::text[], %(exit_code)s::int[], %(uncounted)s::int[], %(retry_at)s::bigint[],
         %(a_error)s::text[], %(output)s::bytea[], %(total)s::bigint[], %(pid)s::int[],
-        %(cpu_user)s::float8[], %(cpu_system)s::float8[], %(max_rss)s::bigint[]
+        %(cpu_user)s::float8[], %(cpu_system)s::float8[], %(max_rss)s::bigint[],
+        %(ended)s::bigint[]
     ) AS f(run_id, attempt, state, if_cancelled, error, exit_code, uncounted, retry_at,
-           a_error, output, total, pid, cpu_user, cpu_system, max_rss)
+           a_error, output, total, pid, cpu_user, cpu_system, max_rss, ended)
 ),
 ended AS (
     UPDATE runs SET
@@ -187,7 +188,7 @@ ended AS (
                           ELSE runs.not_before END,
         finished_at = CASE WHEN f.state IN ('failed', 'pending')
                                 AND NOT (runs.cancel_requested = 1 AND f.if_cancelled IS NOT NULL)
-                           THEN runs.finished_at ELSE %(now)s END,
+                           THEN runs.finished_at ELSE f.ended END,
         leased_by = NULL, lease_until = NULL, pgid = NULL
     FROM f
     WHERE runs.id = f.run_id AND runs.attempt = f.attempt AND runs.state = 'leased'
@@ -195,7 +196,7 @@ ended AS (
     RETURNING runs.id, runs.state, runs.job_id
 ),
 recorded AS (
-    UPDATE attempts SET finished_at = %(now)s, exit_code = f.exit_code, error = f.a_error,
+    UPDATE attempts SET finished_at = f.ended, exit_code = f.exit_code, error = f.a_error,
         output = f.output, output_bytes = f.total, pid = COALESCE(f.pid, attempts.pid),
         cpu_user = f.cpu_user, cpu_system = f.cpu_system, max_rss = f.max_rss
     FROM ended JOIN f ON f.run_id = ended.id
@@ -204,10 +205,12 @@ recorded AS (
 SELECT id, state, job_id FROM ended
 """
 
-#: FINISH_RUNS's arrays, one element an end (``a_error``: the attempt's error)
+#: FINISH_RUNS's arrays, one element an end (``a_error``: the attempt's error; ``ended``:
+#: when it ended, its ``finished_at``)
 FINISH_COLUMNS = (
     "run_id", "attempt", "state", "if_cancelled", "error", "exit_code", "uncounted",
     "retry_at", "a_error", "output", "total", "pid", "cpu_user", "cpu_system", "max_rss",
+    "ended",
 )  # fmt: skip
 
 # The claimed runs as the commands read a run, by id.
@@ -824,10 +827,12 @@ class PgDaemonStore(outbox.OutboxDaemon):
             for k in FINISH_COLUMNS:
                 if k == "a_error":
                     cols[k].append(attempt_params["error"])
+                elif k == "ended":
+                    cols[k].append(attempt_params["now"])
                 else:
                     cols[k].append(run_params[k] if k in run_params else attempt_params[k])
         with self.db.write() as c:
-            rows = c.execute(FINISH_RUNS, {**cols, "now": now_us, "me": daemon_id}).fetchall()
+            rows = c.execute(FINISH_RUNS, {**cols, "me": daemon_id}).fetchall()
             for row in rows:
                 self.db.announce(f"job:{row['job_id']}")
             if rows:
