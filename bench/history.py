@@ -210,12 +210,55 @@ def reads(db: Path, reps: int) -> dict[str, float]:
     return out
 
 
+def store_reads(db: Path, reps: int) -> dict[str, float]:
+    """Median ms of the store's side of each read (what the command or the route calls,
+    in this process, warm): the part that history could make grow, without the new
+    process's start that the wall times above carry."""
+    from jobctl.models import RunState
+    from jobctl.store import open_store
+    from jobctl.web import metrics
+
+    store = open_store(db, create=False)
+    s = store.commands
+    job = s.list_jobs()[0]
+    run = s.list_runs(limit=1)[0]
+    now = datetime.now(UTC)
+    calls = {
+        "runs": lambda: s.list_runs(limit=20),
+        "runs NAME": lambda: s.list_runs(job.name, limit=20),
+        "runs --state dead": lambda: s.list_runs(state=RunState.DEAD, limit=20),
+        "show NAME": lambda: (
+            s.get_job(job.name),
+            s.list_runs(job.name, limit=10),
+            s.last_runs([job.id]),
+        ),
+        "inspect ID": lambda: (s.get_run(run.id), s.get_attempts(run.id), s.waiting(run.id, now)),
+        "list": lambda: (s.list_jobs(), s.last_runs()),
+        "status": lambda: s.status(now),
+        "GET /metrics": lambda: metrics.render(s, now),
+    }
+    out = {}
+    try:
+        for name, call in calls.items():
+            call()
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - t0)
+            out[name] = median(times) * 1000
+    finally:
+        store.close()
+    return out
+
+
 def history(tmp: Path, jobs: int, runs_per_job: int, reps: int) -> dict[str, Any]:
     """Every read with ``jobs`` × ``runs_per_job`` runs against ``jobs`` × 1."""
     small, big = tmp / "small.db", tmp / "big.db"
     build_small = build(small, jobs, 1)
     build_big = build(big, jobs, runs_per_job)
     small_ms, big_ms = reads(small, reps), reads(big, reps)
+    small_store, big_store = store_reads(small, 3 * reps), store_reads(big, 3 * reps)
     return {
         "jobs": jobs,
         "runs": jobs * runs_per_job,
@@ -224,6 +267,9 @@ def history(tmp: Path, jobs: int, runs_per_job: int, reps: int) -> dict[str, Any
         "small_ms": small_ms,
         "big_ms": big_ms,
         "ratio": {k: big_ms[k] / small_ms[k] for k in small_ms},
+        "store_small_ms": small_store,
+        "store_big_ms": big_store,
+        "store_ratio": {k: big_store[k] / small_store[k] for k in small_store},
     }
 
 
