@@ -486,7 +486,9 @@ class Daemon:
         if timeout < RETENTION_SLACK_SECONDS:
             return timeout
         try:
-            self.retention.turn(now, mono)
+            started = self.clock.monotonic()
+            if self.retention.turn(now, mono):
+                self.retention.rest(started, self.clock.monotonic())
         except StoreError as e:
             self.log(f"retention failed: {e}", WARNING)
             self.retention.fail(mono)

@@ -6,6 +6,7 @@ The work is cut into steps of at most :data:`RETENTION_BATCH_ROWS` runs, one tra
 each, taken only when nothing else is due for :data:`RETENTION_SLACK_SECONDS`: a claim
 never waits behind a long delete, and a daemon with a backlog of history works it off a
 step a turn. A pass over every job starts at most every :data:`RETENTION_PASS_SECONDS`.
+A busy daemon gives it at most a fifth of its time (:data:`RETENTION_REST_FACTOR`).
 Counters, ``missed_total`` and ids are not touched (the tallies are apart from the rows).
 """
 
@@ -22,6 +23,9 @@ RETENTION_BATCH_ROWS = 500
 RETENTION_PASS_SECONDS = 10.0
 #: a step is taken only when nothing else is due sooner than this
 RETENTION_SLACK_SECONDS = 0.05
+#: after a step, the loop has this many times the step's duration to itself before the
+#: next one: retention takes at most a fifth of a busy daemon's time
+RETENTION_REST_FACTOR = 4.0
 
 
 class Retention:
@@ -37,6 +41,8 @@ class Retention:
         #: within a pass: the job id the next step starts after (None between passes)
         self.cursor: int | None = None
         self.deleted_in_pass = 0
+        #: no step before this (monotonic seconds): the rest after the last one
+        self.resume_at = 0.0
 
     def on_renewal(self, leader: bool) -> None:
         """Whether this daemon holds the scheduler lease now; losing it ends the pass (the
@@ -54,13 +60,15 @@ class Retention:
         if not self.leading:
             return None
         if self.cursor is not None:
-            return 0.0
+            return max(self.resume_at - mono, 0.0)
         return max(self.next_pass - mono, 0.0)
 
     def turn(self, now: datetime, mono: float) -> int:
         """One step when it leads and a step is wanted (one transaction); how many runs it
         deleted."""
-        if not self.leading or (self.cursor is None and mono < self.next_pass):
+        if not self.leading or mono < self.resume_at:
+            return 0
+        if self.cursor is None and mono < self.next_pass:
             return 0
         deleted, cursor = self.store.trim_history(
             now, after_job_id=self.cursor or 0, max_rows=RETENTION_BATCH_ROWS
@@ -73,6 +81,11 @@ class Retention:
             self.deleted_in_pass = 0
             self.next_pass = mono + RETENTION_PASS_SECONDS
         return deleted
+
+    def rest(self, started: float, ended: float) -> None:
+        """A step ran from ``started`` to ``ended`` (monotonic seconds): the next one waits
+        RETENTION_REST_FACTOR times as long, so the loop's own work comes first."""
+        self.resume_at = ended + RETENTION_REST_FACTOR * max(ended - started, 0.0)
 
     def fail(self, mono: float) -> None:
         """A step failed (the database is away): a new pass later, not at once."""
