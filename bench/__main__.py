@@ -18,7 +18,7 @@ from typing import Any
 from . import jobctl_runs, machine, peer, postgresql
 from .stats import median, proc_cpu_split
 
-WORKLOADS = ("machine", "burst", "precision", "scale", "cli", "peer")
+WORKLOADS = ("machine", "burst", "limits", "precision", "scale", "cli", "peer")
 # not in the default set: needs PostgreSQL's binaries and the postgresql and bench extras
 OPT_IN = ("postgresql",)
 
@@ -105,8 +105,27 @@ def _progress(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def limits_bursts(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """The burst with ``--nice 5 --memory-max 1G`` on every job beside the same burst
+    without limits, back to back in each rep (SPEC §16: within 1.15×)."""
+    from jobctl.models import Limits
+
+    limited = Limits(nice=5, memory_max=1 << 30)
+    plain_s, limited_s, ratios = [], [], []
+    for _ in range(a.reps):
+        p = jobctl_runs.burst(tmp, a.burst_jobs, a.workers)["seconds"]
+        q = jobctl_runs.burst(tmp, a.burst_jobs, a.workers, limits=limited)["seconds"]
+        plain_s.append(p)
+        limited_s.append(q)
+        ratios.append(q / p)
+    return {"plain_s": median(plain_s), "limited_s": median(limited_s), "ratio": median(ratios)}
+
+
 def run(a: argparse.Namespace, tmp: Path) -> dict:
     res: dict = {}
+    if "limits" in a.only:
+        _progress(f"limits x{a.reps}: the burst with --nice 5 --memory-max 1G, and without")
+        res["limits"] = limits_bursts(a, tmp)
     if "machine" in a.only or "burst" in a.only:
         _progress("machine limits")
         res["commits_per_s"] = median([machine.sqlite_commits_per_second() for _ in range(a.reps)])
@@ -290,6 +309,16 @@ def rows(res: dict, a: argparse.Namespace) -> list[tuple[str, str, str, str, str
         row(
             "machine: 5 ms sleep lateness p50 / p99",
             ref=f"{_fmt(res['timer_p50_ms'], 'ms')} / {_fmt(res['timer_p99_ms'], 'ms')}",
+        )
+    lim = res.get("limits")
+    if lim:
+        row(
+            f"limits: {a.burst_jobs} due at once, --nice 5 --memory-max 1G on every job",
+            _fmt(lim["limited_s"], "s"),
+            _fmt(lim["plain_s"], "s") + " (no limits)",
+            _ratio(lim["ratio"]),
+            "≤ 1.15×",
+            lim["ratio"] <= 1.15,
         )
     b, pb = res.get("burst"), res.get("peer_burst")
     if b:

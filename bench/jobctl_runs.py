@@ -114,8 +114,10 @@ class DaemonProc:
         self._log.close()
 
 
-def _interval_specs(prefix: str, n: int, every_seconds: float, anchor: datetime):
-    from jobctl.models import JobSpec, Trigger, TriggerKind
+def _interval_specs(
+    prefix: str, n: int, every_seconds: float, anchor: datetime, limits: object = None
+):
+    from jobctl.models import NO_LIMITS, JobSpec, Limits, Trigger, TriggerKind
 
     trig = Trigger(
         TriggerKind.INTERVAL,
@@ -124,7 +126,10 @@ def _interval_specs(prefix: str, n: int, every_seconds: float, anchor: datetime)
         every_seconds=every_seconds,
         anchor=anchor,
     )
-    return [JobSpec(name=f"{prefix}{i}", trigger=trig, command="true") for i in range(n)]
+    lim = limits if isinstance(limits, Limits) else NO_LIMITS
+    return [
+        JobSpec(name=f"{prefix}{i}", trigger=trig, command="true", limits=lim) for i in range(n)
+    ]
 
 
 #: jobs a transaction when a database is filled (a million jobs' rows are not held at once)
@@ -164,14 +169,21 @@ def _lateness_ms(db: Path, until_us: int | None = None) -> list[float]:
         conn.close()
 
 
-def burst(tmp: Path, jobs: int = 1000, workers: int = 4, lead_seconds: float = 3.0) -> dict:
+def burst(
+    tmp: Path,
+    jobs: int = 1000,
+    workers: int = 4,
+    lead_seconds: float = 3.0,
+    limits: object = None,
+) -> dict:
     """``jobs`` runs of ``true`` due at one instant: seconds from the instant until the last
     run finished, start lateness p50/p99 (ms), and the CPU of the daemon and of its children
     from the instant until the last run finished, in ms a run (and apart, the daemon's
-    before the instant, from its readiness: the windows it recorded ahead of time)."""
+    before the instant, from its readiness: the windows it recorded ahead of time).
+    ``limits`` (a :class:`jobctl.models.Limits`) is set on every job."""
     db = tmp / "burst.db"
     instant = (datetime.now(UTC) + timedelta(seconds=lead_seconds)).replace(microsecond=0)
-    _add_jobs(db, _interval_specs("burst", jobs, 3600.0, instant))
+    _add_jobs(db, _interval_specs("burst", jobs, 3600.0, instant, limits))
     d = DaemonProc(db, workers)
     try:
         ready, _ = d.wait_for(r"scheduling \d+ jobs", 30)

@@ -34,9 +34,14 @@ def _expired(lease):
 
 
 def _plan(now):
-    def plan(job, has_leased):
+    def plan(job, has_leased, has_waiting):
         return planner.plan_due(
-            job, now, missed=False, rng=random.Random(0), has_leased_run=has_leased
+            job,
+            now,
+            missed=False,
+            rng=random.Random(0),
+            has_leased_run=has_leased,
+            has_waiting_run=has_waiting,
         )
 
     return plan

@@ -322,6 +322,76 @@ def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):
     assert sorted(done) == sorted(expected)  # each run claimed once, none left behind
 
 
+def test_claimers_racing_keep_max_running(pg_url):
+    """SPEC §14 --max-running 2 across claimers: four at once, each on its own connection,
+    never three leased runs of the job, every run claimed exactly once; and the database
+    itself refuses a third holder of the job's two places."""
+    with _view(pg_url) as s:
+        s.add_job(manual("pair", overlap=Overlap.ALLOW, max_running=2), T0)
+        expected = {s.enqueue_run("pair", T0 + timedelta(microseconds=i))[0].id for i in range(24)}
+
+    holding: set[int] = set()
+    most = [0]
+    guard = threading.Lock()
+    done: list[int] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def claimer(n: int) -> None:
+        me = f"d{n}"
+        rnd = random.Random(n)
+        try:
+            with _view(pg_url) as st:
+                barrier.wait()
+                idle = 0
+                while idle < 50:
+                    claimed, _ = st.claim(me, "h", T0 + timedelta(seconds=1), 60, limit=2)
+                    if not claimed:
+                        idle += 1
+                        continue
+                    idle = 0
+                    with guard:
+                        holding.update(c.run.id for c in claimed)
+                        most[0] = max(most[0], len(holding))
+                    if rnd.random() < 0.5:
+                        threading.Event().wait(0.002)
+                    for c in claimed:
+                        with guard:
+                            holding.discard(c.run.id)
+                            done.append(c.run.id)
+                        st.finish(c.run, c.run.attempt, me, T0 + timedelta(seconds=1))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert 1 <= most[0] <= 2
+    assert sorted(done) == sorted(expected)
+
+    # the database's own rule: a third run written leased into a held place is refused
+    with _view(pg_url) as s:
+        ids = [s.enqueue_run("pair", T0 + timedelta(seconds=5 + i))[0].id for i in range(3)]
+        got = []
+        for _ in range(3):  # a turn claims one run of such a job at most
+            claimed, _ = s.claim("d9", "h", T0 + timedelta(seconds=10), 60, limit=5)
+            got += [c.run.id for c in claimed]
+        assert sorted(got) == ids[:2]
+    psycopg = pytest.importorskip("psycopg")
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("SET search_path TO jobctl")
+        slot = conn.execute("SELECT slot FROM runs WHERE id = %s", (ids[0],)).fetchone()[0]
+        assert slot in (0, 1)
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute(
+                "UPDATE runs SET state = 'leased', leased_by = 'rogue', slot = %s WHERE id = %s",
+                (slot, ids[2]),
+            )
+
+
 def _keys(run) -> list[str]:
     keys = ["solo"] if run.job_name == "solo" else []
     return keys + [lock for lock in run.locks if lock == "host:x"]

@@ -87,9 +87,14 @@ def _fire(store, job, now, has_leased_ok=True):
         )
     ]
 
-    def plan(j, has_leased):
+    def plan(j, has_leased, has_waiting):
         return planner.plan_due(
-            j, now, missed=False, rng=random.Random(0), has_leased_run=has_leased
+            j,
+            now,
+            missed=False,
+            rng=random.Random(0),
+            has_leased_run=has_leased,
+            has_waiting_run=has_waiting,
         )
 
     return store.d.fire(due, now, plan)

@@ -241,6 +241,8 @@ class Window:
     skip_reason: SkipReason | None = None
     catchup_from: datetime | None = None
     not_before: datetime | None = None
+    #: a run not started by then is skipped (SPEC §14 ``--deadline``)
+    deadline_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -165,6 +165,13 @@ def plan_due(
         nxt = None if any(w.state is RunState.PENDING for w in windows) else (next_fire(trig, now))
     else:
         nxt = next_fire(trig, max(last, now) if missed else last)
+    if spec.deadline_seconds is not None:
+        windows = [
+            replace(w, deadline_at=deadline_at(w.scheduled_for, w.reason, spec.deadline_seconds))
+            if w.state is RunState.PENDING
+            else w
+            for w in windows
+        ]
     windows, replace_open = apply_overlap(
         windows, spec.overlap, has_leased_run, has_waiting_run=has_waiting_run
     )
@@ -206,7 +213,7 @@ def apply_overlap(
 
 
 def _skipped_overlap(w: Window) -> Window:
-    return replace(w, state=RunState.SKIPPED, skip_reason=SkipReason.OVERLAP)
+    return replace(w, state=RunState.SKIPPED, skip_reason=SkipReason.OVERLAP, deadline_at=None)
 
 
 def deadline_at(

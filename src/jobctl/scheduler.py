@@ -86,7 +86,8 @@ class Scheduler:
         created = firing and self.fire_due(now)
         if self._pass_on_at is not None and mono >= self._pass_on_at:
             ended, self._ended, self._pass_on_at = self._ended, [], None
-            self.on_runs_ended(ended, now)
+            if self.on_runs_ended(ended, now):
+                created = True
         return created
 
     def runs_ended(self, job_ids: list[int], mono: float) -> None:
@@ -125,7 +126,8 @@ class Scheduler:
             if run_id is not None:
                 created = True
                 self.log(f"job {job.name}: @reboot run {run_id} (boot {self.boot_id[:8]})")
-        self.on_runs_ended(None, now)
+        if self.on_runs_ended(None, now):
+            created = True
         self.log(f"took the scheduler lease: scheduling {len(self.heap)} jobs")
         return created
 
@@ -181,7 +183,7 @@ class Scheduler:
         missed_until = self.missed_until_us
         later: dict[int, int] = {}
 
-        def plan(job: Job, has_leased: bool) -> Plan | None:
+        def plan(job: Job, has_leased: bool, has_waiting: bool) -> Plan | None:
             window = job.next_run_at
             at = now
             if window is not None and window > now:
@@ -191,7 +193,14 @@ class Scheduler:
                     return None
                 at = window
             missed = window is not None and to_us(window) <= missed_until
-            return planner.plan_due(job, at, missed=missed, rng=self.rng, has_leased_run=has_leased)
+            return planner.plan_due(
+                job,
+                at,
+                missed=missed,
+                rng=self.rng,
+                has_leased_run=has_leased,
+                has_waiting_run=has_waiting,
+            )
 
         fired = self.store.fire([(job_id, due_us) for due_us, job_id in due], now, plan)
         seen = {f.job.id for f in fired}
@@ -256,15 +265,20 @@ class Scheduler:
         if ended is None or ended:
             self.on_runs_ended(ended, now)
 
-    def on_runs_ended(self, job_ids: list[int] | None, now: datetime) -> None:
+    def on_runs_ended(self, job_ids: list[int] | None, now: datetime) -> bool:
         """Runs of these jobs (None: of any job) ended: a fixed-delay job with no open run
-        left gets its next window, its interval after the last run ended."""
+        left gets its next window, its interval after the last run ended, and the jobs
+        that follow them (``--after``) get their runs. Returns whether runs were created."""
         if not self.leading:
-            return
+            return False
         for idle in self.store.idle_fixed_delay(job_ids):
             nxt = planner.next_after_completion(idle.job, idle.ended_at)
             if nxt is not None and self.store.set_next_run(idle.job.id, nxt, now):
                 self.heap.push(idle.job.id, to_us(nxt))
+        fired = self.store.fire_after(job_ids, now)
+        for job, run_id, upstream_id in fired:
+            self.log(f"job {job.name}: run {run_id} after run {upstream_id}")
+        return bool(fired)
 
     def catch_changes(self, now: datetime) -> None:
         """The safety net at each renewal: re-read the jobs changed lately, in case a
@@ -274,3 +288,6 @@ class Scheduler:
         since = now - timedelta(seconds=2 * self.lease_seconds)
         for job_id, next_us in self.store.jobs_changed_since(since):
             self.heap.push(job_id, next_us)
+        # an upstream run's end told by a wake-up that was lost
+        for job, run_id, upstream_id in self.store.fire_after(None, now):
+            self.log(f"job {job.name}: run {run_id} after run {upstream_id}")

@@ -32,6 +32,7 @@ from ..models import (
     RunState,
     WaitFacts,
     Window,
+    after_parts,
 )
 from . import outbox
 from .dialect import Dialect, retrying
@@ -102,6 +103,7 @@ def insert_run(
             "now": to_us(now),
             "finished_at": to_us(now) if w.state is RunState.SKIPPED else None,
             "job_revision": job.revision,
+            "deadline_at": opt_us(w.deadline_at),
         },
     ).fetchone()
     if row is None:
@@ -172,6 +174,97 @@ def default_who() -> str:
 
         user = str(os.getuid())
     return f"{user}@{socket.gethostname()}"
+
+
+#: how far before its cursor a downstream job looks again for upstream runs that ended: a
+#: run whose end was stamped before another's may be committed after it (the window's
+#: UNIQUE row keeps a second look from running it twice)
+AFTER_LOOKBACK_US = 60_000_000
+
+
+def fire_after(
+    db: Dialect, c: Any, upstream_ids: Sequence[int] | None, now: datetime
+) -> list[tuple[Job, int, int]]:
+    """SPEC §14 ``--after``: for each active job that follows one of ``upstream_ids`` (None:
+    any), a ``pending`` run (reason ``after``) for each run of its upstream that ended in
+    one of its states since its cursor (``schedule_from``: when it was added, edited or
+    resumed, then the last such end seen), with that run's window and
+    ``JOBCTL_UPSTREAM_RUN_ID``; one run per upstream window, however often that window's
+    run ends. Returns (job, new run id, upstream run id) of the runs created."""
+    out: list[tuple[Job, int, int]] = []
+    wanted = None if upstream_ids is None else set(upstream_ids)
+    ids: dict[str, int | None] = {}
+    for row in c.execute(db.q.after_jobs).fetchall():
+        job = job_from_row(row)
+        upstream, states = after_parts(job.trigger.expr or "")
+        if upstream not in ids:
+            found = c.execute(db.q.job_id_by_name, (upstream,)).fetchone()
+            ids[upstream] = None if found is None else int(found["id"])
+        up_id = ids[upstream]
+        if up_id is None or (wanted is not None and up_id not in wanted):
+            continue
+        cursor = int(row["schedule_from"])
+        last = cursor
+        ended = c.execute(db.q.after_upstream_runs, (up_id, cursor - AFTER_LOOKBACK_US))
+        for r in ended.fetchall():
+            last = max(last, int(r["finished_at"]))
+            if r["state"] not in states:
+                continue
+            w = Window(
+                from_us(r["scheduled_for"]), RunState.PENDING, RunReason.AFTER, not_before=now
+            )
+            env = {"JOBCTL_UPSTREAM_RUN_ID": str(r["id"])}
+            run_id = insert_run(db, c, job, w, now, env=env)
+            if run_id is not None:
+                out.append((job, run_id, int(r["id"])))
+        if last > cursor:
+            c.execute(db.q.after_cursor, (last, job.id, last))
+    if out:
+        db.announce("run")
+    return out
+
+
+def pause_after_failures(
+    db: Dialect, c: Any, q: outbox.Sql, job_id: int, now: datetime
+) -> str | None:
+    """A run of the job just ended ``dead``: pause the job when its last
+    ``--pause-after-failures`` N finished runs all did (SPEC §14), with its ``paused``
+    notification, in the transaction of that end. Returns the job's name when it was
+    paused now."""
+    row = c.execute(db.q.job_pause_rule, (job_id,)).fetchone()
+    n = None if row is None else row["pause_after_failures"]
+    if not n:
+        return None
+    states = [r["state"] for r in c.execute(db.q.recent_final_states, (job_id, n)).fetchall()]
+    if len(states) < n or any(s != RunState.DEAD.value for s in states):
+        return None
+    paused = c.execute(db.q.pause_by_failures, (to_us(now), job_id)).fetchone()
+    if paused is None:
+        return None
+    withdraw_early(db, c, job_id, now)
+    name = str(paused["name"])
+    outbox.enqueue(c, q, [outbox.paused_note(job_id, name, int(n), now)], now)
+    db.announce(f"job:{job_id}")
+    return name
+
+
+def note_deadline_skips(c: Any, q: outbox.Sql, rows: Sequence[Any], now: datetime) -> None:
+    """The ``missed`` notification (reason ``deadline``) of the runs a claim just skipped
+    past their ``--deadline`` (``SKIP_PAST_DEADLINE``'s rows), one per job, in the claim's
+    transaction (SPEC §12, §14)."""
+    windows: dict[int, list[int]] = {}
+    for r in rows:
+        windows.setdefault(int(r["job_id"]), []).append(int(r["scheduled_for"]))
+    targets = outbox.Targets(c, q)
+    notes = []
+    for job_id, times in windows.items():
+        job = targets.job(job_id)
+        if job is None:
+            continue
+        first, last = from_us(min(times)), from_us(max(times))
+        notes.append(outbox.missed_note(job_id, job[0], len(times), first, last, "deadline"))
+    if notes:
+        outbox.enqueue(c, q, notes, now, targets)
 
 
 def daemon_info(r: Any) -> DaemonInfo:

@@ -466,6 +466,15 @@ class DaemonStore(Protocol):
         The counters are not touched."""
         ...
 
+    def fire_after(
+        self, upstream_ids: Sequence[int] | None, now: datetime
+    ) -> list[tuple[Job, int, int]]:
+        """SPEC §14 ``--after``: record the runs of the jobs that follow these jobs (None:
+        any) for their upstream runs that ended since each one last looked (see
+        :func:`jobctl.store.commands.fire_after`). Returns (job, run id, upstream run id)
+        of the runs created."""
+        ...
+
     def set_next_run(self, job_id: int, next_run_at: datetime, now: datetime) -> bool:
         """Give a fixed-delay job its next window, only if it still has none and no open
         run (compare-and-set). Returns whether it was applied."""

@@ -45,11 +45,22 @@ OVERLAP_HOLDERS = """
     FROM runs sib WHERE sib.job_id = runs.job_id AND sib.id <> runs.id AND sib.state = 'leased'
 """
 FINISHED = "('succeeded', 'dead', 'cancelled', 'skipped')"
+#: --max-running N: N runs of the job leased already
+JOB_FULL = f"(j.max_running IS NOT NULL AND (SELECT COUNT(*) {OVERLAP_HOLDERS}) >= j.max_running)"
 JOB_FREE = f"""NOT EXISTS (
         SELECT 1 FROM jobs j WHERE j.id = runs.job_id AND (
             {JOB_PAUSED}
-            OR ({OVERLAP_GUARDED} AND EXISTS (SELECT 1 {OVERLAP_HOLDERS})))
+            OR ({OVERLAP_GUARDED} AND EXISTS (SELECT 1 {OVERLAP_HOLDERS}))
+            OR {JOB_FULL})
     )"""
+#: SPEC §14 --deadline, decided where a run would start: the runs not started by their
+#: deadline are skipped (``deadline``) by the claim, in its transaction, before it picks
+SKIP_PAST_DEADLINE = """
+UPDATE runs SET state = 'skipped', skip_reason = 'deadline', finished_at = :now,
+    deadline_at = NULL
+WHERE deadline_at IS NOT NULL AND deadline_at < :now AND state IN ('pending', 'failed')
+RETURNING id, job_id, scheduled_for
+"""
 
 
 _NOT_SKIPPED = "r.state <> 'skipped'"
@@ -128,6 +139,12 @@ class Queries:
     trim_ids: str
     trim_notifications: str
     trim_runs: str
+    recent_final_states: str
+    after_jobs: str
+    after_upstream_runs: str
+    after_cursor: str
+    job_pause_rule: str
+    pause_by_failures: str
     # db copy
     insert_row: str
     # the dashboard (SPEC §17): jobctl.store.dashboard
@@ -291,10 +308,10 @@ WHERE runs.id = (SELECT r.id FROM runs r WHERE r.job_id = ? AND r.attempt > 0
         insert_run="""
 INSERT INTO runs (job_id, scheduled_for, state, skip_reason, reason, catchup_from, attempt,
     max_attempts, not_before, priority, run_key, env, settings, created_at, finished_at,
-    job_revision)
+    job_revision, deadline_at)
 VALUES (:job_id, :scheduled_for, :state, :skip_reason, :reason, :catchup_from, 0,
     :max_attempts, :not_before, :priority, :run_key, :env, :settings, :now, :finished_at,
-    :job_revision)
+    :job_revision, :deadline_at)
 ON CONFLICT (job_id, scheduled_for) DO NOTHING
 RETURNING id
 """,
@@ -349,6 +366,21 @@ ORDER BY jobs.id LIMIT ?
         trim_notifications="DELETE FROM notifications WHERE run_id IN ({marks}) "
         "AND state <> 'pending'",
         trim_runs=f"DELETE FROM runs WHERE id IN ({{marks}}) AND state IN {FINISHED}",
+        # SPEC §14 --after: the jobs that follow another, and the runs of an upstream job
+        # that ended since a cursor (its window is the downstream run's)
+        after_jobs="SELECT * FROM jobs WHERE trigger_kind = 'after' AND state = 'active' "
+        "ORDER BY id",
+        after_upstream_runs="SELECT id, scheduled_for, state, finished_at FROM runs "
+        "WHERE job_id = ? AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at > ? "
+        "ORDER BY finished_at, id",
+        after_cursor="UPDATE jobs SET schedule_from = ? WHERE id = ? AND schedule_from < ?",
+        # SPEC §14 --pause-after-failures: the job's most recent runs that ended succeeded
+        # or dead, off the (job_id, state, scheduled_for) index
+        job_pause_rule="SELECT pause_after_failures FROM jobs WHERE id = ?",
+        recent_final_states="SELECT state FROM runs WHERE job_id = ? "
+        "AND state IN ('succeeded', 'dead') ORDER BY scheduled_for DESC LIMIT ?",
+        pause_by_failures="UPDATE jobs SET state = 'paused', paused_reason = 'failures', "
+        "next_run_at = NULL, updated_at = ? WHERE id = ? AND state = 'active' RETURNING name",
         # {table}, {names}, {named}: a row of a copied database, by column name
         insert_row="INSERT INTO {table} ({names}) VALUES ({named})",
         # {where}: the search and the job state. Each job's last run comes off the index

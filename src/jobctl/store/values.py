@@ -186,8 +186,9 @@ class Waker(Protocol):
 
 
 #: the planner's decision for one due job, applied inside the firing transaction:
-#: ``(job, has_leased_run) -> Plan | None``
-PlanFn = Callable[[Job, bool], "Plan | None"]
+#: ``(job, has_leased_run, has_waiting_run) -> Plan | None`` (waiting: a run of the job is
+#: pending or failed, what ``--overlap queue`` keeps at one)
+PlanFn = Callable[[Job, bool, bool], "Plan | None"]
 #: the planner's decision for an expired lease of another daemon
 ExpiredFn = Callable[[ExpiredLease], Decision]
 

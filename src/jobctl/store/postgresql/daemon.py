@@ -40,7 +40,13 @@ from ...models import (
     Window,
 )
 from .. import outbox
-from ..commands import insert_run, run_by_id
+from ..commands import (
+    fire_after,
+    insert_run,
+    note_deadline_skips,
+    pause_after_failures,
+    run_by_id,
+)
 from ..dialect import retrying
 from ..rows import (
     attempt_from_row,
@@ -89,7 +95,7 @@ WITH cand AS MATERIALIZED (
     LIMIT %(n)s
     FOR UPDATE OF runs SKIP LOCKED
 )
-SELECT cand.*, jobs.overlap, jobs.state AS job_state,
+SELECT cand.*, jobs.overlap, jobs.max_running, jobs.state AS job_state,
        ARRAY(SELECT l.name FROM run_locks l WHERE l.run_id = cand.id ORDER BY l.name) AS locks
 FROM cand JOIN jobs ON jobs.id = cand.job_id
 ORDER BY cand.priority DESC, cand.scheduled_for ASC, cand.id ASC
@@ -101,18 +107,29 @@ ORDER BY cand.priority DESC, cand.scheduled_for ASC, cand.id ASC
 CLAIM_ONE = """
 UPDATE runs SET state = 'leased', leased_by = %(me)s, lease_until = %(until)s,
     attempt = runs.attempt + 1, started_at = COALESCE(runs.started_at, %(now)s),
-    exclusive = (jobs.overlap IN ('forbid', 'replace')), lease_host = %(host)s, pgid = NULL
+    exclusive = (jobs.overlap IN ('forbid', 'replace', 'queue')), lease_host = %(host)s,
+    pgid = NULL, deadline_at = NULL,
+    -- --max-running: the lowest of the job's N places no leased run holds (the unique
+    -- index runs_one_leased_slot refuses a second holder, whatever the checks let through)
+    slot = CASE WHEN jobs.max_running IS NULL THEN NULL ELSE (
+        SELECT MIN(s) FROM generate_series(0, jobs.max_running - 1) AS s
+        WHERE NOT EXISTS (SELECT 1 FROM runs o WHERE o.job_id = runs.job_id
+                          AND o.state = 'leased' AND o.slot = s)) END
 FROM jobs
 WHERE runs.id = ANY(%(ids)s::bigint[]) AND jobs.id = runs.job_id AND jobs.state <> 'paused'
   AND runs.state IN ('pending', 'failed') AND runs.not_before <= %(now)s
+  AND (runs.deadline_at IS NULL OR runs.deadline_at >= %(now)s)
   AND NOT EXISTS (
       SELECT 1 FROM run_locks mine JOIN held_locks h ON h.name = mine.name
       WHERE mine.run_id = runs.id
   )
-  AND NOT (jobs.overlap IN ('forbid', 'replace') AND EXISTS (
+  AND NOT (jobs.overlap IN ('forbid', 'replace', 'queue') AND EXISTS (
       SELECT 1 FROM runs sib WHERE sib.job_id = runs.job_id AND sib.id <> runs.id
         AND sib.state = 'leased'
   ))
+  AND NOT (jobs.max_running IS NOT NULL AND (
+      SELECT COUNT(*) FROM runs sib WHERE sib.job_id = runs.job_id AND sib.state = 'leased'
+  ) >= jobs.max_running)
 RETURNING runs.id, runs.attempt
 """
 
@@ -152,6 +169,16 @@ WITH s AS (
     RETURNING runs.id, runs.attempt, p.pid
 )
 UPDATE attempts SET pid = s.pid FROM s WHERE attempts.run_id = s.id AND attempts.attempt = s.attempt
+"""
+
+# SPEC §14 --deadline, decided where a run would start: the claim skips the runs not
+# started by their deadline before it picks (rows another claimer holds are its to judge)
+SKIP_PAST_DEADLINE = """
+UPDATE runs SET state = 'skipped', skip_reason = 'deadline', finished_at = %(now)s,
+    deadline_at = NULL
+WHERE id IN (SELECT id FROM runs WHERE deadline_at IS NOT NULL AND deadline_at < %(now)s
+             AND state IN ('pending', 'failed') FOR UPDATE SKIP LOCKED)
+RETURNING id, job_id, scheduled_for
 """
 
 UPSERT_DAEMON = """
@@ -229,6 +256,11 @@ INSERT INTO run_tallies (job_id, state, ended, kept)
 SELECT job_id, state, SUM(ended), SUM(kept) FROM gone
 WHERE job_id IN (SELECT id FROM jobs) GROUP BY job_id, state
 """
+COMPACT_CPU_TALLIES = """
+WITH gone AS (DELETE FROM cpu_tallies RETURNING *)
+INSERT INTO cpu_tallies (job_id, cpu_us)
+SELECT job_id, SUM(cpu_us) FROM gone WHERE job_id IN (SELECT id FROM jobs) GROUP BY job_id
+"""
 COMPACT_DURATION_TALLIES = """
 WITH gone AS (DELETE FROM duration_tallies RETURNING *)
 INSERT INTO duration_tallies (job_id, bucket, n, us)
@@ -239,8 +271,13 @@ WHERE job_id IN (SELECT id FROM jobs) GROUP BY job_id, bucket
 
 def _claim_keys(cand: dict[str, Any]) -> list[str]:
     """The advisory locks a claim of ``cand`` takes: its job's when the job holds one run
-    at a time, and one a lock name."""
-    exclusive = cand["overlap"] in (Overlap.FORBID.value, Overlap.REPLACE.value)
+    at a time (forbid, replace, queue) or counts its leased runs (``--max-running``: one
+    claim of the job a turn, so the count is never judged within one snapshot twice), and
+    one a lock name."""
+    exclusive = (
+        cand["overlap"] in (Overlap.FORBID.value, Overlap.REPLACE.value, Overlap.QUEUE.value)
+        or cand["max_running"] is not None
+    )
     return ([f"job:{cand['job_id']}"] if exclusive else []) + [
         f"lock:{name}" for name in cand["locks"]
     ]
@@ -461,14 +498,13 @@ class PgDaemonStore(outbox.OutboxDaemon):
                 if row is None:
                     continue  # changed meanwhile (or fired by another leader): re-read
                 job = job_from_row(row)
-                has_leased = bool(
-                    c.execute(
-                        "SELECT EXISTS (SELECT 1 FROM runs WHERE job_id = %s "
-                        "AND state = 'leased') AS x",
-                        (job_id,),
-                    ).fetchone()["x"]
-                )
-                p = plan(job, has_leased)
+                flags = c.execute(
+                    "SELECT EXISTS (SELECT 1 FROM runs WHERE job_id = %(id)s "
+                    "AND state = 'leased') AS leased, %(queue)s AND EXISTS (SELECT 1 FROM runs "
+                    "WHERE job_id = %(id)s AND state IN ('pending', 'failed')) AS waiting",
+                    {"id": job_id, "queue": job.spec.overlap is Overlap.QUEUE},
+                ).fetchone()
+                p = plan(job, bool(flags["leased"]), bool(flags["waiting"]))
                 if p is None:
                     continue
                 if p.replace_open:
@@ -557,6 +593,12 @@ class PgDaemonStore(outbox.OutboxDaemon):
             out.append(IdleFixedDelay(job_from_row(r), from_us(ended)))
         return out
 
+    def fire_after(
+        self, upstream_ids: Sequence[int] | None, now: datetime
+    ) -> list[tuple[Job, int, int]]:
+        with self.db.write() as c:
+            return fire_after(self.db, c, upstream_ids, now)
+
     def set_next_run(self, job_id: int, next_run_at: datetime, now: datetime) -> bool:
         with self.db.write() as c:
             c.execute("SELECT id FROM jobs WHERE id = %s FOR UPDATE", (job_id,))
@@ -617,6 +659,8 @@ class PgDaemonStore(outbox.OutboxDaemon):
                 from_us(now_us),
                 outbox.Targets(c, self._q),
             )
+            if decision.state is RunState.DEAD:
+                pause_after_failures(self.db, c, self._q, lease.job_id, from_us(now_us))
         return ended
 
     def _claim_runs(
@@ -648,6 +692,10 @@ class PgDaemonStore(outbox.OutboxDaemon):
         taken: set[str] = set()  # the keys of this turn's claims
         with self.db.write() as c:
             ended = self._settle_expired(c, daemon_id, now_us, on_expired)
+            skipped = c.execute(SKIP_PAST_DEADLINE, {"now": now_us}).fetchall()
+            for r in skipped:
+                self.db.announce(f"job:{r['job_id']}")
+            note_deadline_skips(c, self._q, skipped, now)
             while len(claimed) < limit:
                 low_ok = reserved_priority is None or low_limit is None or low_used < low_limit
                 n = min(CLAIM_BATCH, (limit - len(claimed)) * 4)
@@ -845,6 +893,9 @@ class PgDaemonStore(outbox.OutboxDaemon):
                     continue
                 retry = state is RunState.FAILED and f.decision.retry_at is not None
                 outbox.note_finish(c, self._q, f.run_id, f.attempt, retry, now, targets)
+            for row in rows:
+                if row["state"] == RunState.DEAD.value:
+                    pause_after_failures(self.db, c, self._q, row["job_id"], now)
         return [Finished(states.get(f.run_id)) for f in finishes]
 
     def _attempt_of(self, row: Any) -> Attempt:
@@ -870,6 +921,7 @@ class PgDaemonStore(outbox.OutboxDaemon):
             with self.db.write() as c:
                 c.execute(COMPACT_RUN_TALLIES)
                 c.execute(COMPACT_DURATION_TALLIES)
+                c.execute(COMPACT_CPU_TALLIES)
         return done
 
     def get_run(self, run_id: int) -> Run:

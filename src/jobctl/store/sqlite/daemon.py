@@ -23,7 +23,14 @@ from ...models import (
     Window,
 )
 from .. import outbox
-from ..commands import insert_run, run_by_id
+from ..commands import (
+    fire_after,
+    insert_run,
+    note_deadline_skips,
+    pause_after_failures,
+    run_by_id,
+)
+from ..queries import SKIP_PAST_DEADLINE
 from ..rows import (
     attempt_from_row,
     finish_params,
@@ -276,7 +283,7 @@ class SqliteDaemonStore(outbox.OutboxDaemon):
                 if row is None or row["next_run_at"] != due_us:
                     continue  # changed meanwhile (compare-and-set): the caller re-reads it
                 job = job_from_row(row)
-                p = plan(job, bool(row["has_leased"]))
+                p = plan(job, bool(row["has_leased"]), bool(row["has_waiting"]))
                 if p is None:
                     continue
                 if p.replace_open:
@@ -300,6 +307,7 @@ class SqliteDaemonStore(outbox.OutboxDaemon):
                         now_us,
                         now_us if skipped else None,
                         job.revision,
+                        opt_us(w.deadline_at),
                     )
                     windows.append((job, w))
                 if any(w.skip_reason is SkipReason.MISSED for w in p.windows):
@@ -389,6 +397,12 @@ class SqliteDaemonStore(outbox.OutboxDaemon):
             ended = r["ended_at"] if r["ended_at"] is not None else r["schedule_from"]
             out.append(IdleFixedDelay(job_from_row(r), from_us(ended)))
         return out
+
+    def fire_after(
+        self, upstream_ids: Sequence[int] | None, now: datetime
+    ) -> list[tuple[Job, int, int]]:
+        with self.db.write() as c:
+            return fire_after(self.db, c, upstream_ids, now)
 
     def set_next_run(self, job_id: int, next_run_at: datetime, now: datetime) -> bool:
         with self.db.write() as c:
@@ -481,6 +495,13 @@ class SqliteDaemonStore(outbox.OutboxDaemon):
                 now,
                 outbox.Targets(c, self._q),
             )
+            if decision.state is RunState.DEAD:
+                pause_after_failures(self.db, c, self._q, lease.job_id, now)
+        # runs past their --deadline never start: skipped here, before any is picked
+        skipped = c.execute(SKIP_PAST_DEADLINE, {"now": now_us}).fetchall()
+        for r in skipped:
+            self.db.announce(f"job:{r['job_id']}")
+        note_deadline_skips(c, self._q, skipped, now)
         # One compare-and-set per claim: the UPDATE picks the best run that is due and
         # whose locks and job are free *now*, inside the same statement, so runs blocked
         # on a lock never block the runs behind them and two daemons cannot both win.
@@ -561,6 +582,8 @@ class SqliteDaemonStore(outbox.OutboxDaemon):
                 attempts.append(attempt_params)
                 if f.job_id:
                     self.db.announce(f"job:{f.job_id}")  # a fixed-delay job moves on
+                    if state is RunState.DEAD:
+                        pause_after_failures(self.db, c, self._q, f.job_id, now)
             out.append(Finished(state))
         if attempts:
             c.executemany(sql.FINISH_ATTEMPT, attempts)

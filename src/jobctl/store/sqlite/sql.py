@@ -77,20 +77,22 @@ ACTIVE_JOB_AT = "SELECT * FROM jobs WHERE id = ? AND state = 'active' AND next_r
 # the caller keeps those whose next_run_at is still the due time (compare-and-set)
 FIRE_JOBS = """
 SELECT jobs.*, EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id
-                       AND runs.state = 'leased') AS has_leased
+                       AND runs.state = 'leased') AS has_leased,
+    jobs.overlap = 'queue' AND EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id
+                       AND runs.state IN ('pending', 'failed')) AS has_waiting
 FROM jobs WHERE state = 'active' AND id IN ({marks})
 """
 # the windows of one chunk in one statement: (job_id, scheduled_for) of those inserted
 INSERT_RUNS = """
 INSERT INTO runs (job_id, scheduled_for, state, skip_reason, reason, catchup_from, attempt,
     max_attempts, not_before, priority, run_key, env, settings, created_at, finished_at,
-    job_revision)
+    job_revision, deadline_at)
 VALUES {values}
 ON CONFLICT (job_id, scheduled_for) DO NOTHING
 RETURNING id, job_id, scheduled_for
 """
-INSERT_RUNS_ROW = "(?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, '{}', ?, ?, ?, ?)"
-INSERT_RUNS_ROW_PARAMS = 13
+INSERT_RUNS_ROW = "(?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, '{}', ?, ?, ?, ?, ?)"
+INSERT_RUNS_ROW_PARAMS = 14
 REPLACE_LEASED = "UPDATE runs SET cancel_requested = 1 WHERE job_id = ? AND state = 'leased'"
 # keyed/manual runs and the rows this same turn inserts stay
 REPLACE_WAITING = """
@@ -174,7 +176,7 @@ CLAIMABLE = f"""
 CLAIM_ONE = f"""
 UPDATE runs SET state = 'leased', leased_by = :me, lease_until = :until,
     attempt = attempt + 1, started_at = COALESCE(started_at, :now),
-    lease_host = :host
+    lease_host = :host, deadline_at = NULL
 WHERE id = (
     SELECT id FROM runs INDEXED BY runs_queue WHERE {CLAIMABLE}
     ORDER BY priority DESC, scheduled_for ASC, id ASC LIMIT 1
