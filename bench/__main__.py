@@ -113,12 +113,17 @@ def limits_bursts(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     limited = Limits(nice=5, memory_max=1 << 30)
     plain_s, limited_s, ratios = [], [], []
     for _ in range(a.reps):
-        p = jobctl_runs.burst(tmp, a.burst_jobs, a.workers)["seconds"]
-        q = jobctl_runs.burst(tmp, a.burst_jobs, a.workers, limits=limited)["seconds"]
+        p = jobctl_runs.burst(tmp, a.burst_jobs, a.workers, lead_seconds=8.0)["seconds"]
+        q = jobctl_runs.burst(tmp, a.burst_jobs, a.workers, 8.0, limits=limited)["seconds"]
         plain_s.append(p)
         limited_s.append(q)
         ratios.append(q / p)
-    return {"plain_s": median(plain_s), "limited_s": median(limited_s), "ratio": median(ratios)}
+    return {
+        "plain_s": median(plain_s),
+        "limited_s": median(limited_s),
+        "ratio": median(ratios),
+        "reps": [list(r) for r in zip(plain_s, limited_s, strict=True)],
+    }
 
 
 def run(a: argparse.Namespace, tmp: Path) -> dict:
