@@ -84,13 +84,23 @@ def integrity(db: Path | str) -> str:
         conn.close()
 
 
-def children(pid: int) -> list[int]:
+def children(pid: int, *, keeper: bool = False) -> list[int]:
+    """The children of ``pid``; a daemon's keeper (test_keeper.py), the one child it keeps
+    all along, only with ``keeper``."""
     out: list[int] = []
     with contextlib.suppress(OSError):
         for task in os.listdir(f"/proc/{pid}/task"):
             with open(f"/proc/{pid}/task/{task}/children") as f:
                 out += [int(x) for x in f.read().split()]
-    return out
+    return out if keeper else [c for c in out if not _is_keeper(c)]
+
+
+def _is_keeper(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().endswith(b"/keeper.py\0")
+    except OSError:
+        return False
 
 
 def zombies_of(pid: int) -> list[int]:
