@@ -14,17 +14,34 @@ file. Layers, one idea a module: :mod:`.url` (no driver) › :mod:`.schema` › 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from ...clock import Clock
 from ..commands import Commands
 from ..dashboard import Dashboard
 from ..protocol import CommandStore, DashboardReads
 from ..values import DaemonIdentity
-from .daemon import PgDaemonStore
 from .db import EXTRA_MISSING, PgDb, load_driver
 from .schema import SCHEMA_VERSION
 from .url import is_postgresql_url, redact
-from .waker import Waker
+
+if TYPE_CHECKING:
+    from .daemon import PgDaemonStore
+    from .waker import Waker
+
+
+def __getattr__(name: str) -> Any:
+    """The daemon's modules are imported when a daemon asks for them, not by every command
+    (a ``list`` on PostgreSQL already pays for importing the driver)."""
+    if name == "PgDaemonStore":
+        from .daemon import PgDaemonStore
+
+        return PgDaemonStore
+    if name == "Waker":
+        from .waker import Waker
+
+        return Waker
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class PostgresStore:
@@ -40,6 +57,8 @@ class PostgresStore:
         self.dashboard: DashboardReads = Dashboard(db)
 
     def open_daemon(self, identity: DaemonIdentity) -> PgDaemonStore:
+        from .daemon import PgDaemonStore
+
         return PgDaemonStore(self.db, identity)
 
     @classmethod

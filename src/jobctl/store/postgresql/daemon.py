@@ -133,6 +133,13 @@ WHERE runs.id = ANY(%(ids)s::bigint[]) AND jobs.id = runs.job_id AND jobs.state 
 RETURNING runs.id, runs.attempt
 """
 
+# Other daemons' leases that ran out, locked for this claimer (others skip them).
+EXPIRED = """
+SELECT id, job_id, attempt, max_attempts, cancel_requested FROM runs
+WHERE state = 'leased' AND lease_until < %s AND leased_by <> %s
+ORDER BY id FOR UPDATE SKIP LOCKED
+"""
+
 # The claims with their held locks and attempt rows, one statement: a lock held twice or a
 # second leased run of a one-at-a-time job fails it whole (the unique keys), and the
 # caller then claims the same runs one by one.
@@ -267,6 +274,15 @@ INSERT INTO duration_tallies (job_id, bucket, n, us)
 SELECT job_id, bucket, SUM(n), SUM(us) FROM gone
 WHERE job_id IN (SELECT id FROM jobs) GROUP BY job_id, bucket
 """
+
+
+def _pid_params(daemon_id: str, started: Sequence[tuple[int, int, int]]) -> dict[str, Any]:
+    return {
+        "ids": [r for r, _, _ in started],
+        "attempts": [a for _, a, _ in started],
+        "pids": [p for _, _, p in started],
+        "me": daemon_id,
+    }
 
 
 def _claim_keys(cand: dict[str, Any]) -> list[str]:
@@ -616,15 +632,11 @@ class PgDaemonStore(outbox.OutboxDaemon):
     # ------------------------------------------------------------------ the executor
 
     def _settle_expired(
-        self, c: Any, daemon_id: str, now_us: int, on_expired: ExpiredFn
+        self, c: Any, expired: Sequence[Any], now_us: int, on_expired: ExpiredFn
     ) -> list[tuple[Run, Decision]]:
+        """Settle the expired leases of other daemons read (and locked) with
+        :data:`EXPIRED`."""
         ended: list[tuple[Run, Decision]] = []
-        expired = c.execute(
-            "SELECT id, job_id, attempt, max_attempts, cancel_requested FROM runs "
-            "WHERE state = 'leased' AND lease_until < %s AND leased_by <> %s "
-            "ORDER BY id FOR UPDATE SKIP LOCKED",
-            (now_us, daemon_id),
-        ).fetchall()
         for r in expired:
             lease = ExpiredLease(
                 r["id"], r["job_id"], r["attempt"], r["max_attempts"], bool(r["cancel_requested"])
@@ -691,18 +703,36 @@ class PgDaemonStore(outbox.OutboxDaemon):
         tried: list[int] = []
         taken: set[str] = set()  # the keys of this turn's claims
         with self.db.write() as c:
-            ended = self._settle_expired(c, daemon_id, now_us, on_expired)
-            skipped = c.execute(SKIP_PAST_DEADLINE, {"now": now_us}).fetchall()
+            conn = c.connection
+            n = min(CLAIM_BATCH, limit * 4)
+            first = {"now": now_us, "low_ok": True, "rp": rp, "tried": [], "n": n}
+            # one sync: the expired leases, the runs past their deadline skipped, and the
+            # first candidates (read after the skips: a skipped run is none)
+            with conn.pipeline():
+                expired = conn.cursor().execute(EXPIRED, (now_us, daemon_id))
+                skips = conn.cursor().execute(SKIP_PAST_DEADLINE, {"now": now_us})
+                ahead = conn.cursor().execute(CANDIDATES, first)
+                expired_rows = expired.fetchall()
+                skipped = skips.fetchall()
+                ahead_rows = ahead.fetchall()
+            ended = self._settle_expired(c, expired_rows, now_us, on_expired)
+            if expired_rows:  # a settled run may be past its deadline too
+                skipped += c.execute(SKIP_PAST_DEADLINE, {"now": now_us}).fetchall()
             for r in skipped:
                 self.db.announce(f"job:{r['job_id']}")
             note_deadline_skips(c, self._q, skipped, now)
             while len(claimed) < limit:
                 low_ok = reserved_priority is None or low_limit is None or low_used < low_limit
                 n = min(CLAIM_BATCH, (limit - len(claimed)) * 4)
-                cands = c.execute(
-                    CANDIDATES,
-                    {"now": now_us, "low_ok": low_ok, "rp": rp, "tried": tried, "n": n},
-                ).fetchall()
+                if ahead_rows is not None and not expired_rows and low_ok:
+                    cands, ahead_rows = ahead_rows, None  # read with the expired leases
+                else:
+                    # (a settled lease may be a candidate now: read again)
+                    ahead_rows = None
+                    cands = c.execute(
+                        CANDIDATES,
+                        {"now": now_us, "low_ok": low_ok, "rp": rp, "tried": tried, "n": n},
+                    ).fetchall()
                 picked: list[tuple[dict[str, Any], list[str], bool]] = []
                 keys_now: set[str] = set()
                 deferred = False
@@ -760,22 +790,26 @@ class PgDaemonStore(outbox.OutboxDaemon):
             return {}
         params = {"me": daemon_id, "until": until, "now": now_us, "host": host, "ids": ids}
         violation = self.db.psycopg.errors.UniqueViolation
-        try:
-            with c.connection.transaction():  # a savepoint: a violation undoes these only
-                won = [r["id"] for r in c.execute(CLAIM, params).fetchall()]
-        except violation:
-            # the database's own rule caught what the checks let through (a holder that
-            # committed as this statement's snapshot was taken): one by one, then
-            won = []
-            for run_id in ids:
-                try:
-                    with c.connection.transaction():
-                        won += [r["id"] for r in c.execute(CLAIM, {**params, "ids": [run_id]})]
-                except violation:
-                    continue
-        if not won:
-            return {}
-        return {r["id"]: run_from_row(r) for r in c.execute(RUNS_BY_IDS, (won,)).fetchall()}
+        # pipelined: the savepoint goes with the claim, its release with the read after
+        with c.connection.pipeline():
+            try:
+                with c.connection.transaction():  # a savepoint: a violation undoes these only
+                    won = [r["id"] for r in c.execute(CLAIM, params).fetchall()]
+            except violation:
+                # the database's own rule caught what the checks let through (a holder
+                # that committed as this statement's snapshot was taken): one by one, then
+                won = []
+                for run_id in ids:
+                    try:
+                        with c.connection.transaction():
+                            one = c.execute(CLAIM, {**params, "ids": [run_id]}).fetchall()
+                            won += [r["id"] for r in one]
+                    except violation:
+                        continue
+            if not won:
+                return {}
+            rows = c.execute(RUNS_BY_IDS, (won,)).fetchall()
+        return {r["id"]: run_from_row(r) for r in rows}
 
     def next_claim_at(self, now: datetime) -> datetime | None:
         now_us = to_us(now)
@@ -820,8 +854,7 @@ class PgDaemonStore(outbox.OutboxDaemon):
         claimed: list[Claimed] = []
         ended: list[tuple[Run, Decision]] = []
         with self.db.batch():
-            self._set_pids(daemon_id, started)
-            finished = self._finish_all(daemon_id, now, finishes)
+            finished = self._finish_all(daemon_id, now, finishes, started)
             if limit > 0:
                 claimed, ended = self._claim_runs(
                     daemon_id,
@@ -834,20 +867,6 @@ class PgDaemonStore(outbox.OutboxDaemon):
                     on_expired=on_expired,
                 )
         return TurnResult(finished, claimed, ended)
-
-    def _set_pids(self, daemon_id: str, started: Sequence[tuple[int, int, int]]) -> None:
-        if not started:
-            return
-        with self.db.write() as c:
-            c.execute(
-                SET_PIDS,
-                {
-                    "ids": [r for r, _, _ in started],
-                    "attempts": [a for _, a, _ in started],
-                    "pids": [p for _, _, p in started],
-                    "me": daemon_id,
-                },
-            )
 
     def save_output(self, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
         if not outputs:
@@ -862,11 +881,19 @@ class PgDaemonStore(outbox.OutboxDaemon):
             )
 
     def _finish_all(
-        self, daemon_id: str, now: datetime, finishes: Sequence[FinishItem]
+        self,
+        daemon_id: str,
+        now: datetime,
+        finishes: Sequence[FinishItem],
+        started: Sequence[tuple[int, int, int]],
     ) -> list[Finished]:
-        """Record every end of the turn in one statement (:data:`FINISH_RUNS`); an end
-        whose run this daemon no longer holds (fenced) is ``Finished(None)``."""
+        """Record the pids of the children started (:data:`SET_PIDS`) and every end of the
+        turn (:data:`FINISH_RUNS`), one statement each, sent together; an end whose run
+        this daemon no longer holds (fenced) is ``Finished(None)``."""
         if not finishes:
+            if started:
+                with self.db.write() as c:
+                    c.execute(SET_PIDS, _pid_params(daemon_id, started))
             return []
         now_us = to_us(now)
         cols: dict[str, list[Any]] = {k: [] for k in FINISH_COLUMNS}
@@ -880,7 +907,10 @@ class PgDaemonStore(outbox.OutboxDaemon):
                 else:
                     cols[k].append(run_params[k] if k in run_params else attempt_params[k])
         with self.db.write() as c:
-            rows = c.execute(FINISH_RUNS, {**cols, "me": daemon_id}).fetchall()
+            with c.connection.pipeline():
+                if started:
+                    c.connection.cursor().execute(SET_PIDS, _pid_params(daemon_id, started))
+                rows = c.execute(FINISH_RUNS, {**cols, "me": daemon_id}).fetchall()
             for row in rows:
                 self.db.announce(f"job:{row['job_id']}")
             if rows:
