@@ -347,6 +347,9 @@ def run(
                 if any(t["succeeded"] < runs for t in ts):
                     raise RuntimeError(f"postgresql bench: {who} did not succeed every run")
             res["throughput"][n] = {who: _medians(ts) for who, ts in trials[n].items()}
+            # each rep's own figure, beside the median (the machine drifts from rep to rep)
+            for who, ts in trials[n].items():
+                res["throughput"][n][who]["reps_runs_per_s"] = [t["runs_per_s"] for t in ts]
         late = jobctl_latency(srv, samples)
         peer_late = peer_latency(srv, samples)
         res["latency"] = {
