@@ -108,6 +108,13 @@ def test_three_dead_runs_in_a_row_pause_the_job_and_resume_clears_it(jobctl, sta
     job = jobctl.json("show", "fragile")
     assert (job["paused"], job["paused_reason"]) == (True, "failures")
     assert "(by failures)" in jobctl("show", "fragile").stdout
+    # the daemon's pause is a revision of the job (SPEC §15)
+    last = jobctl.json("history", "fragile")[-1]
+    assert (last["who"], last["source"], last["changes"]) == (
+        "daemon",
+        "daemon",
+        {"paused": [False, True]},
+    )
     notes = jobctl.json("notifications", "--limit", "100")
     assert [(n["event"], n["job"]) for n in notes] == [("paused", "fragile")]
     # a job without the policy is never paused by its failures

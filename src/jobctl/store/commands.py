@@ -243,6 +243,9 @@ def pause_after_failures(
         return None
     withdraw_early(db, c, job_id, now)
     name = str(paused["name"])
+    job = job_from_row(job_row(db, c, name))
+    was = jobfile.Definition(job.spec, paused=False)
+    write_revision(db, c, job_id, was, jobfile.Definition.of(job), now, "daemon", "daemon")
     outbox.enqueue(c, q, [outbox.paused_note(job_id, name, int(n), now)], now)
     db.announce(f"job:{job_id}")
     return name
