@@ -140,7 +140,9 @@ def test_catchup_policies_after_downtime(jobctl, start_daemon):
     assert d.terminate() == 0
     stopped = datetime.now(UTC)
     time.sleep(9)  # the downtime under test
-    start_daemon()
+    start_daemon().wait_log("took the scheduler lease")
+    # a loaded machine starts the daemon late: the windows until it took over were missed
+    down_seconds = (datetime.now(UTC) - stopped).total_seconds()
     for name in ("skip", "once", "all"):
         wait_until(
             lambda n=name: any(
@@ -161,7 +163,7 @@ def test_catchup_policies_after_downtime(jobctl, start_daemon):
         skipped = [r for r in rows if r["state"] == "skipped"]
         ran = [r for r in rows if r["state"] != "skipped"]
         missed = len(rows)
-        assert 4 <= missed <= 6, (name, rows)
+        assert 4 <= missed <= int(down_seconds / 2) + 2, (name, down_seconds, rows)
         assert all(r["skip_reason"] == "missed" for r in skipped)
         # a skipped row keeps reason schedule; catchup marks only the runs that catch up
         assert all(r["reason"] == "schedule" for r in skipped), skipped
