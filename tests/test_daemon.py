@@ -262,7 +262,7 @@ def test_sigkill_loses_nothing_second_daemon_takes_over(jobctl, start_daemon, tm
     first.kill()
     # its keeper kills the orphaned attempt (test_keeper.py); the next daemon's claim
     # finds the attempt lost all the same
-    wait_until(lambda: not pid_alive(old_pid), 1, what="the orphaned attempt killed")
+    wait_until(lambda: not pid_alive(old_pid), 5, what="the orphaned attempt killed")
     start_daemon()
     wait_until(lambda: len(pidfile.read_text().splitlines()) == 2, 10, what="attempt 2")
     assert not pid_alive(old_pid)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -388,6 +389,33 @@ def test_a_delivery_out_of_tries_is_failed_counted_and_warned(jobctl) -> None:
     assert r.exit_code == 2  # no daemon: critical, and the failed notification said too
     assert "1 failed notification(s) in the last 24h" in r.stdout
     assert [c for c in store.notification_counts()] == [("ops", "dead", "failed", 1)]
+
+
+def test_a_lease_held_by_a_gone_daemon_is_due_when_that_daemon_expires(jobctl) -> None:
+    """A daemon killed mid-send holds its delivery for the long delivery lease, but only
+    while its own row lives: the daemon that takes over is told to look again when that
+    row expires, not when the delivery lease would have ended (90 s of silence under load
+    in CI before this)."""
+    from jobctl.clock import SystemClock
+
+    jobctl("notify", "add", "ops", "--command", "true", "--default", "dead")
+    jobctl("add", "j", "--manual", "--retries", "0", "--", "exit 1")
+    store = jobctl.store()
+    now = SystemClock().now()
+    store.enqueue_run("j", now)
+    (claimed,), _ = store.claim("d1", "h", now, 30)
+    store.finish(claimed.run, claimed.run.attempt, "d1", now, exit_code=1)
+    killed = store.daemon.face("d1", "h", lease=2)
+    killed.register_daemon(now)
+    (out,), _ = killed.exchange_notifications(now, [], limit=1, lease_seconds=90)
+    other = store.daemon.face("d2", "h", lease=2)
+    other.register_daemon(now)
+    nothing, due = other.exchange_notifications(now, [], limit=4, lease_seconds=90)
+    assert nothing == [] and due is not None
+    assert now < due <= now + timedelta(seconds=3)  # d1's row expires at now + 2 s
+    later = now + timedelta(seconds=2, milliseconds=1)
+    (again,), _ = other.exchange_notifications(later, [], limit=4, lease_seconds=90)
+    assert again.note.key == out.note.key  # the same notification, under the same key
 
 
 def test_a_send_under_way_does_not_hold_a_stopping_daemon(jobctl, start_daemon) -> None:

@@ -148,4 +148,4 @@ def test_sigkill_of_cli_writers_leaves_no_half_written_state(jobctl, db):
             assert set(run.locks) == {"L" + job.name, "M" + job.name}, run
             assert run.settings is not None
     # the CLI still works on the file
-    wait_until(lambda: jobctl("list", "--json").exit_code == 0, 2)
+    wait_until(lambda: jobctl("list", "--json").exit_code == 0, 10)

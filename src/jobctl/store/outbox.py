@@ -496,14 +496,17 @@ SELECT {NOTIFICATION_COLUMNS}, {", ".join("ch." + col for col in CHANNEL_COLUMNS
     ch.name AS ch_name
 FROM notifications n LEFT JOIN channels ch ON ch.name = n.channel WHERE n.id = ?
 """
-#: when the next notification may be leased: its next try, or when its lease ends (at
-#: once when the daemon holding it is gone)
+#: when the next notification may be leased: its next try, or when its lease ends; a lease
+#: ends early when the daemon holding it is gone (its row expired or removed), so a daemon
+#: that took over from a killed one wakes then, not when the long delivery lease runs out
 NEXT_DUE = """
 SELECT MIN(CASE WHEN n.lease_until IS NULL OR n.lease_until < n.next_try_at
-                  OR NOT EXISTS (SELECT 1 FROM daemons d
-                                 WHERE d.id = n.leased_by AND d.expires_at >= :now)
-                THEN n.next_try_at ELSE n.lease_until + 1 END) AS at
-FROM notifications n WHERE n.state = 'pending'
+                  OR d.expires_at IS NULL OR d.expires_at < n.next_try_at
+                THEN n.next_try_at
+                WHEN d.expires_at < n.lease_until THEN d.expires_at + 1
+                ELSE n.lease_until + 1 END) AS at
+FROM notifications n LEFT JOIN daemons d ON d.id = n.leased_by
+WHERE n.state = 'pending'
 """
 MARK_SENT = """
 UPDATE notifications SET state = 'sent', tries = tries + 1, sent_at = :now, ended_at = :now,
@@ -579,7 +582,7 @@ def claim_due(
 
 def next_due(c: Cursor, q: Sql, now: datetime) -> datetime | None:
     """When a notification may next be leased (None: none is pending)."""
-    row = c.execute(q(NEXT_DUE), {"now": to_us(now)}).fetchone()
+    row = c.execute(q(NEXT_DUE)).fetchone()
     return from_us(row["at"]) if row and row["at"] is not None else None
 
 
