@@ -499,6 +499,31 @@ def test_db_copy_without_history_and_onto_a_database_with_jobs(tmp_path, pg_url)
         on_pg.close()
 
 
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"])
+def test_db_copy_never_gives_a_copied_run_an_id_used_before(tmp_path, pg_url, target):
+    """Run ids are the idempotency key a command sees (JOBCTL_RUN_ID): a copy into a
+    database whose jobs were deleted continues after the ids it gave, on either target."""
+    from conftest import Jobctl
+
+    source = Jobctl(tmp_path / "source.db")
+    dest = Jobctl(tmp_path / "dest.db" if target == "sqlite" else pg_url)
+    try:
+        _history(source.db, n_jobs=8)
+        dest("add", "old", "--manual", "--", "true")
+        used = [dest.json("run", "old")["id"] for _ in range(3)]
+        dest("rm", "old")
+        assert dest.json("runs") == []
+        source("db", "copy", "--to", str(dest.db) if target == "sqlite" else pg_url, "--history")
+        ids = [r["id"] for r in dest.json("runs", "--limit", "100000")]
+        assert ids and min(ids) > max(used)
+        assert len(set(ids)) == len(ids) == len(source.json("runs", "--limit", "100000"))
+        later = dest.json("run", dest.json("list")[0]["name"])["id"]
+        assert later > max(ids)  # and the table's own counter went on past them
+    finally:
+        source.close()
+        dest.close()
+
+
 def test_db_info_on_postgresql_hides_the_password(pg_url):
     from conftest import Jobctl
 

@@ -88,6 +88,11 @@ class Dialect(Protocol):
         """After a copied run is inserted: what this backend keeps besides ``run_locks``."""
         ...
 
+    def new_ids(self, c: Any, table: str, n: int) -> list[int]:
+        """Inside a write: ``n`` ids never given to a row of ``table`` (``runs``, ``jobs``),
+        for rows inserted with them (:attr:`Queries.insert_row_with_id`)."""
+        ...
+
     def size_bytes(self) -> int:
         """The space the database takes (file and log, or the schema's tables)."""
         ...

@@ -23,6 +23,9 @@ class Fragments:
     lines_of: Callable[[str], str]
     #: appended to a read whose rows the transaction goes on to change ("" or " FOR UPDATE")
     for_update: str
+    #: after an INSERT's column names when the rows bring ids of their own ("" or
+    #: " OVERRIDING SYSTEM VALUE" for an identity column)
+    given_ids: str = ""
 
 
 # The claim's rules (SPEC §5, §9), one named piece each, over the row ``runs`` (and, in the
@@ -147,6 +150,8 @@ class Queries:
     pause_by_failures: str
     # db copy
     insert_row: str
+    insert_row_with_id: str
+    set_last_window: str
     # the dashboard (SPEC §17): jobctl.store.dashboard
     dash_job_facts: str
     dash_open_runs: str
@@ -383,6 +388,10 @@ ORDER BY jobs.id LIMIT ?
         "next_run_at = NULL, updated_at = ? WHERE id = ? AND state = 'active' RETURNING name",
         # {table}, {names}, {named}: a row of a copied database, by column name
         insert_row="INSERT INTO {table} ({names}) VALUES ({named})",
+        set_last_window="UPDATE jobs SET last_window_at = ? WHERE id = ?",
+        insert_row_with_id=(
+            f"INSERT INTO {{table}} (id, {{names}}){d.given_ids} VALUES (:id, {{named}})"
+        ),
         # {where}: the search and the job state. Each job's last run comes off the index
         # on (job_id, scheduled_for); what waits (dash_open_runs) is read apart, once
         dash_job_facts=f"""

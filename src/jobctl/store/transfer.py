@@ -62,12 +62,11 @@ def job_columns(copied: CopiedJob, now: datetime, *, history: bool) -> dict[str,
     ``history`` no trace of past runs (``missed_total`` 0, no boot recorded)."""
     job = copied.job
     cols = spec_columns(job.spec)
-    windows = [to_us(r.run.scheduled_for) for r in copied.runs]
     cols.update(
         state=job.state.value,
         schedule_from=to_us(now),
         next_run_at=None if job.next_run_at is None else to_us(job.next_run_at),
-        last_window_at=max(windows) if windows else None,
+        last_window_at=None,  # set once its runs are in (they are read once)
         missed_total=job.missed_total if history else 0,
         last_boot_id=job.last_boot_id if history else None,
         created_at=to_us(job.created_at),
@@ -77,8 +76,9 @@ def job_columns(copied: CopiedJob, now: datetime, *, history: bool) -> dict[str,
     return cols
 
 
-def run_columns(run: Run, job_id: int) -> dict[str, Any]:
-    """The target's ``runs`` row (its id is the target's own)."""
+def run_columns(run: Run, job_id: int, settings_json: str | None = None) -> dict[str, Any]:
+    """The target's ``runs`` row (its id is the target's own); ``settings_json`` is its
+    settings already as JSON."""
 
     def us(dt: datetime | None) -> int | None:
         return None if dt is None else to_us(dt)
@@ -103,7 +103,9 @@ def run_columns(run: Run, job_id: int) -> dict[str, Any]:
         "last_error": run.last_error,
         "run_key": run.run_key,
         "env": json.dumps(run.env, sort_keys=True),
-        "settings": json.dumps(run.settings.to_dict(), sort_keys=True),
+        "settings": settings_json
+        if settings_json is not None
+        else json.dumps(run.settings.to_dict(), sort_keys=True),
         "attempt_base": run.attempt_base,
         "hook_status": run.hook_status,
         "created_at": to_us(run.started_at or run.scheduled_for),
@@ -137,27 +139,78 @@ def _insert(db: Dialect, c: Any, table: str, cols: dict[str, Any], *, returning:
     return int(c.execute(sql + " RETURNING id", cols).fetchone()["id"])
 
 
+def _insert_many(db: Dialect, c: Any, table: str, rows: list[dict[str, Any]], *, ids: bool) -> None:
+    """Rows of one shape in one call of the driver (with ``ids``, each brings its ``id``)."""
+    if not rows:
+        return
+    names = [k for k in rows[0] if k != "id"]
+    sql = (db.q.insert_row_with_id if ids else db.q.insert_row).format(
+        table=table, names=", ".join(names), named=", ".join(db.named(k) for k in names)
+    )
+    c.executemany(sql, rows)
+
+
+#: runs inserted a driver call at a time (their ids taken before, in one statement)
+RUNS_A_CALL = 1000
+
+
+def _load_runs(db: Dialect, c: Any, copied: CopiedJob, job_id: int) -> int | None:
+    """Insert a job's runs (with their locks and attempts) a chunk at a time; returns its
+    last window (None: no run)."""
+    overlap = copied.job.spec.overlap.value
+    last_window: int | None = None
+    settings: tuple[Any, str] | None = None  # the last run's settings and their JSON
+
+    def flush(chunk: list[CopiedRun]) -> None:
+        nonlocal settings, last_window
+        rows: list[dict[str, Any]] = []
+        locks: list[tuple[int, str]] = []
+        attempts: list[dict[str, Any]] = []
+        for run_id, cr in zip(db.new_ids(c, "runs", len(chunk)), chunk, strict=True):
+            if settings is None or settings[0] is not cr.run.settings:
+                settings = (cr.run.settings, json.dumps(cr.run.settings.to_dict(), sort_keys=True))
+            cols = run_columns(cr.run, job_id, settings_json=settings[1])
+            db.copied_run(cols, overlap)
+            cols["id"] = run_id
+            rows.append(cols)
+            window = cols["scheduled_for"]
+            last_window = window if last_window is None else max(last_window, window)
+            locks.extend((run_id, lock) for lock in cr.run.locks)
+            attempts.extend(attempt_columns(a, run_id) for a in cr.attempts)
+        _insert_many(db, c, "runs", rows, ids=True)
+        if locks:
+            c.executemany(db.q.insert_run_lock, locks)
+        for cols, cr in zip(rows, chunk, strict=True):
+            if cr.run.locks:
+                db.copied_locks(c, cols["id"], cr.run.state.value, cr.run.locks)
+        _insert_many(db, c, "attempts", attempts, ids=False)
+
+    chunk: list[CopiedRun] = []
+    for cr in copied.runs:
+        chunk.append(cr)
+        if len(chunk) == RUNS_A_CALL:
+            flush(chunk)
+            chunk = []
+    if chunk:
+        flush(chunk)
+    return last_window
+
+
 def load_copy(db: Dialect, jobs: Sequence[CopiedJob], now: datetime, *, history: bool) -> int:
     """Insert every job (and its runs and attempts) with new ids, in one transaction.
-    Refused (Conflict) when the database already holds a job. Returns how many jobs."""
+    Refused (Conflict) when the database already holds a job. Returns how many jobs.
+    Each job's runs are read once, as they come (a long history is never held whole)."""
     with db.write() as c:
         db.lock_for_copy(c)  # no add meanwhile
         held = c.execute(db.q.count_jobs).fetchone()["n"]
         if held:
             raise Conflict(f"the target database holds {held} jobs; db copy fills an empty one")
         for copied in jobs:
-            job_id = _insert(
-                db, c, "jobs", job_columns(copied, now, history=history), returning=True
-            )
-            for cr in copied.runs:
-                cols = run_columns(cr.run, job_id)
-                db.copied_run(cols, copied.job.spec.overlap.value)
-                run_id = _insert(db, c, "runs", cols, returning=True)
-                for lock in cr.run.locks:
-                    c.execute(db.q.insert_run_lock, (run_id, lock))
-                db.copied_locks(c, run_id, cr.run.state.value, cr.run.locks)
-                for a in cr.attempts:
-                    _insert(db, c, "attempts", attempt_columns(a, run_id), returning=False)
+            cols = job_columns(copied, now, history=history)
+            job_id = _insert(db, c, "jobs", cols, returning=True)
+            last_window = _load_runs(db, c, copied, job_id)
+            if last_window is not None:
+                c.execute(db.q.set_last_window, (last_window, job_id))
             for rev in copied.revisions:
                 cols = {
                     "job_id": job_id,

@@ -253,6 +253,14 @@ class PgDb:
                 (lock, run_id),
             )
 
+    def new_ids(self, c: Any, table: str, n: int) -> list[int]:
+        """``n`` values of the identity column's sequence, in one statement."""
+        c.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) AS id FROM generate_series(1, %s)",
+            ("jobctl." + table, n),
+        )
+        return sorted(int(r["id"]) for r in c.fetchall())
+
     def size_bytes(self) -> int:
         return int(
             self.scalar(

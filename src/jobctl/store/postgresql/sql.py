@@ -23,5 +23,6 @@ QUERIES = queries(
     Fragments(
         lines_of=lambda column: f"string_agg({column}, E'\\n' ORDER BY {column})",
         for_update=" FOR UPDATE",
+        given_ids=" OVERRIDING SYSTEM VALUE",
     )
 ).translated(pyformat)

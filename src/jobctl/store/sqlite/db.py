@@ -24,6 +24,10 @@ DAEMON_AUTOCHECKPOINT_PAGES = 20_000
 DAEMON_WAL_LIMIT_BYTES = 4 * 1024 * 1024
 
 
+#: the page cache of a connection that fills a database by ``db copy`` (KiB)
+COPY_CACHE_KIB = 1 << 20
+
+
 class Db:
     """One connection to a jobctl SQLite file. Open with :meth:`open`."""
 
@@ -227,13 +231,24 @@ class Db:
         """Nothing to lock: ``BEGIN IMMEDIATE`` already made this the only writer."""
 
     def lock_for_copy(self, c: Any) -> None:
-        """Nothing to lock: ``BEGIN IMMEDIATE`` already made this the only writer."""
+        """Nothing to lock: ``BEGIN IMMEDIATE`` already made this the only writer. A copy
+        writes a whole history in one transaction, across every index of ``runs``: a page
+        cache of up to 1 GiB for this connection keeps those pages off the disk meanwhile
+        (the memory is taken only as pages are touched)."""
+        c.execute(f"PRAGMA cache_size = -{COPY_CACHE_KIB}")
 
     def copied_run(self, cols: dict[str, Any], overlap: str) -> None:
         """A copied run needs nothing more here (the claim reads the rules off the rows)."""
 
     def copied_locks(self, c: Any, run_id: int, state: str, locks: Sequence[str]) -> None:
         """Nothing more than ``run_locks``."""
+
+    def new_ids(self, c: Any, table: str, n: int) -> list[int]:
+        """The next ``n`` after the table's AUTOINCREMENT counter (the only writer holds
+        ``BEGIN IMMEDIATE``; inserting them moves the counter past them)."""
+        row = c.execute("SELECT seq FROM sqlite_sequence WHERE name = ?", (table,)).fetchone()
+        first = (row[0] if row else 0) + 1
+        return list(range(first, first + n))
 
     def size_bytes(self) -> int:
         size = 0
