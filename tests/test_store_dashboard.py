@@ -140,6 +140,7 @@ def test_no_dashboard_statement_reads_every_run(store: Any) -> None:
     mark = "%s" if BACKEND == "postgresql" else "?"
     statements: list[tuple[str, Any]] = [
         (q.dash_job_facts.format(where=""), ()),
+        (q.dash_open_runs, ()),
         (q.dash_last_runs.format(marks=mark), (1,)),
         (q.recent_runs_of_job, (1, 20)),
         (q.dash_busy_workers, ()),

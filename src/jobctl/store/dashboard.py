@@ -3,7 +3,9 @@ a :class:`~.dialect.Dialect` with the statements ``dash_*`` of :mod:`.queries`.
 
 Each read is one statement, or one short indexed statement a job of the page shown (at most
 50): none reads every run, so a page costs about the same with 10 million runs as with a
-thousand (SPEC §17).
+thousand (SPEC §17). Every job's last run state, which the overview ranks and filters by,
+comes from ``last_ends`` (each job's newest ended run, kept by triggers as runs change) and
+the open runs, never from a look at each job's history.
 """
 
 from __future__ import annotations
@@ -48,25 +50,37 @@ class Dashboard:
         }
         retrying: set[int] = set()
         due: dict[int, int] = {}
+        # per job, (window, state) of its newest open run
+        newest_open: dict[int, tuple[int, str]] = {}
         for r in self.db.read(self.q.dash_open_runs):
-            job_id, at = int(r["job_id"]), r["due"]
-            if r["state"] == "failed":
+            job_id, at, state = int(r["job_id"]), r["due"], r["state"]
+            if state == "failed":
                 retrying.add(job_id)
-            if at is not None and (job_id not in due or at < due[job_id]):
+            if state != "leased" and at is not None and (job_id not in due or at < due[job_id]):
                 due[job_id] = int(at)
-        return [
-            JobFacts(
-                id=int(r["id"]),
-                name=r["name"],
-                state=JobState(r["state"]),
-                last_state=RunState(r["last_state"]) if r["last_state"] else None,
-                failing=int(r["id"]) in retrying,
-                oldest_open_due=opt_dt(due.get(int(r["id"]))),
-                paused_reason=r["paused_reason"],
-                notifications_failed=failed.get(int(r["id"]), 0),
+            window = int(r["newest"])
+            if job_id not in newest_open or window > newest_open[job_id][0]:
+                newest_open[job_id] = (window, state)
+        out = []
+        for r in self.db.read(self.q.dash_job_facts.format(where=clause), params):
+            job_id = int(r["id"])
+            last = r["end_state"]
+            open_run = newest_open.get(job_id)
+            if open_run is not None and (last is None or open_run[0] > int(r["end_window"])):
+                last = open_run[1]
+            out.append(
+                JobFacts(
+                    id=job_id,
+                    name=r["name"],
+                    state=JobState(r["state"]),
+                    last_state=RunState(last) if last else None,
+                    failing=job_id in retrying,
+                    oldest_open_due=opt_dt(due.get(job_id)),
+                    paused_reason=r["paused_reason"],
+                    notifications_failed=failed.get(job_id, 0),
+                )
             )
-            for r in self.db.read(self.q.dash_job_facts.format(where=clause), params)
-        ]
+        return out
 
     def job_names(self, query: str | None) -> list[tuple[int, str]]:
         clause, params = self._where(query, None)

@@ -392,18 +392,20 @@ ORDER BY jobs.id LIMIT ?
         insert_row_with_id=(
             f"INSERT INTO {{table}} (id, {{names}}){d.given_ids} VALUES (:id, {{named}})"
         ),
-        # {where}: the search and the job state. Each job's last run comes off the index
-        # on (job_id, scheduled_for); what waits (dash_open_runs) is read apart, once
-        dash_job_facts=f"""
-SELECT j.id, j.name, j.state, j.paused_reason,
-    (SELECT r.state FROM runs r WHERE r.job_id = j.id AND {_NOT_SKIPPED}
-     ORDER BY r.scheduled_for DESC LIMIT 1) AS last_state
-FROM jobs j {{where}}
+        # {where}: the search and the job state. Each job's newest run that ended (not
+        # skipped) is kept in last_ends by triggers; its newest open run, if newer, is the
+        # last (dash_open_runs, read apart, once): no run of the history is looked at
+        dash_job_facts="""
+SELECT j.id, j.name, j.state, j.paused_reason, e.state AS end_state,
+    e.scheduled_for AS end_window
+FROM jobs j LEFT JOIN last_ends e ON e.job_id = j.id {where}
 """,
         dash_job_names="SELECT j.id, j.name FROM jobs j {where}",
-        # the runs waiting to start or to be retried, by job: few, off (state, not_before)
-        dash_open_runs="SELECT job_id, state, MIN(not_before) AS due FROM runs "
-        "WHERE state IN ('pending', 'failed') GROUP BY job_id, state",
+        # the runs waiting to start, running or waiting to be retried, by job and state:
+        # few, off (state, not_before); the earliest due, the newest window
+        dash_open_runs="SELECT job_id, state, MIN(not_before) AS due, "
+        "MAX(scheduled_for) AS newest FROM runs "
+        "WHERE state IN ('pending', 'leased', 'failed') GROUP BY job_id, state",
         dash_failed_notifications="SELECT job_id, COUNT(*) AS n FROM notifications "
         "WHERE state = 'failed' AND ended_at >= ? AND job_id IS NOT NULL GROUP BY job_id",
         # {marks}: one per id
