@@ -173,7 +173,7 @@ class PgDb:
         if self.in_batch:
             yield
             return
-        with self.write():
+        with self.write(pipelined=True):
             self.in_batch = True
             try:
                 yield
@@ -181,18 +181,22 @@ class PgDb:
                 self.in_batch = False
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[Any]:
+    def write(self, *, pipelined: bool = False) -> Iterator[Any]:
         """A transaction (READ COMMITTED): committed on success, rolled back on error.
         Notifications queued with :meth:`announce` are sent inside it, so they are
         delivered exactly when the change is visible: all of them in one statement, each
-        message once. Inside :meth:`batch` it joins."""
+        message once. Inside :meth:`batch` it joins.
+
+        ``pipelined`` (a daemon's turn): the whole transaction in pipeline mode, so that
+        its ``BEGIN`` travels with the first statement and the ``NOTIFY`` with the
+        ``COMMIT``: the server is waited for only where a result is read."""
         if self.in_batch:
             yield self._batch_cur
             return
         conn = self._live()
         psycopg = self.psycopg
         try:
-            with conn.transaction():
+            with conn.pipeline() if pipelined else contextlib.nullcontext(), conn.transaction():
                 cur = conn.cursor()
                 self._batch_cur = cur
                 yield cur
