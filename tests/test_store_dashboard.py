@@ -104,6 +104,10 @@ def test_pages_of_runs_across_jobs_with_a_cursor(store: Any) -> None:
         r.id for r in store.list_runs("a", limit=2)
     ]
     assert dash.last_runs([a_id])[a_id].id == store.list_runs("a", limit=1)[0].id
+    # a strip: id, state and window of the newest runs, newest first
+    assert [(r.id, r.state, r.scheduled_for) for r in dash.recent_runs([a_id], 2)[a_id]] == [
+        (r.id, r.state, r.scheduled_for) for r in store.list_runs("a", limit=2)
+    ]
 
 
 def test_timeline_attempts_that_overlap_the_range(store: Any) -> None:
@@ -142,7 +146,7 @@ def test_no_dashboard_statement_reads_every_run(store: Any) -> None:
         (q.dash_job_facts.format(where=""), ()),
         (q.dash_open_runs, ()),
         (q.dash_last_runs.format(marks=mark), (1,)),
-        (q.recent_runs_of_job, (1, 20)),
+        (q.dash_strip_runs, (1, 20)),
         (q.dash_busy_workers, ()),
         (q.dash_finished_runs, (1, 100)),
         (q.dash_timeline.format(marks=mark), (1, 0, 0, 0, 0, 10)),

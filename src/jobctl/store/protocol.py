@@ -52,6 +52,7 @@ from .values import (
     Renewal,
     Revision,
     Status,
+    StripRun,
     TimelineBar,
     TurnResult,
     Waker,
@@ -598,8 +599,9 @@ class DashboardReads(Protocol):
         """Per job id, its most recent run by window that was not skipped."""
         ...
 
-    def recent_runs(self, job_ids: Sequence[int], per_job: int) -> dict[int, list[Run]]:
-        """The ``per_job`` most recent runs of each job (skipped too), newest first."""
+    def recent_runs(self, job_ids: Sequence[int], per_job: int) -> dict[int, list[StripRun]]:
+        """The ``per_job`` most recent runs of each job (skipped too), newest first: their
+        id, state and window, what the overview's strips show."""
         ...
 
     def run_counts_since(self, since: datetime) -> dict[str, int]:

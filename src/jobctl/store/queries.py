@@ -87,7 +87,6 @@ class Queries:
     runs_by_ids: str
     list_runs: str
     list_runs_of_job: str
-    recent_runs_of_job: str
     attempts_of_run: str
     last_attempt: str
     one_attempt: str
@@ -161,6 +160,7 @@ class Queries:
     dash_last_runs: str
     dash_run_counts_since: str
     dash_busy_workers: str
+    dash_strip_runs: str
     dash_finished_runs: str
     dash_timeline: str
 
@@ -202,9 +202,6 @@ FROM jobs {only}""",
         list_runs=run_select + " {where} ORDER BY runs.scheduled_for DESC, runs.id DESC LIMIT ?",
         # one job's: its windows are unique, so the (job_id, ...) indexes give the order
         list_runs_of_job=run_select + " {where} ORDER BY runs.scheduled_for DESC LIMIT ?",
-        # one job's newest runs, off the UNIQUE (job_id, scheduled_for) index
-        recent_runs_of_job=run_select
-        + " WHERE runs.job_id = ? ORDER BY runs.scheduled_for DESC LIMIT ?",
         attempts_of_run="SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt",
         last_attempt="SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt DESC LIMIT 1",
         one_attempt="SELECT * FROM attempts WHERE run_id = ? AND attempt = ?",
@@ -425,6 +422,10 @@ WHERE runs.id IN (
         ),
         dash_busy_workers="SELECT leased_by, COUNT(*) AS n FROM runs "
         "WHERE state = 'leased' AND leased_by IS NOT NULL GROUP BY leased_by",
+        # a job's newest runs for its strip: id, state and window alone, off the UNIQUE
+        # (job_id, scheduled_for) index
+        dash_strip_runs="SELECT id, state, scheduled_for FROM runs WHERE job_id = ? "
+        "ORDER BY scheduled_for DESC LIMIT ?",
         dash_finished_runs=run_select + " WHERE runs.job_id = ? AND la.finished_at IS NOT NULL"
         " ORDER BY runs.scheduled_for DESC LIMIT ?",
         # {marks}: one per job id; then the oldest window, the end, the end, the start, the

@@ -217,6 +217,15 @@ class JobFacts:
 
 
 @dataclass(frozen=True)
+class StripRun:
+    """One run in a job's strip of recent runs on the overview: what a cell shows."""
+
+    id: int
+    state: RunState
+    scheduled_for: datetime
+
+
+@dataclass(frozen=True)
 class TimelineBar:
     """One attempt on the timeline: its run's job, its span, and what became of it."""
 
