@@ -11,7 +11,7 @@ the open runs, never from a look at each job's history.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..clock import from_us, to_us
@@ -200,13 +200,18 @@ class Dashboard:
         return bars
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _bar(r: Any) -> TimelineBar:
-    """An attempt row as a bar: running, its run's end when it was the last, else failed."""
-    attempt = int(r["attempt"])
-    if r["finished_at"] is None:
+    """An attempt row as a bar: running, its run's end when it was the last, else failed.
+    (Its instants as :func:`~jobctl.clock.from_us` makes them, without its memo: the
+    thousands of bars of a page have as many different instants.)"""
+    attempt, finished, run_state = int(r["attempt"]), r["finished_at"], r["state"]
+    if finished is None:
         state = "leased"
-    elif attempt == int(r["run_attempt"]) and r["state"] != "leased":
-        state = r["state"]
+    elif attempt == int(r["run_attempt"]) and run_state != "leased":
+        state = run_state
     else:
         state = "failed"
     return TimelineBar(
@@ -214,7 +219,7 @@ def _bar(r: Any) -> TimelineBar:
         job_name=r["job_name"],
         run_id=int(r["run_id"]),
         attempt=attempt,
-        started_at=from_us(int(r["started_at"])),
-        finished_at=opt_dt(r["finished_at"]),
+        started_at=_EPOCH + timedelta(microseconds=int(r["started_at"])),
+        finished_at=None if finished is None else _EPOCH + timedelta(microseconds=int(finished)),
         state=state,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from markupsafe import Markup, escape
@@ -150,6 +150,13 @@ def hour_marks(start: datetime, end: datetime, zone: ZoneInfo) -> list[datetime]
     return marks
 
 
+def _utc_text(t: datetime) -> str:
+    """:func:`~jobctl.clock.iso` of an aware datetime, not memoised."""
+    if t.utcoffset():
+        t = t.astimezone(UTC)
+    return t.replace(tzinfo=None).isoformat() + "Z"
+
+
 def timeline_svg(
     rows: Sequence[tuple[int, str]],
     bars: Sequence[TimelineBar],
@@ -196,21 +203,27 @@ def timeline_svg(
             f'<a href="/jobs/{escape(name)}"><text class="row-label" x="4" '
             f'y="{_TOP + i * _ROW_H + _ROW_H * 0.7:.1f}">{escape(name)}</text></a>'
         )
+    # up to 5,000 bars a page: each name escaped once, each instant written without the
+    # memo of clock.iso (every bar's instants differ)
+    escaped: dict[str, str] = {}
     for b in bars:
         row = row_of.get(b.job_id)
         if row is None:
             continue
         x1 = x_of(b.started_at)
         x2 = x_of(b.finished_at or now)
-        end_text = iso(b.finished_at) if b.finished_at else "running"
+        end_text = _utc_text(b.finished_at) if b.finished_at else "running"
+        if b.job_name not in escaped:
+            escaped[b.job_name] = str(escape(b.job_name))
+        name = escaped[b.job_name]
         parts.append(
             f'<a href="/runs/{b.run_id}"><rect class="bar s-{b.state}" '
-            f'data-job="{escape(b.job_name)}" '
+            f'data-job="{name}" '
             f'data-run="{b.run_id}" data-attempt="{b.attempt}" '
             f'data-x1="{x1:.3f}" data-x2="{x2:.3f}" x="{x1:.2f}" y="{_TOP + row * _ROW_H + 3}" '
             f'width="{max(x2 - x1, 1.5):.2f}" height="{_ROW_H - 6}">'
-            f"<title>{escape(b.job_name)} run {b.run_id} attempt {b.attempt}: {b.state}, "
-            f"{iso(b.started_at)} to {end_text}</title></rect></a>"
+            f"<title>{name} run {b.run_id} attempt {b.attempt}: {b.state}, "
+            f"{_utc_text(b.started_at)} to {end_text}</title></rect></a>"
         )
     parts.append(
         f'<line class="now" x1="{x_of(now):.2f}" y1="{_TOP - 6}" x2="{x_of(now):.2f}" '
