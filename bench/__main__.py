@@ -531,7 +531,20 @@ def rows(res: dict, a: argparse.Namespace) -> list[tuple[str, str, str, str, str
                 _fmt(mine["runs_per_s"], "/s"),
                 _fmt(ref["runs_per_s"], "/s") + f" (procrastinate, {n} × concurrency 4)",
                 _ratio(mine["runs_per_s"] / ref["runs_per_s"]),
+                "≥ 2×, ≥ 800 /s" if n == 1 else "≥ 2×",
+                mine["runs_per_s"] >= 2 * ref["runs_per_s"]
+                and (n != 1 or mine["runs_per_s"] >= 800),
             )
+            if "cpu_ms" in mine and "cpu_ms" in ref:
+
+                def cpu(c: dict[str, float]) -> str:
+                    return " / ".join(_fmt(c[k], "ms") for k in ("daemon", "children", "server"))
+
+                row(
+                    f"postgresql: CPU a run, {n} daemon(s): own / children / server",
+                    cpu(mine["cpu_ms"]),
+                    cpu(ref["cpu_ms"]) + " (procrastinate)",
+                )
         lat, plat = pg["latency"]["jobctl"], pg["latency"]["procrastinate"]
         row(
             f"postgresql: claim latency, one at a time ({pg['samples']}): p50 / p99",
@@ -545,6 +558,19 @@ def rows(res: dict, a: argparse.Namespace) -> list[tuple[str, str, str, str, str
             _fmt(c["version_ms"], "ms") + " (jobctl --version)",
             _ratio(c["ratio"]),
         )
+        if "sqlite_list_ms" in c:
+            row(
+                "postgresql: cli: the same against SQLite's, in pairs",
+                _fmt(c["list_ms"], "ms"),
+                _fmt(c["sqlite_list_ms"], "ms") + " (SQLite)",
+                _ratio(c["vs_sqlite"]),
+                "≤ 1.5×",
+                c["vs_sqlite"] <= 1.5,
+            )
+            row(
+                "postgresql: cli: importing psycopg in a new process",
+                _fmt(c["driver_import_ms"], "ms"),
+            )
     return out
 
 

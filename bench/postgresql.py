@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .jobctl_runs import DaemonProc, jobctl_exe
-from .stats import median, percentile
+from .stats import median, percentile, proc_cpu_split
 
 
 class Server:
@@ -156,6 +156,42 @@ def _daemons(url: str, n: int, workers: int = 4) -> list[DaemonProc]:
     return ds
 
 
+def _server_cpu(srv: Server) -> float:
+    """CPU seconds of the whole server so far: the postmaster's own and its reaped
+    children's, and the live backends' own."""
+    post = int((srv.data / "postmaster.pid").read_text().split()[0])
+    own, reaped = proc_cpu_split(post)
+    total = own + reaped
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid == post:
+                total += proc_cpu_split(int(entry))[0]
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def _cpu_a_run(
+    before: tuple[list[tuple[float, float]], float],
+    after: tuple[list[tuple[float, float]], float],
+    runs: int,
+) -> dict[str, float]:
+    """CPU a run in ms between two readings of (each scheduler process's own and reaped
+    children's, the server's): the schedulers' own, their children's, the server's (the
+    bench's polling of the count included: a few statements a second)."""
+    own = sum(b[0] - a[0] for a, b in zip(before[0], after[0], strict=True))
+    kids = sum(b[1] - a[1] for a, b in zip(before[0], after[0], strict=True))
+    return {
+        "daemon": own / runs * 1000,
+        "children": kids / runs * 1000,
+        "server": (after[1] - before[1]) / runs * 1000,
+    }
+
+
 def jobctl_throughput(srv: Server, daemons: int, runs: int) -> dict:
     from jobctl.store import open_store
 
@@ -174,9 +210,11 @@ def jobctl_throughput(srv: Server, daemons: int, runs: int) -> dict:
             enqueue_s = time.perf_counter() - t0
         finally:
             store.close()
+            cpu0 = [proc_cpu_split(d.pid) for d in ds], _server_cpu(srv)
             _resume(d.pid for d in ds)
         done = "SELECT count(*) FROM jobctl.runs WHERE state IN ('succeeded', 'failed', 'dead')"
         _wait(lambda: _query(url, done)[0][0] >= runs, 300, "jobctl's runs")
+        cpu1 = [proc_cpu_split(d.pid) for d in ds], _server_cpu(srv)
     finally:
         for d in ds:
             d.stop()
@@ -186,7 +224,13 @@ def jobctl_throughput(srv: Server, daemons: int, runs: int) -> dict:
         "count(*) FILTER (WHERE state = 'succeeded') FROM jobctl.runs",
     )[0]
     span = (last - first) / 1e6
-    return {"enqueue_s": enqueue_s, "span_s": span, "runs_per_s": runs / span, "succeeded": ok}
+    return {
+        "enqueue_s": enqueue_s,
+        "span_s": span,
+        "runs_per_s": runs / span,
+        "succeeded": ok,
+        "cpu_ms": _cpu_a_run(cpu0, cpu1, runs),
+    }
 
 
 class _Peer:
@@ -240,9 +284,11 @@ def peer_throughput(srv: Server, workers: int, runs: int) -> dict:
         try:
             enqueue_s = float(_peer_call(url, "defer", str(runs)))
         finally:
+            cpu0 = [proc_cpu_split(w.proc.pid) for w in ws], _server_cpu(srv)
             _resume(w.proc.pid for w in ws)
         done = "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('succeeded', 'failed')"
         _wait(lambda: _query(url, done)[0][0] >= runs, 300, "procrastinate's jobs")
+        cpu1 = [proc_cpu_split(w.proc.pid) for w in ws], _server_cpu(srv)
     finally:
         for w in ws:
             w.stop()
@@ -253,7 +299,13 @@ def peer_throughput(srv: Server, workers: int, runs: int) -> dict:
         "count(*) FILTER (WHERE type = 'succeeded') FROM procrastinate_events",
     )[0]
     span = float(span)
-    return {"enqueue_s": enqueue_s, "span_s": span, "runs_per_s": runs / span, "succeeded": ok}
+    return {
+        "enqueue_s": enqueue_s,
+        "span_s": span,
+        "runs_per_s": runs / span,
+        "succeeded": ok,
+        "cpu_ms": _cpu_a_run(cpu0, cpu1, runs),
+    }
 
 
 def jobctl_latency(srv: Server, samples: int) -> list[float]:
@@ -300,8 +352,13 @@ def peer_latency(srv: Server, samples: int) -> list[float]:
 
 
 def cli(srv: Server, reps: int) -> dict:
+    """``list --json`` on 1,000 jobs on PostgreSQL and on an SQLite file holding the same
+    jobs, in pairs; beside them what importing the driver costs a new process."""
     url = srv.new_db()
-    _manual_jobs(url, [f"cli{i}" for i in range(1000)])
+    names = [f"cli{i}" for i in range(1000)]
+    _manual_jobs(url, names)
+    file = srv.root / "cli.db"
+    _manual_jobs(str(file), names)
     exe = jobctl_exe()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
@@ -312,17 +369,40 @@ def cli(srv: Server, reps: int) -> dict:
         )
         return (time.perf_counter() - t0) * 1000
 
-    version, listing = [exe, "--version"], [exe, "--db", url, "list", "--json"]
-    timed(version), timed(listing)  # warm the page cache
-    v, li = [], []
+    cmds = {
+        "version": [exe, "--version"],
+        "list": [exe, "--db", url, "list", "--json"],
+        "sqlite_list": [exe, "--db", str(file), "list", "--json"],
+        "bare": [sys.executable, "-c", "pass"],
+        "driver": [sys.executable, "-c", "import psycopg"],
+    }
+    for cmd in cmds.values():
+        timed(cmd)  # warm the page cache
+    times: dict[str, list[float]] = {k: [] for k in cmds}
+    ratios = []
     for _ in range(reps):
-        v.append(timed(version))
-        li.append(timed(listing))
-    return {"version_ms": median(v), "list_ms": median(li), "ratio": median(li) / median(v)}
+        for k, cmd in cmds.items():
+            times[k].append(timed(cmd))
+        ratios.append(times["list"][-1] / times["sqlite_list"][-1])
+    m = {k: median(v) for k, v in times.items()}
+    return {
+        "version_ms": m["version"],
+        "list_ms": m["list"],
+        "ratio": m["list"] / m["version"],
+        "sqlite_list_ms": m["sqlite_list"],
+        "vs_sqlite": median(ratios),
+        "vs_sqlite_reps": ratios,
+        "driver_import_ms": m["driver"] - m["bare"],
+    }
 
 
 def _medians(trials: list[dict]) -> dict:
-    return {k: median([t[k] for t in trials]) for k in trials[0]}
+    """Each figure's median over the trials (a figure that is a dict: each of its own)."""
+    out: dict = {}
+    for k, v in trials[0].items():
+        each = [t[k] for t in trials]
+        out[k] = _medians(each) if isinstance(v, dict) else median(each)
+    return out
 
 
 def run(
