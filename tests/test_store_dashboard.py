@@ -166,3 +166,23 @@ def test_no_dashboard_statement_reads_every_run(store: Any) -> None:
             # a job's runs are found by its id, never among every run of a state
             if line.startswith("SEARCH r ") and "GROUP" not in sql:
                 assert "job_id=" in line, (sql, plan)
+
+
+def test_the_timeline_finds_attempts_by_their_run(store: Any) -> None:
+    """The timeline's attempts are looked up run by run, never joined from every attempt
+    (PostgreSQL hashed every attempt for some pages of jobs at a million runs): even with
+    nested loops priced out, the plan searches the attempts by their run's id."""
+    q = store.handle.db.q
+    mark = "%s" if BACKEND == "postgresql" else "?"
+    sql = q.dash_timeline.format(marks=mark)
+    params = (1, 0, 0, 0, 0, 10)
+    if BACKEND == "postgresql":
+        with store.write() as c:
+            c.execute("SET LOCAL enable_nestloop = off")
+            rows = c.execute("EXPLAIN " + sql.replace("%s", "?"), params).fetchall()
+        plan = "\n".join(r[0] for r in rows)
+        assert "Seq Scan on attempts" not in plan, plan
+        assert re.search(r"Index Cond: \(run_id = runs\.id\)", plan), plan
+    else:
+        plan = _plans(store, sql, params)
+        assert re.search(r"SEARCH a USING .*\(run_id=", plan), plan

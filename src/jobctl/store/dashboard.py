@@ -195,7 +195,14 @@ class Dashboard:
             to_us(start),
             MAX_TIMELINE_BARS,
         ]
-        bars = [_bar(r) for r in self.db.read(sql, params)]
+        names = {
+            int(r["id"]): r["name"]
+            for r in self.db.read(
+                self.q.dash_job_names_by_ids.format(marks=self.db.marks(len(job_ids))),
+                list(job_ids),
+            )
+        }
+        bars = [_bar(r, names) for r in self.db.read(sql, params)]
         bars.reverse()
         return bars
 
@@ -203,7 +210,7 @@ class Dashboard:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _bar(r: Any) -> TimelineBar:
+def _bar(r: Any, names: dict[int, str]) -> TimelineBar:
     """An attempt row as a bar: running, its run's end when it was the last, else failed.
     (Its instants as :func:`~jobctl.clock.from_us` makes them, without its memo: the
     thousands of bars of a page have as many different instants.)"""
@@ -214,9 +221,10 @@ def _bar(r: Any) -> TimelineBar:
         state = run_state
     else:
         state = "failed"
+    job_id = int(r["job_id"])
     return TimelineBar(
-        job_id=int(r["job_id"]),
-        job_name=r["job_name"],
+        job_id=job_id,
+        job_name=names[job_id],
         run_id=int(r["run_id"]),
         attempt=attempt,
         started_at=_EPOCH + timedelta(microseconds=int(r["started_at"])),

@@ -26,6 +26,9 @@ class Fragments:
     #: after an INSERT's column names when the rows bring ids of their own ("" or
     #: " OVERRIDING SYSTEM VALUE" for an identity column)
     given_ids: str = ""
+    #: after ``FROM runs``: each run's attempts as ``a`` (run_id, attempt, started_at,
+    #: finished_at), looked up by the run, so no plan reads every attempt to join them
+    attempts_of_each_run: str = "JOIN attempts a ON a.run_id = runs.id"
 
 
 # The claim's rules (SPEC §5, §9), one named piece each, over the row ``runs`` (and, in the
@@ -155,6 +158,7 @@ class Queries:
     dash_job_facts: str
     dash_open_runs: str
     dash_job_names: str
+    dash_job_names_by_ids: str
     dash_failed_notifications: str
     dash_jobs_by_ids: str
     dash_last_runs: str
@@ -398,6 +402,7 @@ SELECT j.id, j.name, j.state, j.paused_reason, e.state AS end_state,
 FROM jobs j LEFT JOIN last_ends e ON e.job_id = j.id {where}
 """,
         dash_job_names="SELECT j.id, j.name FROM jobs j {where}",
+        dash_job_names_by_ids="SELECT id, name FROM jobs WHERE id IN ({marks})",
         # the runs waiting to start, running or waiting to be retried, by job and state:
         # few, off (state, not_before); the earliest due, the newest window
         dash_open_runs="SELECT job_id, state, MIN(not_before) AS due, "
@@ -429,12 +434,14 @@ WHERE runs.id IN (
         dash_finished_runs=run_select + " WHERE runs.job_id = ? AND la.finished_at IS NOT NULL"
         " ORDER BY runs.scheduled_for DESC LIMIT ?",
         # {marks}: one per job id; then the oldest window, the end, the end, the start, the
-        # most bars. The newest first, so the limit keeps the latest.
-        dash_timeline="""
-SELECT a.run_id, a.attempt, a.started_at, a.finished_at, runs.job_id, jobs.name AS job_name,
+        # most bars. The newest first, so the limit keeps the latest. The runs off the
+        # UNIQUE (job_id, scheduled_for) index, their attempts by run (the job's names
+        # are read apart: dash_job_names_by_ids)
+        dash_timeline=f"""
+SELECT a.run_id, a.attempt, a.started_at, a.finished_at, runs.job_id,
     runs.state, runs.attempt AS run_attempt
-FROM runs JOIN jobs ON jobs.id = runs.job_id JOIN attempts a ON a.run_id = runs.id
-WHERE runs.job_id IN ({marks}) AND runs.scheduled_for >= ? AND runs.scheduled_for < ?
+FROM runs {d.attempts_of_each_run}
+WHERE runs.job_id IN ({{marks}}) AND runs.scheduled_for >= ? AND runs.scheduled_for < ?
     AND a.started_at < ? AND (a.finished_at IS NULL OR a.finished_at >= ?)
 ORDER BY a.started_at DESC, a.run_id DESC, a.attempt DESC
 LIMIT ?
