@@ -275,3 +275,30 @@ def test_the_migration_fills_the_row_of_an_existing_database(db: Any) -> None:
     with StoreView(db) as store:
         assert store.handle.db.schema_version() == (7 if BACKEND == "postgresql" else 9)
         assert check(store) == want == {"a": "dead", "b": "pending", "never": None}
+
+
+def test_the_peak_memory_gauge_is_the_newest_succeeded_or_dead_runs(store: StoreView) -> None:
+    """jobctl_run_max_rss_bytes (SPEC §16) reads the newest ended run off ``last_ends``;
+    behind a newer cancelled run it is still the newest that succeeded or died."""
+    store.add_job(manual("m"), T0)
+
+    def peak(run_id: int, rss: int) -> None:
+        with store.write() as c:
+            c.execute(f"UPDATE attempts SET max_rss = {rss} WHERE run_id = {run_id}")
+
+    def gauge() -> int | None:
+        return {name: rss for name, _, rss in store.run_costs_by_job()}["m"]
+
+    assert gauge() is None
+    peak(play(store, "m", T0, 0), 111)
+    peak(play(store, "m", T0 + H, 0), 222)
+    assert gauge() == 222
+    older = play(store, "m", T0 - H, 0)  # an older window ending later changes nothing
+    peak(older, 999)
+    assert gauge() == 222
+    cancelled, _ = store.enqueue_run("m", T0 + 2 * H)
+    store.cancel_runs([cancelled.id], T0 + 2 * H)
+    assert kept_rows(store)[store.get_job("m").id] == (cancelled.id, "cancelled")
+    assert gauge() == 222
+    peak(play(store, "m", T0 + 3 * H, 3), 333)  # dead
+    assert gauge() == 333

@@ -261,12 +261,18 @@ FROM daemons d WHERE d.expires_at >= :now ORDER BY d.started_at, d.id
         # the CPU tallied apart from the rows (retention never lowers it), and the peak
         # memory of each job's last finished run, off the (job_id, state, scheduled_for)
         # index: no scan of a job's history
+        # the peak memory of each job's newest run that succeeded or died: the newest run
+        # ended (last_ends, one row a job) when that is one; only behind a newer cancelled
+        # run is it looked for among the job's runs
         run_costs_by_job="""
 SELECT jobs.name,
     (SELECT SUM(t.cpu_us) FROM cpu_tallies t WHERE t.job_id = jobs.id) AS cpu_us,
-    (SELECT a.max_rss FROM attempts a WHERE a.run_id = (
-        SELECT r.id FROM runs r WHERE r.job_id = jobs.id AND r.state IN ('succeeded', 'dead')
-        ORDER BY r.scheduled_for DESC LIMIT 1) ORDER BY a.attempt DESC LIMIT 1) AS max_rss
+    (SELECT a.max_rss FROM attempts a WHERE a.run_id = COALESCE(
+        (SELECT le.run_id FROM last_ends le
+         WHERE le.job_id = jobs.id AND le.state IN ('succeeded', 'dead')),
+        (SELECT r.id FROM runs r WHERE r.job_id = jobs.id AND r.state IN ('succeeded', 'dead')
+         ORDER BY r.scheduled_for DESC LIMIT 1))
+     ORDER BY a.attempt DESC LIMIT 1) AS max_rss
 FROM jobs ORDER BY jobs.name
 """,
         run_counters="SELECT jobs.name, jobs.missed_total, t.state, "
