@@ -17,92 +17,34 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import random
 import re
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlencode
 
+from . import longhistory
+from .longhistory import Shape
 from .stats import median
 
 EVERY = timedelta(minutes=15)
 TOKEN = "bench-token-0123456789"
 
 
-class _Runs:
-    """A job's runs, made as they are read (``load_copy`` goes through them twice), so ten
-    million are never held at once."""
-
-    def __init__(self, job: Any, n: int, end: datetime, seed: int) -> None:
-        self.job, self.n, self.end, self.seed = job, n, end, seed
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __iter__(self) -> Iterator[Any]:
-        from jobctl.models import Attempt, Run, RunReason, RunSettings, RunState
-        from jobctl.store.values import CopiedAttempt, CopiedRun
-
-        rng = random.Random(self.seed)
-        settings = RunSettings.from_spec(self.job.spec)
-        for k in range(self.n, 0, -1):
-            window = self.end - k * EVERY
-            # one job in a hundred ends dead; elsewhere 1 % of runs are
-            dead = (k == 1 and self.seed % 100 == 7) or (k > 1 and rng.random() < 0.01)
-            started = window + timedelta(milliseconds=rng.randint(1, 50))
-            ended = started + timedelta(milliseconds=rng.randint(5, 30_000))
-            run = Run.of(
-                {
-                    "id": 0,
-                    "job_id": self.job.id,
-                    "job_name": self.job.name,
-                    "scheduled_for": window,
-                    "state": RunState.DEAD if dead else RunState.SUCCEEDED,
-                    "skip_reason": None,
-                    "attempt": 1,
-                    "max_attempts": 1,
-                    "not_before": window,
-                    "leased_by": None,
-                    "lease_until": None,
-                    "started_at": started,
-                    "finished_at": ended,
-                    "exit_code": 3 if dead else 0,
-                    "last_error": "exit 3" if dead else None,
-                    "reason": RunReason.SCHEDULE,
-                    "catchup_from": None,
-                    "priority": 0,
-                    "run_key": None,
-                    "env": {},
-                    "locks": (),
-                    "settings": settings,
-                    "cancel_requested": False,
-                    "attempt_base": 0,
-                    "hook_status": None,
-                    "attempt_started_at": started,
-                    "attempt_finished_at": ended,
-                    "host": "bench",
-                    "cpu": 0.01,
-                    "max_rss": 4 << 20,
-                }
-            )
-            attempt = Attempt(0, 1, started, ended, run.exit_code, run.last_error, 3, "bench", 4242)
-            yield CopiedRun(run, [CopiedAttempt(attempt, b"ok\n")])
+def _last_dead(seed: int) -> bool:
+    """One job in a hundred ends dead (those head the overview)."""
+    return seed % 100 == 7
 
 
 def build(db: str, jobs: int, runs_per_job: int, end: datetime) -> float:
     """Fill an empty database through ``load_copy``; returns the seconds it took."""
     from jobctl.models import Job, JobSpec, JobState, Trigger, TriggerKind
-    from jobctl.store import open_store
-    from jobctl.store.values import CopiedJob
 
     trig = Trigger(TriggerKind.CRON, "UTC", "*/15 * * * *")
-    copied = []
+    made = []
     for i in range(jobs):
         spec = JobSpec(
             f"job-{i + 1}",
@@ -111,15 +53,11 @@ def build(db: str, jobs: int, runs_per_job: int, end: datetime) -> float:
             description=f"part {i + 1} of the nightly batch",
             keep_runs=max(runs_per_job, 1000),
         )
-        job = Job(i + 1, spec, JobState.ACTIVE, end - timedelta(days=400), end + EVERY, 0, None)
-        copied.append(CopiedJob(job, _Runs(job, runs_per_job, end, i)))  # type: ignore[arg-type]
-    t0 = time.perf_counter()
-    store = open_store(db)
-    try:
-        store.commands.load_copy(copied, end, history=True)
-    finally:
-        store.close()
-    return time.perf_counter() - t0
+        made.append(
+            Job(i + 1, spec, JobState.ACTIVE, end - timedelta(days=400), end + EVERY, 0, None)
+        )
+    shape = Shape(end, EVERY, max_ms=30_000, last_dead=_last_dead, costs=True)
+    return longhistory.build(db, made, runs_per_job, shape, end)
 
 
 class Serve:

@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import socket
 import sqlite3
 import subprocess
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from . import longhistory
 from .jobctl_runs import DaemonProc, _add_jobs, jobctl_exe
+from .longhistory import Shape
 from .stats import median, percentile
 
 #: the reads of SPEC §13's list, as ``jobctl`` arguments (job and run filled in)
@@ -44,82 +44,25 @@ HTTP_READS = {"GET /v1/runs": "/v1/runs", "GET /metrics": "/metrics"}
 T_END = datetime(2026, 11, 1, tzinfo=UTC)
 
 
-class _Runs:
-    """A job's runs, made as they are read (``load_copy`` goes through them twice: for the
-    job's last window, then to insert them), so ten million are never held at once."""
-
-    def __init__(self, job: Any, n: int, seed: int) -> None:
-        self.job, self.n, self.seed = job, n, seed
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __iter__(self) -> Iterator[Any]:
-        from jobctl.models import Attempt, Run, RunReason, RunSettings, RunState
-        from jobctl.store.values import CopiedAttempt, CopiedRun
-
-        rng = random.Random(self.seed)
-        settings = RunSettings.from_spec(self.job.spec)
-        for k in range(self.n, 0, -1):
-            window = T_END - timedelta(minutes=k)
-            dead = rng.random() < 0.01
-            started = window + timedelta(milliseconds=rng.randint(1, 50))
-            ended = started + timedelta(milliseconds=rng.randint(5, 3000))
-            run = Run.of(
-                {
-                    "id": 0,
-                    "job_id": self.job.id,
-                    "job_name": self.job.name,
-                    "scheduled_for": window,
-                    "state": RunState.DEAD if dead else RunState.SUCCEEDED,
-                    "skip_reason": None,
-                    "attempt": 1,
-                    "max_attempts": 1,
-                    "not_before": window,
-                    "leased_by": None,
-                    "lease_until": None,
-                    "started_at": started,
-                    "finished_at": ended,
-                    "exit_code": 3 if dead else 0,
-                    "last_error": "exit 3" if dead else None,
-                    "reason": RunReason.SCHEDULE,
-                    "catchup_from": None,
-                    "priority": 0,
-                    "run_key": None,
-                    "env": {},
-                    "locks": (),
-                    "settings": settings,
-                    "cancel_requested": False,
-                    "attempt_base": 0,
-                    "hook_status": None,
-                    "attempt_started_at": started,
-                    "attempt_finished_at": ended,
-                    "host": "bench",
-                }
-            )
-            attempt = Attempt(0, 1, started, ended, run.exit_code, run.last_error, 3, "bench", 4242)
-            yield CopiedRun(run, [CopiedAttempt(attempt, b"ok\n")])
-
-
 def build(db: Path, jobs: int, runs_per_job: int) -> float:
     """Fill an empty database through ``load_copy``; returns the seconds it took."""
     from jobctl.models import Job, JobSpec, JobState, Trigger, TriggerKind
-    from jobctl.store import open_store
-    from jobctl.store.values import CopiedJob
 
     trig = Trigger(TriggerKind.CRON, "UTC", "* * * * *")
-    copied = []
-    for i in range(jobs):
-        spec = JobSpec(f"h{i}", trig, "true", keep_runs=max(runs_per_job, 1000))
-        job = Job(i + 1, spec, JobState.ACTIVE, T_END - timedelta(days=30), T_END, 0, None)
-        copied.append(CopiedJob(job, _Runs(job, runs_per_job, i)))  # type: ignore[arg-type]
-    t0 = time.perf_counter()
-    store = open_store(db)
-    try:
-        store.commands.load_copy(copied, T_END, history=True)
-    finally:
-        store.close()
-    return time.perf_counter() - t0
+    made = [
+        Job(
+            i + 1,
+            JobSpec(f"h{i}", trig, "true", keep_runs=max(runs_per_job, 1000)),
+            JobState.ACTIVE,
+            T_END - timedelta(days=30),
+            T_END,
+            0,
+            None,
+        )
+        for i in range(jobs)
+    ]
+    shape = Shape(T_END, timedelta(minutes=1), max_ms=3000)
+    return longhistory.build(str(db), made, runs_per_job, shape, T_END)
 
 
 def _free_port() -> int:
