@@ -366,20 +366,28 @@ def test_a_hanging_receiver_delays_no_run(jobctl, start_daemon) -> None:
         _sent(jobctl, 3, timeout=30)
 
 
-def test_a_delivery_out_of_tries_is_failed_counted_and_warned(jobctl) -> None:
-    """Through the store as a daemon drives it: a failed try with no retry left (the
-    notifier gives none after the tenth, see test_retry_delays) makes it failed, the
-    counter behind jobctl_notifications_total counts it, and check says so."""
+def _one_dead_run(jobctl: Any, channel_command: str) -> tuple[Any, Any]:
+    """A command channel told of every death, and one run of ``j`` that died, played
+    through the store as daemon ``d1`` does: (the store, the time it ended)."""
     from jobctl.clock import SystemClock
-    from jobctl.notifications import Outcome
 
-    jobctl("notify", "add", "ops", "--command", "exit 1", "--default", "dead")
+    jobctl("notify", "add", "ops", "--command", channel_command, "--default", "dead")
     jobctl("add", "j", "--manual", "--retries", "0", "--", "exit 1")
     store = jobctl.store()
     now = SystemClock().now()
     store.enqueue_run("j", now)
     (claimed,), _ = store.claim("d1", "h", now, 30)
     store.finish(claimed.run, claimed.run.attempt, "d1", now, exit_code=1)
+    return store, now
+
+
+def test_a_delivery_out_of_tries_is_failed_counted_and_warned(jobctl) -> None:
+    """Through the store as a daemon drives it: a failed try with no retry left (the
+    notifier gives none after the tenth, see test_retry_delays) makes it failed, the
+    counter behind jobctl_notifications_total counts it, and check says so."""
+    from jobctl.notifications import Outcome
+
+    store, now = _one_dead_run(jobctl, "exit 1")
     d = store.daemon.face("d1", "h")
     (out,), _ = d.exchange_notifications(now, [], limit=4, lease_seconds=60)
     d.exchange_notifications(now, [Outcome(out.note.id, "exit 1")], limit=0, lease_seconds=60)
@@ -396,15 +404,7 @@ def test_a_lease_held_by_a_gone_daemon_is_due_when_that_daemon_expires(jobctl) -
     while its own row lives: the daemon that takes over is told to look again when that
     row expires, not when the delivery lease would have ended (90 s of silence under load
     in CI before this)."""
-    from jobctl.clock import SystemClock
-
-    jobctl("notify", "add", "ops", "--command", "true", "--default", "dead")
-    jobctl("add", "j", "--manual", "--retries", "0", "--", "exit 1")
-    store = jobctl.store()
-    now = SystemClock().now()
-    store.enqueue_run("j", now)
-    (claimed,), _ = store.claim("d1", "h", now, 30)
-    store.finish(claimed.run, claimed.run.attempt, "d1", now, exit_code=1)
+    store, now = _one_dead_run(jobctl, "true")
     killed = store.daemon.face("d1", "h", lease=2)
     killed.register_daemon(now)
     (out,), _ = killed.exchange_notifications(now, [], limit=1, lease_seconds=90)

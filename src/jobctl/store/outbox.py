@@ -723,9 +723,9 @@ class ReadCursor:
         return iter(self._rows)
 
 
-class OutboxCommands:
-    """What the commands ask of the outbox, for a store with ``db.write()``,
-    ``db.read(sql, params)`` and ``_q`` (its :class:`Sql`)."""
+class _OutboxFace:
+    """What both faces of the outbox need of the store they are mixed into: ``db``
+    (``write()``, ``read(sql, params)``) and ``_q`` (its :class:`Sql`)."""
 
     @property
     def _ob(self) -> Any:
@@ -739,6 +739,10 @@ class OutboxCommands:
 
     def _reader(self) -> ReadCursor:
         return ReadCursor(self._ob.read)
+
+
+class OutboxCommands(_OutboxFace):
+    """What the commands ask of the outbox."""
 
     def add_channel(self, channel: Channel, now: datetime, *, replace: bool = False) -> Channel:
         with self._ob.write() as c:
@@ -776,18 +780,9 @@ class OutboxCommands:
 ATTEMPT_ROW = "SELECT * FROM attempts WHERE run_id = ? AND attempt = ?"
 
 
-class OutboxDaemon:
-    """What a daemon asks of the outbox (see :class:`OutboxCommands` for the needs), and
-    ``get_job_by_id``, ``get_run`` and ``_attempt_of(row)`` of the backend."""
-
-    @property
-    def _ob(self) -> Any:
-        return self.db  # type: ignore[attr-defined]
-
-    @property
-    def _oq(self) -> Sql:
-        q: Sql = self._q  # type: ignore[attr-defined]
-        return q
+class OutboxDaemon(_OutboxFace):
+    """What a daemon asks of the outbox, with ``get_job_by_id``, ``get_run`` and
+    ``_attempt_of(row)`` of the backend."""
 
     def get_job_by_id(self, job_id: int) -> Job | None:
         raise NotImplementedError
@@ -825,11 +820,10 @@ class OutboxDaemon:
             return claimed, next_due(c, self._oq, now)
 
     def next_notification_at(self, now: datetime) -> datetime | None:
-        return next_due(ReadCursor(self._ob.read), self._oq, now)
+        return next_due(self._reader(), self._oq, now)
 
     def note_overdue(self, now: datetime) -> datetime | None:
-        reader = ReadCursor(self._ob.read)
-        if reader.execute(self._oq(ANY_CHANNEL)).fetchone() is None:
+        if self._reader().execute(self._oq(ANY_CHANNEL)).fetchone() is None:
             return None  # no channel: nothing to tell, and no write transaction for it
         with self._ob.write() as c:
             return note_overdue(c, self._oq, now)
