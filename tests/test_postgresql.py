@@ -8,8 +8,10 @@ import random
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -275,9 +277,36 @@ def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):
                 expected.add(s.enqueue_run(name, T0 + timedelta(microseconds=i))[0].id)
 
     holders: dict[str, set[int]] = {"solo": set(), "host:x": set()}
-    guard = threading.Lock()
     violations: list[str] = []
+
+    def held(claimed: list[Any]) -> None:
+        for c in claimed:
+            for key in _keys(c.run):
+                holders[key].add(c.run.id)
+                if len(holders[key]) > 1:
+                    violations.append(f"{key}: {sorted(holders[key])}")
+
+    def freed(c: Any) -> None:
+        for key in _keys(c.run):
+            holders[key].discard(c.run.id)
+
+    done, ends, errors = _four_claimers(pg_url, held, freed)
+    assert errors == []
+    assert all(state is RunState.SUCCEEDED for state in ends)
+    assert violations == []
+    assert sorted(done) == sorted(expected)  # each run claimed once, none left behind
+
+
+def _four_claimers(
+    pg_url: str, held: Callable[[list[Any]], None], freed: Callable[[Any], None]
+) -> tuple[list[int], list[RunState], list[BaseException]]:
+    """Four claimers at once, each on its own connection, claiming two runs at a time
+    until 50 claims in a row find none. Under one lock, ``held(claimed)`` sees each claim
+    as it returns and ``freed(claim)`` each run before the commit of its end that frees it.
+    Returns the runs ended, their states, and what any claimer raised."""
+    guard = threading.Lock()
     done: list[int] = []
+    ends: list[RunState] = []
     errors: list[BaseException] = []
     barrier = threading.Barrier(4)
 
@@ -295,20 +324,16 @@ def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):
                         continue
                     idle = 0
                     with guard:
-                        for c in claimed:
-                            for key in _keys(c.run):
-                                holders[key].add(c.run.id)
-                                if len(holders[key]) > 1:
-                                    violations.append(f"{key}: {sorted(holders[key])}")
+                        held(claimed)
                     if rnd.random() < 0.5:
                         threading.Event().wait(0.002)
                     for c in claimed:
                         with guard:  # let go before the commit that frees it
-                            for key in _keys(c.run):
-                                holders[key].discard(c.run.id)
+                            freed(c)
                             done.append(c.run.id)
-                        done_ = st.finish(c.run, c.run.attempt, me, T0 + timedelta(seconds=1))
-                        assert done_.state is RunState.SUCCEEDED
+                        ends.append(
+                            st.finish(c.run, c.run.attempt, me, T0 + timedelta(seconds=1)).state
+                        )
         except BaseException as e:
             errors.append(e)
 
@@ -317,9 +342,7 @@ def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):
         t.start()
     for t in threads:
         t.join(120)
-    assert errors == []
-    assert violations == []
-    assert sorted(done) == sorted(expected)  # each run claimed once, none left behind
+    return done, ends, errors
 
 
 def test_claimers_racing_keep_max_running(pg_url):
@@ -332,42 +355,12 @@ def test_claimers_racing_keep_max_running(pg_url):
 
     holding: set[int] = set()
     most = [0]
-    guard = threading.Lock()
-    done: list[int] = []
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
 
-    def claimer(n: int) -> None:
-        me = f"d{n}"
-        rnd = random.Random(n)
-        try:
-            with _view(pg_url) as st:
-                barrier.wait()
-                idle = 0
-                while idle < 50:
-                    claimed, _ = st.claim(me, "h", T0 + timedelta(seconds=1), 60, limit=2)
-                    if not claimed:
-                        idle += 1
-                        continue
-                    idle = 0
-                    with guard:
-                        holding.update(c.run.id for c in claimed)
-                        most[0] = max(most[0], len(holding))
-                    if rnd.random() < 0.5:
-                        threading.Event().wait(0.002)
-                    for c in claimed:
-                        with guard:
-                            holding.discard(c.run.id)
-                            done.append(c.run.id)
-                        st.finish(c.run, c.run.attempt, me, T0 + timedelta(seconds=1))
-        except BaseException as e:
-            errors.append(e)
+    def held(claimed: list[Any]) -> None:
+        holding.update(c.run.id for c in claimed)
+        most[0] = max(most[0], len(holding))
 
-    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    done, _, errors = _four_claimers(pg_url, held, lambda c: holding.discard(c.run.id))
     assert errors == []
     assert 1 <= most[0] <= 2
     assert sorted(done) == sorted(expected)
