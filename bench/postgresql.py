@@ -175,14 +175,17 @@ def _server_cpu(srv: Server) -> float:
     return total
 
 
-def _cpu_a_run(
-    before: tuple[list[tuple[float, float]], float],
-    after: tuple[list[tuple[float, float]], float],
-    runs: int,
-) -> dict[str, float]:
-    """CPU a run in ms between two readings of (each scheduler process's own and reaped
-    children's, the server's): the schedulers' own, their children's, the server's (the
-    bench's polling of the count included: a few statements a second)."""
+#: each scheduler process's (own, reaped children's) CPU seconds, and the server's
+CpuReading = tuple[list[tuple[float, float]], float]
+
+
+def _cpu_now(srv: Server, pids: list[int]) -> CpuReading:
+    return [proc_cpu_split(pid) for pid in pids], _server_cpu(srv)
+
+
+def _cpu_a_run(before: CpuReading, after: CpuReading, runs: int) -> dict[str, float]:
+    """CPU a run in ms between two readings: the schedulers' own, their children's, the
+    server's (the bench's polling of the count included: a few statements a second)."""
     own = sum(b[0] - a[0] for a, b in zip(before[0], after[0], strict=True))
     kids = sum(b[1] - a[1] for a, b in zip(before[0], after[0], strict=True))
     return {
@@ -210,11 +213,11 @@ def jobctl_throughput(srv: Server, daemons: int, runs: int) -> dict:
             enqueue_s = time.perf_counter() - t0
         finally:
             store.close()
-            cpu0 = [proc_cpu_split(d.pid) for d in ds], _server_cpu(srv)
+            cpu0 = _cpu_now(srv, [d.pid for d in ds])
             _resume(d.pid for d in ds)
         done = "SELECT count(*) FROM jobctl.runs WHERE state IN ('succeeded', 'failed', 'dead')"
         _wait(lambda: _query(url, done)[0][0] >= runs, 300, "jobctl's runs")
-        cpu1 = [proc_cpu_split(d.pid) for d in ds], _server_cpu(srv)
+        cpu1 = _cpu_now(srv, [d.pid for d in ds])
     finally:
         for d in ds:
             d.stop()
@@ -284,11 +287,11 @@ def peer_throughput(srv: Server, workers: int, runs: int) -> dict:
         try:
             enqueue_s = float(_peer_call(url, "defer", str(runs)))
         finally:
-            cpu0 = [proc_cpu_split(w.proc.pid) for w in ws], _server_cpu(srv)
+            cpu0 = _cpu_now(srv, [w.proc.pid for w in ws])
             _resume(w.proc.pid for w in ws)
         done = "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('succeeded', 'failed')"
         _wait(lambda: _query(url, done)[0][0] >= runs, 300, "procrastinate's jobs")
-        cpu1 = [proc_cpu_split(w.proc.pid) for w in ws], _server_cpu(srv)
+        cpu1 = _cpu_now(srv, [w.proc.pid for w in ws])
     finally:
         for w in ws:
             w.stop()
