@@ -222,15 +222,14 @@ class Targets:
 
 def enqueue(
     c: Cursor, q: Sql, notes: Sequence[EventNote], now: datetime, targets: Targets | None = None
-) -> int:
+) -> None:
     """Write each note's notifications in the caller's transaction: one row per channel
-    that wants it, none twice for one cause. Returns how many rows were written.
+    that wants it, none twice for one cause.
 
     The API for every operation that causes an event (an attempt's end, windows recorded
     missed, a pause after failures): call it inside the write that makes the change."""
     t = targets or Targets(c, q)
     now_us = to_us(now)
-    written = 0
     for note in notes:
         channels = t.channels(note.job_id, note.event)
         if not channels:
@@ -240,7 +239,7 @@ def enqueue(
             got = t.job(note.job_id)
             job_name = got[0] if got else None
         for channel in channels:
-            cur = c.execute(
+            c.execute(
                 q(INSERT_NOTIFICATION),
                 {
                     "key": uuid.uuid4().hex,
@@ -256,8 +255,6 @@ def enqueue(
                     "now": now_us,
                 },
             )
-            written += max(int(cur.rowcount), 0)
-    return written
 
 
 # what an attempt's end needs to say which events it caused
