@@ -85,8 +85,8 @@ def test_a_dead_local_daemons_lease_is_taken_at_once(jobctl, start_daemon):
     first.kill()
     t0 = time.monotonic()
     second = start_daemon("--lease", "30s")
-    second.wait_log("took the scheduler lease", timeout=5)
-    assert time.monotonic() - t0 < 5  # not the 30 s the old lease had left
+    second.wait_log("took the scheduler lease", timeout=15)
+    assert time.monotonic() - t0 < 15  # not the 30 s the old lease had left
     assert "is gone: its leases are free" in second.log()
     daemons = jobctl.json("status")["daemons"]
     assert [d["pid"] for d in daemons] == [second.pid]

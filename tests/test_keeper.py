@@ -76,11 +76,9 @@ def test_a_daemon_killed_outright_leaves_no_attempt_process_alive(jobctl, start_
     d, procs = start_pipelines(jobctl, start_daemon, 3)
     keepers = keepers_of(d.pid)
     d.kill()  # SIGKILL: no shutdown runs
-    killed_at = time.monotonic()
-    time.sleep(1.0)
+    time.sleep(1.0)  # SPEC: none is left one second later (a busy machine may look later)
     alive = [p for p in procs if pid_alive(p)]
     assert alive == [], [(p, _cmdline(p)) for p in alive]
-    assert time.monotonic() - killed_at < 1.5
     assert len(keepers) == 1
     wait_until(lambda: not pid_alive(keepers[0]), 5, what="the keeper to exit")
     assert "the daemon is gone: killed the process groups" in d.log()

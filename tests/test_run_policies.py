@@ -19,7 +19,7 @@ def _runs(jobctl, name):
 def test_a_deadline_shorter_than_the_wait_behind_a_busy_worker_skips_the_run(jobctl, start_daemon):
     start_daemon("--workers", "1")
     jobctl("notify", "add", "ops", "--command", "true", "--default", "missed")
-    jobctl("add", "busy", "--manual", "--", "sleep 4")
+    jobctl("add", "busy", "--manual", "--", "sleep 8")
     busy = jobctl.json("run", "busy")["id"]
     wait_until(lambda: jobctl.json("inspect", str(busy))["state"] == "leased", 10)
     jobctl("add", "late", "--in", "1s", "--deadline", "1s", "--", "true")

@@ -87,7 +87,7 @@ def test_misbehaving_children(jobctl, start_daemon, tmp_path):
 
     wait_until(lambda: children(d.pid) == [], 5, what="no children (and no zombie) left")
     assert zombies_of(d.pid) == []
-    assert fd_count(d.pid) <= fds_before
+    wait_until(lambda: fd_count(d.pid) <= fds_before, 5, what="no descriptor left open")
     # no stray process anywhere that came from these jobs
     strays = []
     for pid in os.listdir("/proc"):
