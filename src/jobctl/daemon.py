@@ -206,18 +206,6 @@ class Daemon:
         self.retention = Retention(store, log=self.log)
         #: outlives the daemon to kill its attempts if it dies without its shutdown
         self.keeper = Keeper(self.log)
-        self.executor = Executor(
-            store,
-            ExecutorConfig(
-                config.workers, config.reserved, config.reserved_priority, config.lease_seconds
-            ),
-            environ=env,
-            log=self.log,
-            rng=rng,
-            watch=self.watch,
-            unwatch=self.unwatch,
-            keeper=self.keeper,
-        )
         from . import output
 
         self.notifier = Notifier(
@@ -229,6 +217,19 @@ class Daemon:
             ),
             threads=config.notify_threads,
             first_retry_seconds=config.notify_retry_seconds,
+        )
+        self.executor = Executor(
+            store,
+            ExecutorConfig(
+                config.workers, config.reserved, config.reserved_priority, config.lease_seconds
+            ),
+            environ=env,
+            log=self.log,
+            rng=rng,
+            watch=self.watch,
+            unwatch=self.unwatch,
+            keeper=self.keeper,
+            notifications_due=self.notifier.seen,
         )
         self.reaper = StrayReaper()
         self.strays: set[int] = set()
@@ -399,12 +400,9 @@ class Daemon:
         return True
 
     def _runs_ended(self, mono: float) -> None:
-        """Runs that ended: the scheduler moves their jobs on; their ends may have told
-        someone (the notifier looks)."""
-        ended = self.executor.take_ended()
-        if ended:
-            self.notifier.wake()
-        self.scheduler.runs_ended(ended, mono)
+        """Runs that ended: the scheduler moves their jobs on. (Whom their ends told, the
+        notifier learned from the turn that recorded them: :meth:`Notifier.seen`.)"""
+        self.scheduler.runs_ended(self.executor.take_ended(), mono)
 
     def _advance_phase(self, mono: float) -> None:
         if self.signal_received is not None and self.phase is Phase.RUNNING:

@@ -91,8 +91,11 @@ class Executor:
         watch: Watch,
         unwatch: Unwatch,
         keeper: Keeper | None = None,
+        notifications_due: Callable[[datetime | None], None] | None = None,
     ) -> None:
         self.store = store
+        #: told, after each turn's transaction, when a notification may next be leased
+        self.notifications_due = notifications_due
         #: told each attempt's process group, to kill them if the daemon dies
         self.keeper = keeper
         self.config = config
@@ -285,6 +288,8 @@ class Executor:
                     on_expired=_decide_expired,
                 )
                 claimed, ended, finished = res.claimed, res.ended, res.finished
+                if self.notifications_due is not None:
+                    self.notifications_due(res.next_notification)
         except StoreError as e:
             # what was learned stays queued and is recorded again with the next try
             self.log(f"claim failed: {e}" if claim else f"cannot record yet: {e}", WARNING)

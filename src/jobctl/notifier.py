@@ -131,6 +131,13 @@ class Notifier:
         """Something changed (a hint, our own write): look for due notifications."""
         self._look = True
 
+    def seen(self, due: datetime | None) -> None:
+        """When a notification may next be leased, read by a turn's transaction: after
+        every notification this daemon wrote and every hint it had, so no look of its own
+        is owed (on PostgreSQL a look is a wait on the server)."""
+        self._due_at = due
+        self._look = False
+
     def time_passed(self) -> None:
         """Runs were recorded or started: look for late and long ones again (leader)."""
         self._overdue_look = True

@@ -184,9 +184,11 @@ JOB_NOTIFY = "SELECT name, notify FROM jobs WHERE id = ?"
 class Targets:
     """Who is told, read at most once per job in one transaction (a burst's finishes)."""
 
-    def __init__(self, c: Cursor, q: Sql) -> None:
+    def __init__(self, c: Cursor, q: Sql, *, any_channel: bool | None = None) -> None:
+        """``any_channel``: whether a channel exists, when the caller read it already
+        (:data:`ANY_CHANNEL`, sent with other statements)."""
         self.c, self.q = c, q
-        self._any: bool | None = None
+        self._any: bool | None = any_channel
         self._defaults: list[Channel] | None = None
         self._jobs: dict[int, tuple[str, tuple[NotifyRule, ...]]] = {}
 
@@ -579,7 +581,11 @@ def claim_due(
 
 def next_due(c: Cursor, q: Sql, now: datetime) -> datetime | None:
     """When a notification may next be leased (None: none is pending)."""
-    row = c.execute(q(NEXT_DUE)).fetchone()
+    return due_of(c.execute(q(NEXT_DUE)).fetchone())
+
+
+def due_of(row: Any) -> datetime | None:
+    """:func:`next_due` from the row of :data:`NEXT_DUE` (read in a pipeline)."""
     return from_us(row["at"]) if row and row["at"] is not None else None
 
 

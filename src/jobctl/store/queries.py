@@ -146,6 +146,7 @@ class Queries:
     trim_runs: str
     recent_final_states: str
     after_jobs: str
+    any_after_job: str
     after_upstream_runs: str
     after_cursor: str
     job_pause_rule: str
@@ -382,6 +383,8 @@ ORDER BY jobs.id LIMIT ?
         # that ended since a cursor (its window is the downstream run's)
         after_jobs="SELECT * FROM jobs WHERE trigger_kind = 'after' AND state = 'active' "
         "ORDER BY id",
+        any_after_job="SELECT 1 FROM jobs WHERE trigger_kind = 'after' AND state = 'active' "
+        "LIMIT 1",
         after_upstream_runs="SELECT id, scheduled_for, state, finished_at FROM runs "
         "WHERE job_id = ? AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at > ? "
         "ORDER BY finished_at, id",

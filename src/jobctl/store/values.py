@@ -105,11 +105,14 @@ class FinishItem:
 class TurnResult:
     """What :meth:`DaemonStore.record_and_claim` did: ``finished`` has one entry per
     finish passed in, in the same order; ``claimed`` the runs now held; ``ended`` the
-    expired leases of other daemons that ended, with the planner's decision."""
+    expired leases of other daemons that ended, with the planner's decision;
+    ``next_notification`` when a notification may next be leased (None: none is pending),
+    read in the same transaction, so the notifier need not ask again after the turn."""
 
     finished: list[Finished]
     claimed: list[Claimed]
     ended: list[tuple[Run, Decision]]
+    next_notification: datetime | None
 
 
 @dataclass(frozen=True)

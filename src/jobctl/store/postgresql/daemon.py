@@ -41,7 +41,7 @@ from ...models import (
 )
 from .. import outbox
 from ..commands import (
-    fire_after,
+    fire_after_jobs,
     insert_run,
     note_deadline_skips,
     pause_after_failures,
@@ -612,8 +612,7 @@ class PgDaemonStore(outbox.OutboxDaemon):
     def fire_after(
         self, upstream_ids: Sequence[int] | None, now: datetime
     ) -> list[tuple[Job, int, int]]:
-        with self.db.write() as c:
-            return fire_after(self.db, c, upstream_ids, now)
+        return fire_after_jobs(self.db, upstream_ids, now)
 
     def set_next_run(self, job_id: int, next_run_at: datetime, now: datetime) -> bool:
         with self.db.write() as c:
@@ -848,7 +847,8 @@ class PgDaemonStore(outbox.OutboxDaemon):
         on_expired: ExpiredFn,
     ) -> TurnResult:
         """As the protocol says: the pids, the finishes and the claims in one transaction
-        (each method's own transaction joins :meth:`PgDb.batch`)."""
+        (each method's own transaction joins :meth:`PgDb.batch`). The notifications' next
+        due time is read last and travels with the ``COMMIT``: no wait of its own."""
         me = self.identity
         daemon_id = me.id
         claimed: list[Claimed] = []
@@ -866,7 +866,9 @@ class PgDaemonStore(outbox.OutboxDaemon):
                     reserved_priority=reserved_priority,
                     on_expired=on_expired,
                 )
-        return TurnResult(finished, claimed, ended)
+            with self.db.write() as c:
+                due = c.connection.cursor().execute(self._q(outbox.NEXT_DUE))
+        return TurnResult(finished, claimed, ended, outbox.due_of(due.fetchone()))
 
     def save_output(self, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
         if not outputs:
@@ -910,13 +912,16 @@ class PgDaemonStore(outbox.OutboxDaemon):
             with c.connection.pipeline():
                 if started:
                     c.connection.cursor().execute(SET_PIDS, _pid_params(daemon_id, started))
+                channel = c.connection.cursor().execute(self._q(outbox.ANY_CHANNEL))
                 rows = c.execute(FINISH_RUNS, {**cols, "me": daemon_id}).fetchall()
+                # whether anyone is told, sent with the ends (a burst's usual answer: no)
+                any_channel = channel.fetchone() is not None
             for row in rows:
                 self.db.announce(f"job:{row['job_id']}")
             if rows:
                 self.db.announce("run")
             states = {r["id"]: RunState(r["state"]) for r in rows}
-            targets = outbox.Targets(c, self._q)  # read once for the turn's ends
+            targets = outbox.Targets(c, self._q, any_channel=any_channel)
             for f in finishes:
                 state = states.get(f.run_id)
                 if state is None:

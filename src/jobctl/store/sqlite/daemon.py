@@ -24,7 +24,7 @@ from ...models import (
 )
 from .. import outbox
 from ..commands import (
-    fire_after,
+    fire_after_jobs,
     insert_run,
     note_deadline_skips,
     pause_after_failures,
@@ -401,8 +401,7 @@ class SqliteDaemonStore(outbox.OutboxDaemon):
     def fire_after(
         self, upstream_ids: Sequence[int] | None, now: datetime
     ) -> list[tuple[Job, int, int]]:
-        with self.db.write() as c:
-            return fire_after(self.db, c, upstream_ids, now)
+        return fire_after_jobs(self.db, upstream_ids, now)
 
     def set_next_run(self, job_id: int, next_run_at: datetime, now: datetime) -> bool:
         with self.db.write() as c:
@@ -446,7 +445,8 @@ class SqliteDaemonStore(outbox.OutboxDaemon):
                     reserved_priority,
                     on_expired,
                 )
-        return TurnResult(finished, claimed, ended)
+            due = outbox.next_due(c, self._oq, now)
+        return TurnResult(finished, claimed, ended, due)
 
     def _claim(
         self,
