@@ -262,6 +262,36 @@ def test_without_the_extra_a_url_is_one_error_naming_it():
 # ---------------------------------------------------------------- claims under concurrency
 
 
+def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node] + [n for child in node.get("Plans", []) for n in _plan_nodes(child)]
+
+
+def test_a_claims_candidates_read_no_more_jobs_than_candidates(pg_url):
+    """The candidates of a claim look up their own jobs by key: with 300 jobs a run each,
+    a round of 16 reads 16 jobs, not every job (a plan that hashed all the jobs made each
+    claim's cost grow with the number of jobs)."""
+    from jobctl.clock import to_us
+    from jobctl.store.postgresql.daemon import CANDIDATES
+
+    with _view(pg_url) as s:
+        for i in range(300):
+            s.add_job(manual(f"j{i}"), T0)
+            s.enqueue_run(f"j{i}", T0)
+    params = {"now": to_us(T0 + timedelta(hours=1)), "low_ok": True, "rp": -(2**62)}
+    with _admin(pg_url) as conn:
+        conn.execute("SET search_path TO jobctl")
+        conn.execute("ANALYZE")
+        with conn.transaction(force_rollback=True):
+            sql = "EXPLAIN (ANALYZE, FORMAT JSON) " + CANDIDATES
+            row = conn.execute(sql, {**params, "tried": [], "n": 16}).fetchone()
+    assert row is not None
+    nodes = _plan_nodes(row[0][0]["Plan"])
+    jobs_read = [
+        n["Actual Rows"] * n["Actual Loops"] for n in nodes if n.get("Relation Name") == "jobs"
+    ]
+    assert jobs_read and sum(jobs_read) <= 16, jobs_read
+
+
 def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):
     """Four claimers at once, each on its own connection, over runs of a forbid job and of
     jobs sharing a lock: never two leased runs of the forbid job, never two holders of a
