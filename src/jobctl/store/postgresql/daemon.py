@@ -78,14 +78,14 @@ from .waker import Waker
 CLAIM_BATCH = 32
 
 # The next candidates in queue order, each locked for this claimer (others skip them).
-# MATERIALIZED: the LIMIT and the row locks apply once, to exactly these rows. The job is
-# joined inside, under the LIMIT: each candidate's job looked up by its key (joined
-# outside, the planner hashed every job on each call, a cost that grew with the jobs).
+# MATERIALIZED: the LIMIT and the row locks apply once, to exactly these rows. Each
+# candidate's job is looked up by its key (LATERAL with a LIMIT: never flattened into a
+# join the planner may hash, reading every job on each call, whatever the statistics).
 CANDIDATES = """
 WITH cand AS MATERIALIZED (
     SELECT runs.id, runs.job_id, runs.priority, runs.pgid, runs.lease_host, runs.last_error,
-           runs.scheduled_for, jobs.overlap, jobs.max_running, jobs.state AS job_state
-    FROM runs JOIN jobs ON jobs.id = runs.job_id
+           runs.scheduled_for
+    FROM runs
     WHERE runs.state IN ('pending', 'failed') AND runs.not_before <= %(now)s
       AND (%(low_ok)s OR runs.priority >= %(rp)s)
       AND runs.id <> ALL(%(tried)s::bigint[])
@@ -97,9 +97,12 @@ WITH cand AS MATERIALIZED (
     LIMIT %(n)s
     FOR UPDATE OF runs SKIP LOCKED
 )
-SELECT cand.*,
+SELECT cand.*, j.overlap, j.max_running, j.job_state,
        ARRAY(SELECT l.name FROM run_locks l WHERE l.run_id = cand.id ORDER BY l.name) AS locks
-FROM cand
+FROM cand JOIN LATERAL (
+    SELECT jobs.overlap, jobs.max_running, jobs.state AS job_state FROM jobs
+    WHERE jobs.id = cand.job_id LIMIT 1
+) j ON true
 ORDER BY cand.priority DESC, cand.scheduled_for ASC, cand.id ASC
 """
 
