@@ -97,6 +97,7 @@ FETCH = (
 def test_crawler_per_host_lock_parallel_hosts(jobctl, start_daemon, tmp_path):
     log = tmp_path / "fetch.log"
     jobctl("add", "fetch", "--manual", "--overlap", "allow", "--", FETCH.format(log=log, secs=0.5))
+    jobctl("pause", "fetch")  # the six wait, then are offered at once (a slow CLI staggers none)
     start_daemon("--workers", "4")
     ids = []
     for i in range(3):
@@ -113,6 +114,7 @@ def test_crawler_per_host_lock_parallel_hosts(jobctl, start_daemon, tmp_path):
                     f"HOST={host}",
                 )["id"]
             )
+    jobctl("resume", "fetch")
     wait_until(lambda: all(r["state"] == "succeeded" for r in _runs(jobctl, "fetch")), 20)
     spans = _intervals(log)
     assert len(spans) == 6
