@@ -33,7 +33,9 @@ def test_misbehaving_children(jobctl, start_daemon, tmp_path):
         "--env",
         f"MARK={tmp_path}",
         "--",
-        f"( setsid sh -c 'sleep 300 & echo $! > {gc_pid}' & ); sleep 0.5; exit 0",
+        # ends once its escaped grandchild is there (however slow the machine is to start it)
+        f"( setsid sh -c 'sleep 300 & echo $! > {gc_pid}' & ); "
+        f"while [ ! -s {gc_pid} ]; do sleep 0.05; done; exit 0",
     )
     jobctl(
         "add",
