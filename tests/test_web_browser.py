@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import webhelpers
 from conftest import Jobctl, wait_until
 from webhelpers import TOKEN, Server, browser, needs_chromium, token_file
 
@@ -37,14 +38,7 @@ def test_dashboard_in_chromium(
         assert browser.save_screenshot(str(shots / f"{name}.png"))
 
     def text_of(selector: str) -> str:
-        """The element's text; "" while it is missing or the page reloads under us."""
-        from selenium.common.exceptions import StaleElementReferenceException
-
-        try:
-            found = browser.find_elements(By.CSS_SELECTOR, selector)
-            return str(found[0].text) if found else ""
-        except StaleElementReferenceException:
-            return ""
+        return webhelpers.text_of(browser, selector)
 
     jobctl("add", "greet", "--manual", "--", "echo hello-from-jobctl; sleep 1; echo second-line")
     jobctl("add", "sleeper", "--manual", "--", "echo sleeping; sleep 60")

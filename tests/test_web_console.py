@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import Jobctl, wait_until
-from webhelpers import TOKEN, Server, browser, needs_chromium, token_file
+from webhelpers import TOKEN, Server, browser, needs_chromium, text_of, token_file
 
 pytestmark = needs_chromium
 __all__ = ["browser"]
@@ -82,18 +82,6 @@ def history(jobctl: Jobctl, name: str, spans: Sequence[tuple[datetime, float, in
         store.finish(
             c.run, c.run.attempt, "test-daemon", start + timedelta(seconds=seconds), exit_code
         )
-
-
-def text_of(browser: Any, selector: str) -> str:
-    """The element's text; "" while it is missing or the page changes under us."""
-    from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.common.by import By
-
-    try:
-        found = browser.find_elements(By.CSS_SELECTOR, selector)
-        return str(found[0].text) if found else ""
-    except StaleElementReferenceException:
-        return ""
 
 
 def rows(browser: Any) -> list[str]:

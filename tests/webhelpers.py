@@ -136,6 +136,24 @@ class Server:
             self._log.close()
 
 
+def text_of(browser: Any, selector: str) -> str:
+    """The element's text; "" while it is missing or the page changes under us (an element
+    found, then replaced by a refresh before its text is read: "stale", or in Chrome's
+    words a node that no longer belongs to the document)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+    from selenium.webdriver.common.by import By
+
+    try:
+        found = browser.find_elements(By.CSS_SELECTOR, selector)
+        return str(found[0].text) if found else ""
+    except StaleElementReferenceException:
+        return ""
+    except WebDriverException as e:
+        if "does not belong to the document" in str(e.msg):
+            return ""
+        raise
+
+
 def token_file(tmp_path: Path, token: str = TOKEN) -> Path:
     path = tmp_path / "token"
     path.write_text(token + "\n")
