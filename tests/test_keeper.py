@@ -52,6 +52,42 @@ def keeper_of(daemon_pid: int) -> int:
     return pid
 
 
+def wait_keeper_up(daemon_pid: int) -> int:
+    """The daemon's keeper once it runs its loop (only its three descriptors open): a
+    keeper whose interpreter is still starting kills as surely, but later, by as long as a
+    busy machine takes to start Python."""
+    keeper = wait_until(lambda: keepers_of(daemon_pid), 10, what="the keeper")[0]
+
+    def up() -> bool:
+        with contextlib.suppress(OSError):
+            return sorted(int(fd) for fd in os.listdir(f"/proc/{keeper}/fd")) == [0, 1, 2]
+        return False
+
+    wait_until(up, 10, what=f"keeper {keeper} to run")
+    return int(keeper)
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0]
+    except OSError:
+        return "gone"
+
+
+def wait_all_gone(procs: list[int], keeper: int, timeout: float = 15.0) -> None:
+    """Every one of ``procs`` gone; on a timeout, say what is left and what the keeper does."""
+
+    def gone() -> bool:
+        return not any(pid_alive(p) for p in procs)
+
+    try:
+        wait_until(gone, timeout, what="the attempt's processes killed")
+    except AssertionError as e:
+        left = [(p, _state(p), _cmdline(p)) for p in procs if pid_alive(p)]
+        raise AssertionError(f"{e}: left {left}; keeper {keeper}: {_state(keeper)}") from None
+
+
 def attempt_processes(jobctl: Any, run_id: int) -> list[int]:
     db = jobctl.store().daemon.child_location()
     return [p for p in processes_of_run(run_id, db) if pid_alive(p)]
@@ -74,13 +110,13 @@ def start_pipelines(jobctl: Any, start_daemon: Any, count: int) -> tuple[Any, li
 
 def test_a_daemon_killed_outright_leaves_no_attempt_process_alive(jobctl, start_daemon):
     d, procs = start_pipelines(jobctl, start_daemon, 3)
-    keepers = keepers_of(d.pid)
+    keeper = wait_keeper_up(d.pid)
+    assert keepers_of(d.pid) == [keeper]
     d.kill()  # SIGKILL: no shutdown runs
     time.sleep(1.0)  # SPEC: none is left one second later (a busy machine may look later)
     alive = [p for p in procs if pid_alive(p)]
     assert alive == [], [(p, _cmdline(p)) for p in alive]
-    assert len(keepers) == 1
-    wait_until(lambda: not pid_alive(keepers[0]), 5, what="the keeper to exit")
+    wait_until(lambda: not pid_alive(keeper), 5, what="the keeper to exit")
     assert "the daemon is gone: killed the process groups" in d.log()
 
 
@@ -162,8 +198,9 @@ def test_runs_of_a_killed_daemon_run_again_once_and_end(jobctl, start_daemon, tm
     procs = wait_until(
         lambda: (p := attempt_processes(jobctl, run["id"])) and len(p) >= 5 and p, 10
     )
+    keeper = wait_keeper_up(first.pid)
     first.kill()
-    wait_until(lambda: not any(pid_alive(p) for p in procs), 5, what="attempt 1 killed")
+    wait_all_gone(procs, keeper)  # attempt 1 killed, by the keeper alone
     start_daemon()
     wait_until(lambda: jobctl.store().get_run(run["id"]).state is RunState.SUCCEEDED, 15)
     assert starts.read_text().split() == ["1", "2"]
