@@ -149,7 +149,7 @@ def test_a_normal_shutdown_still_puts_the_runs_back_and_the_keeper_goes(jobctl, 
     keeper = keeper_of(d.pid)
     assert d.terminate() == 0
     assert [p for p in procs if pid_alive(p)] == []
-    wait_until(lambda: not pid_alive(keeper), 3, what="the keeper to exit")
+    wait_until(lambda: not pid_alive(keeper), 10, what="the keeper to exit")
     for run in jobctl.json("runs", "pipe"):
         assert run["state"] == "pending" and run["last_error"] == "interrupted", run
     # nothing was left for the keeper to kill: the daemon had killed and reaped it all
@@ -161,10 +161,11 @@ def test_a_killed_keeper_is_replaced_and_told_every_running_group(jobctl, start_
     first = keeper_of(d.pid)
     os.kill(first, signal.SIGKILL)
     d.wait_log("the keeper exited (signal 9): starting another")
-    second = wait_until(lambda: keeper_of(d.pid) if keeper_of(d.pid) != first else None, 5)
+    wait_until(lambda: keeper_of(d.pid) != first, 10, what="another keeper")
+    second = wait_keeper_up(d.pid)
     assert all(pid_alive(p) for p in procs)  # the attempts ran on
     d.kill()
-    wait_until(lambda: not any(pid_alive(p) for p in procs), 5, what="the attempts killed")
+    wait_all_gone(procs, second)  # the second keeper was told every group
     wait_until(lambda: not pid_alive(second), 5, what="the second keeper to exit")
 
 
