@@ -389,13 +389,18 @@ def start_daemon(db: Path, tmp_path: Path):
             pass
 
 
+def proc_state(pid: int) -> str | None:
+    """The process's state letter from ``/proc`` (``Z`` for a zombie), None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0]
+    except OSError:
+        return None
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"
-    except OSError:
-        return False
+    return proc_state(pid) not in (None, "Z")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import pid_alive, wait_until
+from conftest import pid_alive, proc_state, wait_until
 
 from jobctl.keeper import Groups, start_time
 from jobctl.models import RunState
@@ -56,7 +56,7 @@ def wait_keeper_up(daemon_pid: int) -> int:
     """The daemon's keeper once it runs its loop (only its three descriptors open): a
     keeper whose interpreter is still starting kills as surely, but later, by as long as a
     busy machine takes to start Python."""
-    keeper = wait_until(lambda: keepers_of(daemon_pid), 10, what="the keeper")[0]
+    keeper: int = wait_until(lambda: keepers_of(daemon_pid), 10, what="the keeper")[0]
 
     def up() -> bool:
         with contextlib.suppress(OSError):
@@ -64,15 +64,7 @@ def wait_keeper_up(daemon_pid: int) -> int:
         return False
 
     wait_until(up, 10, what=f"keeper {keeper} to run")
-    return int(keeper)
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0]
-    except OSError:
-        return "gone"
+    return keeper
 
 
 def wait_all_gone(procs: list[int], keeper: int, timeout: float = 15.0) -> None:
@@ -84,8 +76,10 @@ def wait_all_gone(procs: list[int], keeper: int, timeout: float = 15.0) -> None:
     try:
         wait_until(gone, timeout, what="the attempt's processes killed")
     except AssertionError as e:
-        left = [(p, _state(p), _cmdline(p)) for p in procs if pid_alive(p)]
-        raise AssertionError(f"{e}: left {left}; keeper {keeper}: {_state(keeper)}") from None
+        left = [(p, proc_state(p), _cmdline(p)) for p in procs if pid_alive(p)]
+        raise AssertionError(
+            f"{e}: left {left}; keeper {keeper}: {proc_state(keeper) or 'gone'}"
+        ) from None
 
 
 def attempt_processes(jobctl: Any, run_id: int) -> list[int]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from conftest import wait_until
+from conftest import pid_alive, wait_until
 
 pytestmark = [
     pytest.mark.postgresql,
@@ -291,7 +291,7 @@ def test_a_frozen_host_is_taken_over_and_its_attempt_never_runs_beside_the_new_o
         # the host wakes: its daemon must kill the attempt it no longer holds before that
         # attempt runs one more step (it is still stopped, and SIGKILL reaches it anyway)
         os.kill(b.proc.pid, signal.SIGCONT)
-        wait_until(lambda: not _alive(child), 5, what="the frozen attempt killed")
+        wait_until(lambda: not pid_alive(child), 5, what="the frozen attempt killed")
     finally:
         os.kill(b.proc.pid, signal.SIGCONT)
         with contextlib.suppress(ProcessLookupError):
@@ -307,14 +307,6 @@ def test_a_frozen_host_is_taken_over_and_its_attempt_never_runs_beside_the_new_o
     assert (attempts[0].host, attempts[0].error) == ("host-b", "lost")
     assert attempts[1].host == "host-a"
     assert b.proc.poll() is None  # the frozen daemon carries on
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"
-    except OSError:
-        return False
 
 
 class _Link:
