@@ -112,14 +112,14 @@ def _finished_total(server: Server) -> dict[tuple[str, str], float]:
         f.name: f for f in text_string_to_metric_families(server.request("GET", "/metrics").text)
     }
     out = {
-        (s.labels["job"], s.labels["state"]): s.value
+        (s.labels["job_name"], s.labels["state"]): s.value
         for s in families["jobctl_runs_finished"].samples
         if s.name == "jobctl_runs_finished_total"
     }
     hist = families["jobctl_run_duration_seconds"]
     for s in hist.samples:
         if s.name.endswith("_count"):
-            out[(s.labels["job"], "attempts")] = s.value
+            out[(s.labels["job_name"], "attempts")] = s.value
     gauge = {s.labels["state"]: s.value for s in families["jobctl_runs"].samples}
     out[("*", "kept succeeded")] = gauge["succeeded"]
     return out

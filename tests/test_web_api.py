@@ -672,7 +672,7 @@ def test_metrics_parse_as_prometheus_text(
     counts = jobctl.json("status")["counts"]
     assert gauge == {k: float(v) for k, v in counts.items()}
     finished = {
-        (s.labels["job"], s.labels["state"]): s.value
+        (s.labels["job_name"], s.labels["state"]): s.value
         for s in families["jobctl_runs_finished"].samples
         if s.name == "jobctl_runs_finished_total"
     }
@@ -682,17 +682,20 @@ def test_metrics_parse_as_prometheus_text(
     assert families["jobctl_runs_finished"].type == "counter"
     hist = families["jobctl_run_duration_seconds"]
     assert hist.type == "histogram"
-    count = {s.labels["job"]: s.value for s in hist.samples if s.name.endswith("_count")}
+    count = {s.labels["job_name"]: s.value for s in hist.samples if s.name.endswith("_count")}
     assert count == {"quick": 3, "fails": 2, "idle": 1}  # every finished attempt
     inf = {
-        s.labels["job"]: s.value
+        s.labels["job_name"]: s.value
         for s in hist.samples
         if s.name.endswith("_bucket") and s.labels["le"] == "+Inf"
     }
     assert inf == count
     assert [s.value for s in families["jobctl_daemons"].samples] == [1]
-    missed = {s.labels["job"]: s.value for s in families["jobctl_missed_windows"].samples}
+    missed = {s.labels["job_name"]: s.value for s in families["jobctl_missed_windows"].samples}
     assert missed == {"fails": 0, "idle": 0, "quick": 0}
+    # Prometheus keeps `job` for the scrape target and renames a metric's own `job` label
+    # to `exported_job`, so a job is `job_name` everywhere
+    assert not [s for f in families.values() for s in f.samples if "job" in s.labels]
 
 
 def test_metrics_count_the_cpu_and_peak_memory_of_runs(
@@ -720,7 +723,7 @@ def test_metrics_count_the_cpu_and_peak_memory_of_runs(
             s.name: s.value
             for f in text_string_to_metric_families(text)
             for s in f.samples
-            if s.labels.get("job") == "busy" and ("cpu" in s.name or "rss" in s.name)
+            if s.labels.get("job_name") == "busy" and ("cpu" in s.name or "rss" in s.name)
         }
 
     first = samples()

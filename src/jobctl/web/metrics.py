@@ -64,7 +64,7 @@ def render(store: Any, now: datetime) -> str:
         "counter",
         "Runs that ended succeeded, dead or cancelled, by job.",
         (
-            f'jobctl_runs_finished_total{{job="{_label(job)}",state="{state}"}} {n}'
+            f'jobctl_runs_finished_total{{job_name="{_label(job)}",state="{state}"}} {n}'
             for (job, state), n in sorted(finished.items())
         ),
     )
@@ -72,10 +72,12 @@ def render(store: Any, now: datetime) -> str:
     for job, cumulative, count, total in histogram:
         j = _label(job)
         for bound, c in zip(DURATION_BUCKETS_SECONDS, cumulative, strict=True):
-            samples.append(f'jobctl_run_duration_seconds_bucket{{job="{j}",le="{_le(bound)}"}} {c}')
-        samples.append(f'jobctl_run_duration_seconds_bucket{{job="{j}",le="+Inf"}} {count}')
-        samples.append(f'jobctl_run_duration_seconds_sum{{job="{j}"}} {_num(total)}')
-        samples.append(f'jobctl_run_duration_seconds_count{{job="{j}"}} {count}')
+            samples.append(
+                f'jobctl_run_duration_seconds_bucket{{job_name="{j}",le="{_le(bound)}"}} {c}'
+            )
+        samples.append(f'jobctl_run_duration_seconds_bucket{{job_name="{j}",le="+Inf"}} {count}')
+        samples.append(f'jobctl_run_duration_seconds_sum{{job_name="{j}"}} {_num(total)}')
+        samples.append(f'jobctl_run_duration_seconds_count{{job_name="{j}"}} {count}')
     family(
         "jobctl_run_duration_seconds",
         "histogram",
@@ -88,7 +90,7 @@ def render(store: Any, now: datetime) -> str:
         "counter",
         "CPU seconds (user + system) of every finished attempt, by job.",
         (
-            f'jobctl_run_cpu_seconds_total{{job="{_label(job)}"}} {_num(cpu)}'
+            f'jobctl_run_cpu_seconds_total{{job_name="{_label(job)}"}} {_num(cpu)}'
             for job, cpu, _ in costs
             if cpu is not None
         ),
@@ -98,7 +100,7 @@ def render(store: Any, now: datetime) -> str:
         "gauge",
         "Largest resident set of the last finished run's last attempt, by job.",
         (
-            f'jobctl_run_max_rss_bytes{{job="{_label(job)}"}} {rss}'
+            f'jobctl_run_max_rss_bytes{{job_name="{_label(job)}"}} {rss}'
             for job, _, rss in costs
             if rss is not None
         ),
@@ -109,7 +111,7 @@ def render(store: Any, now: datetime) -> str:
         "counter",
         "Windows missed while no scheduler ran that did not run, by job.",
         (
-            f'jobctl_missed_windows_total{{job="{_label(job)}"}} {n}'
+            f'jobctl_missed_windows_total{{job_name="{_label(job)}"}} {n}'
             for job, n in sorted(missed.items())
         ),
     )
