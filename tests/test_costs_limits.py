@@ -124,3 +124,31 @@ def test_limits_and_policies_round_trip_through_the_job_json(jobctl):
     with pytest.raises(UsageError, match="invalid --memory-max"):
         jobctl("add", "k", "--every", "1h", "--memory-max", "100", "--", "true")
     assert [j["name"] for j in jobctl.json("list")] == ["j"]
+
+
+def test_db_copy_with_history_keeps_each_attempts_cost(jobctl, start_daemon, tmp_path):
+    from conftest import Jobctl
+
+    d = start_daemon()
+    jobctl(
+        "add",
+        "burn",
+        "--manual",
+        "--retries",
+        "0",
+        "--",
+        "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done",
+    )
+    run = _final(jobctl, jobctl.json("run", "burn")["id"])
+    assert run["cpu"] > 0 and run["max_rss"] > 0
+    assert d.terminate() == 0
+    jobctl("db", "copy", "--to", str(tmp_path / "copy.db"), "--history")
+    copy = Jobctl(tmp_path / "copy.db")
+    try:
+        [copied] = copy.json("runs", "burn")
+        assert (copied["cpu"], copied["max_rss"]) == (run["cpu"], run["max_rss"])
+        [attempt] = copy.json("inspect", str(copied["id"]))["attempts"]
+        cost = ("cpu_user", "cpu_system", "max_rss")
+        assert [attempt[k] for k in cost] == [run["attempts"][0][k] for k in cost]
+    finally:
+        copy.close()

@@ -126,6 +126,9 @@ def attempt_columns(a: CopiedAttempt, run_id: int) -> dict[str, Any]:
         "output_bytes": at.output_bytes,
         "host": at.host,
         "pid": at.pid,
+        "cpu_user": at.cpu_user,
+        "cpu_system": at.cpu_system,
+        "max_rss": at.max_rss,
     }
 
 
