@@ -107,7 +107,7 @@ def _progress(msg: str) -> None:
 
 def limits_bursts(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """The burst with ``--nice 5 --memory-max 1G`` on every job beside the same burst
-    without limits, back to back in each rep (SPEC §16: within 1.15×)."""
+    without limits, back to back in each rep (docs/benchmarks.md, Limits: within 1.15×)."""
     from jobctl.models import Limits
 
     limited = Limits(nice=5, memory_max=1 << 30)

@@ -1,5 +1,5 @@
-"""The dashboard's pages against a long history (SPEC §17): each page's time as the server
-takes it, with ``jobs`` jobs and ``runs_per_job`` finished runs each.
+"""The dashboard's pages against a long history (docs/benchmarks.md, Dashboard): each page's time as
+the server takes it, with ``jobs`` jobs and ``runs_per_job`` finished runs each.
 
 The database is filled through the store's bulk API (``commands.load_copy``, as ``db copy
 --history`` fills one): every job fires every 15 minutes, so the last 24 h hold 96 runs of

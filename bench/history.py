@@ -1,5 +1,5 @@
-"""The history workloads (SPEC §13): reads with a long history against a short one, and
-retention at work under a daemon.
+"""The history workloads (docs/benchmarks.md, History reads): reads with a long history against a
+short one, and retention at work under a daemon.
 
 ``history``: a database of ``jobs`` jobs with ``runs_per_job`` finished runs each (one
 attempt each, 1 % dead), built through the store's bulk API (``commands.load_copy``, as
@@ -30,7 +30,8 @@ from .jobctl_runs import DaemonProc, _add_jobs, jobctl_exe
 from .longhistory import Shape
 from .stats import median, percentile
 
-#: the reads of SPEC §13's list, as ``jobctl`` arguments (job and run filled in)
+#: the reads the README names (History: what is kept), as ``jobctl`` arguments (job and run filled
+#: in)
 CLI_READS = {
     "runs": ["runs"],
     "runs NAME": ["runs", "{job}"],
@@ -138,7 +139,7 @@ def _timed_http(db: Path, reps: int) -> dict[str, float]:
 
 
 def reads(db: Path, reps: int) -> dict[str, float]:
-    """Median ms of each read of SPEC §13's list on ``db``."""
+    """Median ms of each read the README names (History: what is kept) on ``db``."""
     conn = sqlite3.connect(db)
     try:
         job = conn.execute("SELECT name FROM jobs ORDER BY id LIMIT 1").fetchone()[0]

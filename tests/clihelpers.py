@@ -1,5 +1,5 @@
 """What the CLI tests share: ``jobctl.cli.main(argv)`` run in-process through its real error
-boundary, and the checks of the JSON fields (SPEC §2-§5, §7).
+boundary, and the checks of the JSON fields (jobctl(1), DESCRIPTION and EXIT STATUS).
 
 Every test uses a real SQLite file in ``tmp_path``. ``main`` always ends in ``sys.exit``;
 ``Jobctl`` catches it and returns (exit code, stdout, stderr). Each ``test_cli_*.py`` file

@@ -1,4 +1,4 @@
-"""``jobctl check``'s judgement (SPEC §12), from the facts the store reads."""
+"""``jobctl check``'s judgement (jobctl(1), jobctl check), from the facts the store reads."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`jobctl add` and `jobctl edit` through the real error boundary, ``jobctl.cli.main(argv)``
-(SPEC §2-§5, §7): triggers, policies, replace, and edits that keep or reset the schedule.
+(jobctl(1), jobctl add, jobctl edit, EXIT STATUS): triggers, policies, replace, and edits that keep or reset the schedule.
 
 Every test uses a real SQLite file in ``tmp_path`` (the ``jobctl`` fixture, from clihelpers.py).
 """

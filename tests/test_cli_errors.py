@@ -1,5 +1,5 @@
 """Help, completion and bad input through the real error boundary, ``jobctl.cli.main(argv)``
-(SPEC §7), and the installed `jobctl` entry point as a process.
+(jobctl(1), EXIT STATUS), and the installed `jobctl` entry point as a process.
 
 Every test uses a real SQLite file in ``tmp_path`` (the ``jobctl`` fixture, from clihelpers.py).
 """
@@ -183,7 +183,7 @@ def test_not_found_is_exit_1(jobctl: Jobctl, args: list[str]) -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["logs", "not a name"],  # neither a run id nor a job name (SPEC §13)
+        ["logs", "not a name"],  # neither a run id nor a job name (jobctl(1), jobctl logs)
         ["logs", "1", "--attempt", "x"],
         ["runs", "--state", "bogus"],
         ["runs", "--limit", "0"],

@@ -1,4 +1,4 @@
-"""The reading commands through the real error boundary, ``jobctl.cli.main(argv)`` (SPEC §2-§5):
+"""The reading commands through the real error boundary, ``jobctl.cli.main(argv)`` (jobctl(1), COMMANDS):
 `list`, `show`, `runs`, `logs`, `status` and `next` (DST included), human and JSON.
 
 Every test uses a real SQLite file in ``tmp_path`` (the ``jobctl`` fixture, from clihelpers.py).

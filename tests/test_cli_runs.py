@@ -1,5 +1,5 @@
 """Forcing and managing runs through the real error boundary, ``jobctl.cli.main(argv)``
-(SPEC §2-§5, §7): `run`, `cancel`, `pause`/`resume`, `rm`, `retry-dead`, `prune`.
+(jobctl(1), COMMANDS and EXIT STATUS): `run`, `cancel`, `pause`/`resume`, `rm`, `retry-dead`, `prune`.
 
 Every test uses a real SQLite file in ``tmp_path`` (the ``jobctl`` fixture, from clihelpers.py).
 """

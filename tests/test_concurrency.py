@@ -1,4 +1,4 @@
-"""Many CLI processes writing one database at once (SPEC §2, STYLE habit 3).
+"""Many CLI processes writing one database at once (README, Guarantees: A crash).
 
 Every write is ``BEGIN IMMEDIATE`` with a busy timeout, so concurrent writers wait their
 turn instead of failing with "database is locked".
@@ -83,7 +83,7 @@ def _check_outputs(results: list[tuple[int, bytes, bytes]], per_worker: int) -> 
     for code, out, err in results:
         assert b"locked" not in err, err.decode()
         assert code == 0, err.decode()
-        # no daemon runs here: each add and run warns so (SPEC §7.1), and says nothing else
+        # no daemon runs here: each add and run warns so (jobctl(1), WATCHING A RUN), and says nothing else
         no_daemon = b"warning: no daemon is running; start one with jobctl daemon"
         assert [line for line in err.splitlines() if line != no_daemon] == [], err.decode()
         lines = out.decode().splitlines()

@@ -25,7 +25,7 @@ from jobctl.errors import StoreError
 from jobctl.models import DaemonLoad, RunState, WaitFacts, WaitReason
 
 HUGE = "99999999999999999999"
-#: what one exec argument may hold on Linux, its NUL included (SPEC §16: 128 KiB)
+#: what one exec argument may hold on Linux, its NUL included (128 KiB; README, Run policies and what a run costs)
 MAX_ARG_BYTES = 128 * 1024
 TRIGGER_KEYS = {"kind", "expr", "tz", "after_completion"}
 

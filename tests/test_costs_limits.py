@@ -1,5 +1,5 @@
-"""What a run costs and what it may use (SPEC §16), and exit codes that are not failures or
-not worth a retry (SPEC §14), through a real daemon and real children, on both backends."""
+"""What a run costs and what it may use, and exit codes that are not failures or
+not worth a retry (README, Run policies and what a run costs), through a real daemon and real children, on both backends."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""jobctl's cron engine held against croniter, the independent oracle (SPEC §3).
+"""jobctl's cron engine held against croniter, the independent oracle (README, Dependencies).
 
 croniter is not jobctl's engine: it fires a fixed-time job twice in a repeated hour,
 reads an ``a-a`` range as the whole field, and decides "wildcard" from a field's

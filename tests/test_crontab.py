@@ -1,4 +1,4 @@
-"""crontab(5) parsing for import-crontab (SPEC §8): real files, then one test per edge case."""
+"""crontab(5) parsing for import-crontab (README, Migrating from crontab): real files, then one test per edge case."""
 
 from __future__ import annotations
 

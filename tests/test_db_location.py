@@ -1,4 +1,4 @@
-"""Where the database lives and how it is created and refused (SPEC §2)."""
+"""Where the database lives and how it is created and refused (jobctl(1), OPTIONS, ENVIRONMENT and FILES)."""
 
 from __future__ import annotations
 

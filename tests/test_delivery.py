@@ -1,4 +1,4 @@
-"""Delivering one notification to a real receiver on 127.0.0.1 (SPEC §12): a webhook to an
+"""Delivering one notification to a real receiver on 127.0.0.1 (README, Getting told): a webhook to an
 HTTP server, an email to an SMTP server (aiosmtpd), a command through /bin/sh."""
 
 from __future__ import annotations

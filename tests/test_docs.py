@@ -1,4 +1,4 @@
-"""Completions and the man page are generated from the CLI and must not drift (SPEC §8)."""
+"""Completions and the man page are generated from the CLI and must not drift (scripts/gen_docs.py)."""
 
 from __future__ import annotations
 

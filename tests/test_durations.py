@@ -1,4 +1,4 @@
-"""Durations, zones and user-given times (SPEC §3)."""
+"""Durations, zones and user-given times (README, Choices where the contract is silent)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""History through a real ``jobctl serve`` (SPEC §13): ``since`` on ``/v1/runs``, backfill
+"""History through a real ``jobctl serve`` (README, History: what is kept): ``since`` on ``/v1/runs``, backfill
 and coverage, retention fields in job bodies, and counters that a ``prune`` never lowers
 in ``/metrics``; on both backends.
 """

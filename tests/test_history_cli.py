@@ -1,4 +1,4 @@
-"""History through the real command line and its error boundary (SPEC §13): retention
+"""History through the real command line and its error boundary (README, History: what is kept): retention
 flags, ``runs --since``, ``list --failing``, ``logs NAME``, ``backfill`` and ``coverage``,
 on both backends (the ``db`` fixture).
 """

@@ -1,4 +1,4 @@
-"""Counters kept apart from the rows (SPEC §13): what the tallies hold after runs end, are
+"""Counters kept apart from the rows (README, History: what is kept): what the tallies hold after runs end, are
 retried, pruned and deleted, on both backends, and a database from before them upgraded.
 
 The tallies are kept by the schema's triggers, so every statement that changes a run

@@ -1,4 +1,4 @@
-"""No read of SPEC §13's list scans every run: each statement the store runs for ``runs``
+"""No read the README names (History: what is kept) scans every run: each statement the store runs for ``runs``
 (all jobs or one, by state, since a time), ``show``, ``inspect``, ``list`` (and
 ``--failing``), ``status``, ``logs NAME``, ``coverage``, the API's lists and ``/metrics``
 is captured as it is sent, and its plan asked of the database: SQLite's ``EXPLAIN QUERY

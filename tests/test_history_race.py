@@ -1,4 +1,4 @@
-"""A backfill racing the scheduler on one window never makes two rows (SPEC §13): the
+"""A backfill racing the scheduler on one window never makes two rows (jobctl(1), jobctl backfill): the
 scheduler's fire and a backfill of the same window, from two connections released at
 the same instant, many times, on both backends. Exactly one of them records the window;
 the other reports it as not created."""

@@ -1,4 +1,4 @@
-"""Retention (SPEC §13): the scheduler-lease holder deletes each job's finished runs beyond
+"""Retention (README, History: what is kept): the scheduler-lease holder deletes each job's finished runs beyond
 ``--keep-runs`` or older than ``--keep-for``, a bounded number a transaction, never a
 pending, failed or leased run, with their attempts and delivered notifications, and
 never a counter; on both backends, through the store and under a real daemon.

@@ -1,4 +1,4 @@
-"""The pure side of history (SPEC §13): the windows of a range for ``backfill`` and
+"""The pure side of history (jobctl(1), jobctl backfill and jobctl coverage): the windows of a range for ``backfill`` and
 ``coverage``, what a backfill does to each window, and the retention age cutoff.
 
 Time is passed in: no clock, no database.

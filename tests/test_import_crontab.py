@@ -1,4 +1,4 @@
-"""``jobctl import-crontab`` end to end (SPEC §7, §8): the real CLI on real crontab files."""
+"""``jobctl import-crontab`` end to end (README, Migrating from crontab): the real CLI on real crontab files."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Jobs as code (SPEC §15): export, the job file's reading and its errors, the plan of an
+"""Jobs as code (README, Jobs in git): export, the job file's reading and its errors, the plan of an
 apply. The real CLI on a real database of either backend."""
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ def jobctl(db: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Mon
     cli.close()
 
 
-#: one `add` a trigger kind and a policy: every kind and every policy that exists (SPEC §4,
-#: §9, §12, §13, §14, §16). A new job setting gets a line here, so the round trip covers it.
+#: one `add` a trigger kind and a policy: every kind and every policy that exists (jobctl(1),
+#: jobctl add). A new job setting gets a line here, so the round trip covers it.
 EVERY_JOB: list[list[str]] = [
     ["cron-berlin", "--cron", "0 3 * * 1-5", "--tz", "Europe/Berlin"],
     ["cron-macro", "--cron", "@daily", "--catchup", "all", "--catchup-limit", "3"],
@@ -212,7 +212,7 @@ def test_export_writes_only_what_differs_from_the_defaults(jobctl: Any) -> None:
     assert notified["notify"][1] == "pager:dead,late"
     assert notified["notify"][0].startswith("ops:")
     assert (notified["grace"], notified["warn_after"]) == ("5m", "1h")
-    # run policies and limits (SPEC §14, §16)
+    # run policies and limits (README, Run policies and what a run costs)
     assert jobs["after-ok"]["after"] == "cron-berlin"
     assert jobs["after-ok"]["overlap"] == "queue"
     assert (jobs["after-states"]["after"], jobs["after-states"]["deadline"]) == (

@@ -1,4 +1,4 @@
-"""SPEC §9 end to end: the digest fan-out (keyed runs) and the polite crawler (locks)."""
+"""README, Two workloads, end to end: the digest fan-out (keyed runs) and the polite crawler (locks)."""
 
 from __future__ import annotations
 

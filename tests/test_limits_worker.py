@@ -1,4 +1,4 @@
-"""What an attempt costs and what it may use (SPEC §16), at the worker: real children
+"""What an attempt costs and what it may use (README, Run policies and what a run costs), at the worker: real children
 through /bin/sh, reaped with their rusage, started under their limits."""
 
 from __future__ import annotations

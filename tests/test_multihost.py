@@ -1,4 +1,4 @@
-"""Daemons on several hosts sharing one PostgreSQL database (SPEC §10).
+"""Daemons on several hosts sharing one PostgreSQL database (README, Many hosts on PostgreSQL).
 
 Each daemon runs in its own UTS namespace (``unshare --uts`` + ``hostname``, as root), so
 one machine plays two hosts. A job fires every second and appends its window to a log;

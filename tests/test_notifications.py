@@ -1,4 +1,4 @@
-"""The pure part of notifications (SPEC §12): what users type, who is told, which events
+"""The pure part of notifications (README, Getting told): what users type, who is told, which events
 an attempt's end causes, the text, the retries."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Channels, a job's notify flags, ``notifications`` and ``check`` from the command line
-(SPEC §12), on both backends."""
+(README, Getting told), on both backends."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Notifications delivered by a real daemon to a real receiver on 127.0.0.1 (SPEC §12):
+"""Notifications delivered by a real daemon to a real receiver on 127.0.0.1 (README, Getting told):
 every event, the outbox's retries and key, a channel removed, a daemon killed mid-send,
 and the API. Both backends."""
 

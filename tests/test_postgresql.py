@@ -1,5 +1,6 @@
 """The PostgreSQL backend itself: schema and migrations, URLs and passwords, the driver as
-an extra, and claims that stay correct with several claimers at once (SPEC §10)."""
+an extra, and claims that stay correct with several claimers at once (README, Many
+hosts on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -376,7 +377,7 @@ def _four_claimers(
 
 
 def test_claimers_racing_keep_max_running(pg_url):
-    """SPEC §14 --max-running 2 across claimers: four at once, each on its own connection,
+    """--max-running 2 (jobctl(1), jobctl add) across claimers: four at once, each on its own connection,
     never three leased runs of the job, every run claimed exactly once; and the database
     itself refuses a third holder of the job's two places."""
     with _view(pg_url) as s:
@@ -588,7 +589,7 @@ def test_a_transaction_aborted_to_break_a_deadlock_is_run_again(pg_url):
             )
             job = s.pause_job("a", T0)
             assert job.state.value == "paused"
-            # two aborted tries, then the pause and its revision number (SPEC §15)
+            # two aborted tries, then the pause and its revision number (README, Jobs in git)
             assert admin.execute("SELECT last_value FROM jobctl.tries").fetchone()[0] == 4
 
 

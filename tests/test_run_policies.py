@@ -1,4 +1,4 @@
-"""SPEC §14's run policies through a real daemon and real children, on both backends:
+"""The run policies (README, Run policies and what a run costs) through a real daemon and real children, on both backends:
 --deadline, --overlap queue, --max-running, --pause-after-failures, --after."""
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_three_dead_runs_in_a_row_pause_the_job_and_resume_clears_it(jobctl, sta
     job = jobctl.json("show", "fragile")
     assert (job["paused"], job["paused_reason"]) == (True, "failures")
     assert "(by failures)" in jobctl("show", "fragile").stdout
-    # the daemon's pause is a revision of the job (SPEC §15)
+    # the daemon's pause is a revision of the job (README, Jobs in git)
     last = jobctl.json("history", "fragile")[-1]
     assert (last["who"], last["source"], last["changes"]) == (
         "daemon",

@@ -1,4 +1,4 @@
-"""SPEC §14's run policies as pure decisions (time passed in) and what a user types for
+"""The run policies (README, Run policies and what a run costs) as pure decisions (time passed in) and what a user types for
 them and for §16's limits: exit codes, queue, deadline, pause after failures, --after."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``jobctl service`` and the unit it writes (SPEC §8), with a fake ``systemctl`` on PATH."""
+"""``jobctl service`` and the unit it writes (README, Running as a systemd user service), with a fake ``systemctl`` on PATH."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dashboard's reads in the store (SPEC §17), on both backends: what each returns, and
+"""The dashboard's reads in the store (README, The dashboard's pages), on both backends: what each returns, and
 that no statement of theirs reads every run (each one goes through an index)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Each job's last run state as the overview reads it (SPEC §17, issue 35), on both
+"""Each job's last run state as the overview reads it (README, The dashboard's pages; issue 35), on both
 backends: the newest run (by window) among those that ended is kept in ``last_ends`` by
 triggers, in the transaction that changes a run; the newest open run is read live. After
 every kind of change (an end, a retry, retry-dead, a cancel, retention, prune, a run or a
@@ -278,7 +278,7 @@ def test_the_migration_fills_the_row_of_an_existing_database(db: Any) -> None:
 
 
 def test_the_peak_memory_gauge_is_the_newest_succeeded_or_dead_runs(store: StoreView) -> None:
-    """jobctl_run_max_rss_bytes (SPEC §16) reads the newest ended run off ``last_ends``;
+    """jobctl_run_max_rss_bytes (README, Run policies and what a run costs) reads the newest ended run off ``last_ends``;
     behind a newer cancelled run it is still the newest that succeeded or died."""
     store.add_job(manual("m"), T0)
 

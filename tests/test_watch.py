@@ -1,4 +1,4 @@
-"""Watching work end to end (issue 12, SPEC §5, §7, §7.1): output stored while an attempt
+"""Watching work end to end (issue 12; jobctl(1), WATCHING A RUN): output stored while an attempt
 runs, ``logs --follow``, ``run --wait`` that talks, and the no-daemon warning.
 
 A real ``jobctl daemon``, real ``sh`` children; the CLI in-process (``jobctl`` fixture) or,

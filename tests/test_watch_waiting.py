@@ -1,4 +1,4 @@
-"""Why a run waits (SPEC §7.1): one test per ``waiting.reason``, each set up for real with a
+"""Why a run waits (jobctl(1), WATCHING A RUN): one test per ``waiting.reason``, each set up for real with a
 daemon, and the claim and ``waiting`` agreeing because they share one definition."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`jobctl serve`: the JSON API and /metrics over a real server process (SPEC §11)."""
+"""`jobctl serve`: the JSON API and /metrics over a real server process (README, The dashboard and the HTTP API)."""
 
 from __future__ import annotations
 
@@ -396,7 +396,7 @@ def test_a_body_over_one_mib_is_413(server: Server, jobctl: Jobctl) -> None:
     assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
     assert job_count(jobctl) == 0
     # a body just under the cap is read
-    # (in the stdin text: a command that long could never start, SPEC §16)
+    # (in the stdin text: a command that long could never start)
     ok = {
         "name": "fits",
         "trigger": {"kind": "manual"},
@@ -701,7 +701,7 @@ def test_metrics_parse_as_prometheus_text(
 def test_metrics_count_the_cpu_and_peak_memory_of_runs(
     server: Server, jobctl: Jobctl, start_daemon: Any
 ) -> None:
-    """SPEC §16: jobctl_run_cpu_seconds_total (a counter that prune does not lower) and
+    """README, Run policies and what a run costs: jobctl_run_cpu_seconds_total (a counter that prune does not lower) and
     jobctl_run_max_rss_bytes (the last finished run's)."""
     import sys
 

@@ -1,4 +1,4 @@
-"""The dashboard as an operations console (SPEC §17) in headless Chromium: the overview,
+"""The dashboard as an operations console (README, The dashboard's pages) in headless Chromium: the overview,
 search, paging and natural order among 2,000 jobs, retry all dead, a job's chart, delete
 with its confirmation, the timeline, the runs across jobs, and parts that refresh by
 themselves. Each page is saved as a screenshot under the test's temporary folder."""

@@ -1,4 +1,4 @@
-"""The dashboard's pure parts (SPEC §17): natural order, which jobs need attention and in
+"""The dashboard's pure parts (README, The dashboard's pages): natural order, which jobs need attention and in
 which order, pages, the duration chart and the timeline's hour marks."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Applying a job file (SPEC §15): the text, the jobs as stored, and the plan that makes
+"""Applying a job file (README, Jobs in git): the text, the jobs as stored, and the plan that makes
 them match, for ``apply``, ``edit -e``, ``rollback`` and the dashboard's editor.
 
 :func:`plan_text` reads and validates the whole file first, so a file with any error

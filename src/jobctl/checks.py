@@ -1,5 +1,5 @@
 """``jobctl check``: the state of a jobctl installation for a monitoring system, in the
-Nagios plugin convention (SPEC §12). Pure: the facts come from the store.
+Nagios plugin convention (jobctl(1), jobctl check). Pure: the facts come from the store.
 
 One line ``JOBCTL STATE - summary | perfdata`` and exit 0 ``OK``, 1 ``WARNING``,
 2 ``CRITICAL``, 3 ``UNKNOWN``.

@@ -30,8 +30,8 @@ def from_us(us: int) -> datetime:
 
 @functools.lru_cache(maxsize=4096)
 def iso(dt: datetime | None) -> str | None:
-    """ISO 8601 in UTC with a ``Z`` suffix (SPEC §7), or None. Memoised like
-    :func:`from_us` (each child's ``JOBCTL_SCHEDULED_FOR`` of a burst is the same text;
+    """ISO 8601 in UTC with a ``Z`` suffix (jobctl(1), DESCRIPTION: ``--json``), or None. Memoised
+    like :func:`from_us` (each child's ``JOBCTL_SCHEDULED_FOR`` of a burst is the same text;
     equal instants in other zones give the same UTC text)."""
     if dt is None:
         return None

@@ -1,4 +1,4 @@
-"""The 5-field cron expression: parse, match, and wall-clock iteration (SPEC §3).
+"""The 5-field cron expression: parse, match, and wall-clock iteration (README, Cron expressions).
 
 Pure and zone-free: an expression is matched against naive wall times; the DST rules
 that map wall times to instants live in :mod:`jobctl.triggers`.

@@ -1,4 +1,4 @@
-"""crontab(5) parsing for ``import-crontab`` (SPEC §8).
+"""crontab(5) parsing for ``import-crontab`` (README, Migrating from crontab).
 
 A pure function of the file's text: no clock, no database, no user lookup. It follows
 vixie cron and cronie:

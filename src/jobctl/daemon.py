@@ -39,7 +39,8 @@ from .worker import mark_inherited_fds_cloexec
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 MAX_SLEEP_SECONDS = 3600.0
-#: a loop that wakes this much later than it planned counts the gap as missed (SPEC §6)
+#: a loop that wakes this much later than it planned counts the gap as missed
+#: (jobctl(1), CATCH-UP AND DST)
 MISSED_GAP_SECONDS = 60.0
 #: after a store error in a turn, wait this long before the next turn
 STORE_ERROR_BACKOFF_SECONDS = 0.5
@@ -86,7 +87,7 @@ class DaemonConfig:
     #: become a child subreaper and kill+reap orphans that left their attempt; off only
     #: for a daemon driven inside a test process
     reap_strays: bool = True
-    #: delivery threads: notifications sent at once, off the loop (SPEC §12)
+    #: delivery threads: notifications sent at once, off the loop (README, Getting told)
     notify_threads: int = 4
     #: the first retry of a failed delivery (doubling, at most 60 times this)
     notify_retry_seconds: float = 10.0
@@ -186,7 +187,7 @@ class Daemon:
         )
         self.store = store = handle.open_daemon(identity)
         self.config = config
-        # on PostgreSQL the server's clock (SPEC §10)
+        # on PostgreSQL the server's clock (README, Many hosts on PostgreSQL: One clock)
         self.clock: Clock = clock or daemon_clock(store, SystemClock())
         self.log: LogFn = log or Log()
         env = dict(os.environ if environ is None else environ)
@@ -478,8 +479,8 @@ class Daemon:
             self.executor.end_batch(woke, woke_mono, claim=self.phase is Phase.RUNNING)
 
     def _retain(self, now: datetime, mono: float, timeout: float) -> float:
-        """Retention's turn (SPEC §13): a step only when nothing else is due for
-        RETENTION_SLACK_SECONDS, so no claim or window waits behind it; returns the sleep
+        """Retention's turn (README, History: what is kept): a step only when nothing else is due
+        for RETENTION_SLACK_SECONDS, so no claim or window waits behind it; returns the sleep
         left (none while a pass has more to delete: the next turn comes first)."""
         if timeout < RETENTION_SLACK_SECONDS:
             return timeout

@@ -1,4 +1,5 @@
-"""Sending one notification to one channel (SPEC §12): a webhook POST, an email, a command.
+"""Sending one notification to one channel (README, Getting told): a webhook POST, an email, a
+command.
 
 Each call blocks until the receiver answered or its timeout passed, so the daemon calls it
 from its delivery threads, never from its loop; ``notify test`` calls it in the
@@ -62,8 +63,8 @@ def deliver(
     webhook_timeout: float = WEBHOOK_TIMEOUT_SECONDS,
     command_timeout: float = COMMAND_TIMEOUT_SECONDS,
 ) -> None:
-    """Deliver ``body`` (the webhook JSON of SPEC §12) to ``channel``; returns when it was
-    taken. ``email_text`` is the plain-text body of an email. Raises DeliveryError."""
+    """Deliver ``body`` (the webhook JSON of README, Getting told) to ``channel``; returns when it
+    was taken. ``email_text`` is the plain-text body of an email. Raises DeliveryError."""
     env = dict(os.environ if environ is None else environ)
     if channel.kind is ChannelKind.WEBHOOK:
         post_webhook(channel, body, timeout=webhook_timeout)

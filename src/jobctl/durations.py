@@ -1,7 +1,8 @@
 """DURATION text <-> seconds, and the times a user gives (``--at``, ``--in``, ``--from``).
 
-Durations are whole seconds (SPEC §3). Every function here is pure: the current time
-comes in as ``now``; nothing reads the clock. Zones live in :mod:`jobctl.zones`.
+Durations are whole seconds (README, Choices where the contract is silent). Every function here is
+pure: the current time comes in as ``now``; nothing reads the clock. Zones live in
+:mod:`jobctl.zones`.
 """
 
 from __future__ import annotations

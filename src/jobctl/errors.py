@@ -1,4 +1,4 @@
-"""Exception types. Each carries the exit code the CLI maps it to (SPEC §7)."""
+"""Exception types. Each carries the exit code the CLI maps it to (jobctl(1), EXIT STATUS)."""
 
 from __future__ import annotations
 

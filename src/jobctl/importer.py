@@ -1,4 +1,5 @@
-"""``import-crontab`` as a library: plan an import, then preview or save it (SPEC §8).
+"""``import-crontab`` as a library: plan an import, then preview or save it (README, Migrating from
+crontab).
 
 :func:`plan_import` is pure (text in, specs and errors out); :func:`save_import` writes
 every job in one transaction, so an import with any error writes nothing, and a second
@@ -77,8 +78,8 @@ def plan_import(
 
 @dataclass(frozen=True)
 class Matched:
-    """An import matched against the jobs of its prefix (SPEC §15): the specs under the
-    names they take, what happens to each job (``added``, ``updated``, ``unchanged``), and
+    """An import matched against the jobs of its prefix (README, Migrating from crontab): the specs
+    under the names they take, what happens to each job (``added``, ``updated``, ``unchanged``), and
     the jobs of the prefix that no line matches (``removed`` from the file)."""
 
     specs: list[JobSpec]

@@ -1,4 +1,4 @@
-"""Jobs as code (SPEC §15): a job as a table of a TOML (or JSON) file, and back.
+"""Jobs as code (README, Jobs in git): a job as a table of a TOML (or JSON) file, and back.
 
 One table, :data:`FIELDS`, says everything a job file holds: each entry is one key of a
 ``[jobs.NAME]`` table (the long flag of ``add`` with ``_`` for ``-``), how its value is
@@ -184,22 +184,22 @@ FIELDS: tuple[Field, ...] = (
     Field("on_failure", "str", lambda d: d.spec.on_failure),
     Field("stdin", "str", lambda d: d.spec.stdin),
     Field("locks", "strings", lambda d: list(d.spec.locks), [], "lock"),
-    # run policies (SPEC §14)
+    # run policies (README, Run policies and what a run costs)
     Field("deadline", "duration", lambda d: _duration(d.spec.deadline_seconds)),
     Field("pause_after_failures", "int", lambda d: d.spec.pause_after_failures),
     Field("max_running", "int", lambda d: d.spec.max_running),
     Field("ok_exit", "codes", lambda d: list(d.spec.ok_exit), []),
     Field("no_retry_exit", "codes", lambda d: list(d.spec.no_retry_exit), []),
-    # limits (SPEC §16)
+    # limits (jobctl(1), jobctl add: --nice to --files-max)
     Field("nice", "int", lambda d: d.spec.limits.nice),
     Field("io_class", "str", lambda d: _value(d.spec.limits.io_class)),
     Field("memory_max", "str", lambda d: _size(d.spec.limits.memory_max)),
     Field("cpu_max", "duration", lambda d: _duration(d.spec.limits.cpu_max_seconds)),
     Field("files_max", "int", lambda d: d.spec.limits.files_max),
-    # retention (SPEC §13)
+    # retention (README, History: what is kept)
     Field("keep_runs", "int", lambda d: d.spec.keep_runs, _spec_default("keep_runs")),
     Field("keep_for", "duration", lambda d: _duration(d.spec.keep_for_seconds)),
-    # notifications (SPEC §12): "CHANNEL:EVENTS" as --notify takes them
+    # notifications (README, Getting told): "CHANNEL:EVENTS" as --notify takes them
     Field("notify", "strings", lambda d: _notify(d.spec.notify), [], "notify"),
     Field("grace", "duration", lambda d: _duration(d.spec.grace_seconds)),
     Field("warn_after", "duration", lambda d: _duration(d.spec.warn_after_seconds)),
@@ -698,7 +698,7 @@ class ApplyPlan:
         return not (self.added or self.changed or self.removed)
 
     def lines(self) -> list[str]:
-        """``+ NAME``, ``~ NAME: FIELD OLD -> NEW; ...``, ``- NAME`` (SPEC §15)."""
+        """``+ NAME``, ``~ NAME: FIELD OLD -> NEW; ...``, ``- NAME`` (jobctl(1), jobctl apply)."""
         out = [f"+ {d.spec.name}" for d in self.added]
         out += [f"~ {c.job.name}: {describe_changes(c.fields)}" for c in self.changed]
         out += [f"- {j.name}" for j in self.removed]

@@ -39,9 +39,9 @@ DEFAULT_RETRIES = 2
 DEFAULT_BACKOFF_SECONDS = 10.0
 MAX_BACKOFF_SECONDS = 3600.0
 MAX_SKIPPED_ROWS = 100
-#: finished runs a job keeps by default (``--keep-runs``, SPEC §13)
+#: finished runs a job keeps by default (``--keep-runs``; README, History: what is kept)
 DEFAULT_KEEP_RUNS = 1000
-#: the most windows one ``backfill`` or ``coverage`` call may cover (SPEC §13)
+#: the most windows one ``backfill`` or ``coverage`` call may cover (jobctl(1), jobctl backfill)
 MAX_HISTORY_WINDOWS = 10_000
 
 
@@ -107,7 +107,8 @@ class SkipReason(str, Enum):
 
 
 class PausedReason(str, Enum):
-    """Why a job is paused (SPEC §14): by a user, or by ``--pause-after-failures``."""
+    """Why a job is paused (jobctl(1), jobctl add --pause-after-failures): by a user, or by
+    ``--pause-after-failures``."""
 
     USER = "user"
     FAILURES = "failures"
@@ -120,7 +121,7 @@ class IoClass(str, Enum):
     IDLE = "idle"
 
 
-#: the states of an upstream run that may fire an ``--after`` job (SPEC §14)
+#: the states of an upstream run that may fire an ``--after`` job (jobctl(1), jobctl add)
 AFTER_STATES = ("succeeded", "dead", "cancelled")
 
 
@@ -135,8 +136,8 @@ def after_parts(expr: str) -> tuple[str, tuple[str, ...]]:
 
 @dataclass(frozen=True)
 class Limits:
-    """What an attempt's processes may use (SPEC §16), each None when unset: ``nice``
-    (0-19), ``io_class``, ``memory_max`` (bytes of address space a process),
+    """What an attempt's processes may use (README, Run policies and what a run costs), each None
+    when unset: ``nice`` (0-19), ``io_class``, ``memory_max`` (bytes of address space a process),
     ``cpu_max_seconds`` (CPU seconds a process), ``files_max`` (open files a process)."""
 
     nice: int | None = None
@@ -203,7 +204,8 @@ class AttemptResult:
     output: bytes = b""
     output_bytes: int = 0
     #: what the kernel counted for the reaped main process and the processes it waited
-    #: for (SPEC §16): CPU seconds in user and system mode, the largest resident set
+    #: for (README, Run policies and what a run costs): CPU seconds in user and system mode, the
+    #: largest resident set
     cpu_user: float | None = None
     cpu_system: float | None = None
     max_rss: int | None = None
@@ -216,7 +218,8 @@ class AttemptResult:
 
     @property
     def error(self) -> str | None:
-        """The attempt's ``last_error`` text (SPEC §5), None when it succeeded."""
+        """The attempt's ``last_error`` text (jobctl(1), ENVIRONMENT: JOBCTL_ERROR), None when it
+        succeeded."""
         if self.spawn_error is not None:
             return self.spawn_error
         if self.stop_reason is not None:
@@ -241,7 +244,7 @@ class Window:
     skip_reason: SkipReason | None = None
     catchup_from: datetime | None = None
     not_before: datetime | None = None
-    #: a run not started by then is skipped (SPEC §14 ``--deadline``)
+    #: a run not started by then is skipped (jobctl(1), jobctl add ``--deadline``)
     deadline_at: datetime | None = None
 
 
@@ -318,7 +321,7 @@ class Trigger:
 
 
 class Event(str, Enum):
-    """What a notification reports (SPEC §12)."""
+    """What a notification reports (README, Getting told)."""
 
     FAILED = "failed"
     DEAD = "dead"
@@ -376,17 +379,18 @@ class JobSpec:
     jitter_seconds: float = 0.0
     on_failure: str | None = None
     locks: tuple[str, ...] = ()
-    #: the channels told and for which events (SPEC §12); none: the default channels
+    #: the channels told and for which events (README, Getting told); none: the default channels
     notify: tuple[NotifyRule, ...] = ()
     #: a run not started by its window + grace is ``late``
     grace_seconds: float | None = None
     #: an attempt still running after this long is ``long``
     warn_after_seconds: float | None = None
-    #: finished runs kept beyond which the scheduler-lease holder deletes (SPEC §13)
+    #: finished runs kept beyond which the scheduler-lease holder deletes
+    #: (README, History: what is kept)
     keep_runs: int = DEFAULT_KEEP_RUNS
     #: finished runs whose window is older than this are deleted; None: no age limit
     keep_for_seconds: float | None = None
-    #: SPEC §14: a run not started within this long of its window is skipped (``deadline``)
+    #: a run not started within this long of its window is skipped (``deadline``)
     deadline_seconds: float | None = None
     #: pause the job after this many runs in a row end ``dead``
     pause_after_failures: int | None = None
@@ -396,7 +400,7 @@ class JobSpec:
     ok_exit: tuple[int, ...] = ()
     #: exit codes after which the run is dead at once
     no_retry_exit: tuple[int, ...] = ()
-    #: SPEC §16: what the attempt's processes may use
+    #: what the attempt's processes may use (README, Run policies and what a run costs)
     limits: Limits = NO_LIMITS
 
 
@@ -412,7 +416,7 @@ class Job:
     missed_total: int
     last_boot_id: str | None
     paused_reason: PausedReason | None = None
-    #: the number of its last revision (SPEC §15); 0 before its first
+    #: the number of its last revision (jobctl(1), jobctl history); 0 before its first
     revision: int = 0
 
     @property
@@ -542,11 +546,11 @@ class Run:
     attempt_finished_at: datetime | None = None
     #: the host of the last attempt
     host: str | None = None
-    #: SPEC §16: user + system CPU seconds and the largest resident set (bytes) of its
+    #: user + system CPU seconds and the largest resident set (bytes) of its
     #: last attempt, once it ended
     cpu: float | None = None
     max_rss: int | None = None
-    #: the revision its job had when the run was created (SPEC §15)
+    #: the revision its job had when the run was created (README, Jobs in git)
     job_revision: int | None = None
 
     @classmethod
@@ -578,7 +582,7 @@ class Attempt:
     output_bytes: int
     host: str | None = None
     pid: int | None = None
-    #: SPEC §16: what the kernel counted when its main process was reaped
+    #: what the kernel counted when its main process was reaped
     cpu_user: float | None = None
     cpu_system: float | None = None
     max_rss: int | None = None
@@ -604,7 +608,7 @@ class DaemonInfo:
 
 
 class WaitReason(str, Enum):
-    """Why a ``pending`` or ``failed`` run is not running (SPEC §7.1)."""
+    """Why a ``pending`` or ``failed`` run is not running (jobctl(1), WATCHING A RUN)."""
 
     NOT_DUE = "not_due"
     BACKOFF = "backoff"

@@ -1,5 +1,5 @@
-"""Notifications (SPEC §12), the pure part: events, channels, what a user typed, the text
-a person reads, the body a receiver gets, which events an attempt's end causes, and when a
+"""Notifications (README, Getting told), the pure part: events, channels, what a user typed, the
+text a person reads, the body a receiver gets, which events an attempt's end causes, and when a
 failed delivery is tried again.
 
 No database, no network, no clock: time comes in as an argument. Every problem with what
@@ -305,7 +305,7 @@ def finish_events(
     duration_seconds: float | None,
     previous_durations: Sequence[float],
 ) -> list[tuple[Event, dict[str, Any] | None]]:
-    """The events an attempt's end causes (SPEC §12), with their detail.
+    """The events an attempt's end causes (README, Getting told: the events), with their detail.
 
     ``previous_final`` is the state of the job's previous finished run (by window, among
     succeeded and dead); ``previous_durations`` the durations of its previous succeeded
@@ -409,7 +409,7 @@ def webhook_body(
     detail: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The JSON a webhook (and a command, on stdin) gets: job, run and attempt are the
-    objects of SPEC §7, or None."""
+    objects ``--json`` prints, or None."""
     return {
         "key": key,
         "event": event.value,

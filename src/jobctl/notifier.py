@@ -54,7 +54,8 @@ RETRY_STORE_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class Render:
-    """The JSON objects of SPEC §7, given by the daemon (the notifier renders nothing)."""
+    """The ``--json`` objects of a job, a run and an attempt, given by the daemon (the notifier
+    renders nothing)."""
 
     job: Callable[[Job], dict[str, Any]]
     run: Callable[[Run], dict[str, Any]]
@@ -82,7 +83,7 @@ class Notifier:
         self.render = render
         self.threads = threads
         self.lease_seconds = lease_seconds
-        #: a test's short backoff (JOBCTL_NOTIFY_RETRY_SECONDS); None: SPEC §12's 10 s
+        #: a test's short backoff (JOBCTL_NOTIFY_RETRY_SECONDS); None: 10 s (README, Getting told)
         self.first_retry_seconds = first_retry_seconds
         self._pool: DeliveryPool | None = None
         self._done: queue.SimpleQueue[tuple[int, str | None, int]] = queue.SimpleQueue()

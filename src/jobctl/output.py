@@ -1,4 +1,4 @@
-"""Rendering: JSON objects per SPEC §7 and human tables. The only rich user.
+"""Rendering: JSON objects (jobctl(1), DESCRIPTION) and human tables. The only rich user.
 
 Nothing a user typed is interpreted: table cells are plain ``Text`` (no markup) and
 control characters are shown escaped, so a command containing ``[bold]`` or an escape
@@ -302,7 +302,7 @@ def print_jobs(jobs: Sequence[Job], last_runs: dict[int, Run]) -> None:
         )
     columns = ["NAME", "SCHEDULE", "NEXT RUN", "LAST RUN", "STATE"]
     if any(j.missed_total for j in jobs):
-        # windows that passed while no scheduler ran and were not run (SPEC §6)
+        # windows that passed while no scheduler ran and were not run (jobctl(1), CATCH-UP AND DST)
         columns.append("MISSED")
         for row, j in zip(rows, jobs, strict=True):
             row.append(str(j.missed_total) if j.missed_total else "")
@@ -665,7 +665,7 @@ class StatusLine:
         self._live.stop()
 
 
-# ---------------------------------------------------------------------- revisions (SPEC §15)
+# ------------------------------------------------------ revisions (jobctl(1), jobctl history)
 
 
 def revision_json(rev: Any) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Where the database lives (SPEC §2): ``--db`` › ``JOBCTL_DB`` › the user data dir."""
+"""Where the database lives (jobctl(1), OPTIONS and FILES): ``--db`` › ``JOBCTL_DB`` › the
+user data dir."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ def default_db_path() -> Path:
 
 
 def is_db_url(location: str) -> bool:
-    """A PostgreSQL URL (SPEC §10) rather than a file path."""
+    """A PostgreSQL URL (README, Many hosts on PostgreSQL) rather than a file path."""
     return location.lower().startswith(("postgresql://", "postgres://"))
 
 

@@ -42,7 +42,8 @@ from .models import (
     after_parts,
 )
 
-#: a loop that wakes this much later than it planned counts the gap as missed (SPEC §6)
+#: a loop that wakes this much later than it planned counts the gap as missed
+#: (jobctl(1), CATCH-UP AND DST)
 MISSED_GAP_SECONDS = 60.0
 #: cron windows are enumerated at most this far when catching up (then only counted)
 MAX_ENUMERATED_WINDOWS = 2_000_000
@@ -185,9 +186,9 @@ def apply_overlap(
     *,
     has_waiting_run: bool = False,
 ) -> tuple[list[Window], bool]:
-    """Overlap policy (SPEC §4, §14) on the windows a job fires while ``has_leased_run``
-    says whether one of its runs is leased and ``has_waiting_run`` whether one is open and
-    not leased (``pending`` or ``failed``). Returns the windows and whether open runs make
+    """Overlap policy (jobctl(1), jobctl add --overlap) on the windows a job fires while
+    ``has_leased_run`` says whether one of its runs is leased and ``has_waiting_run`` whether one is
+    open and not leased (``pending`` or ``failed``). Returns the windows and whether open runs make
     way.
 
     ``queue`` keeps at most one run waiting: the first window to run when none waits,
@@ -219,8 +220,8 @@ def _skipped_overlap(w: Window) -> Window:
 def deadline_at(
     scheduled_for: datetime, reason: RunReason, deadline_seconds: float | None
 ) -> datetime | None:
-    """The instant after which a run that has not started never starts (SPEC §14
-    ``--deadline``): its window plus the deadline; None without one, and for a manual run
+    """The instant after which a run that has not started never starts (jobctl(1),
+    jobctl add ``--deadline``): its window plus the deadline; None without one, and for a manual run
     (exempt)."""
     if deadline_seconds is None or reason is RunReason.MANUAL:
         return None
@@ -228,7 +229,7 @@ def deadline_at(
 
 
 def should_pause(recent_states: Iterable[RunState], pause_after_failures: int | None) -> bool:
-    """Whether a job pauses itself (SPEC §14 ``--pause-after-failures N``): its N most
+    """Whether a job pauses itself (jobctl(1), jobctl add ``--pause-after-failures N``): its N most
     recent finished runs (``succeeded`` or ``dead``, newest first, as given) all ended
     ``dead``. Fewer than N of them: not yet."""
     if not pause_after_failures:
@@ -243,7 +244,7 @@ def should_pause(recent_states: Iterable[RunState], pause_after_failures: int | 
 
 def after_fires(job: Job, upstream_state: RunState) -> bool:
     """Whether a run of this ``--after`` job's upstream that ended in ``upstream_state``
-    fires it (SPEC §14)."""
+    fires it (jobctl(1), jobctl add --after)."""
     if job.trigger.kind is not TriggerKind.AFTER or job.trigger.expr is None:
         return False
     return upstream_state.value in after_parts(job.trigger.expr)[1]
@@ -257,7 +258,8 @@ def next_after_completion(job: Job, ended_at: datetime) -> datetime | None:
 def decide(
     run: Run, attempt: int, result: AttemptResult, now: datetime, rng: random.Random
 ) -> Decision | None:
-    """What the end of ``attempt`` of ``run`` does to the run (SPEC §5, §14).
+    """What the end of ``attempt`` of ``run`` does to the run (jobctl(1), jobctl add: --retries,
+    --backoff, --ok-exit, --no-retry-exit).
 
     Succeeded on exit 0 or an exit code of the run's ``ok_exit``; dead at once on one of
     its ``no_retry_exit``; a shutdown's kill puts the run back to pending without counting
@@ -305,7 +307,7 @@ def decide_expired(attempt: int, max_attempts: int, cancel_requested: bool) -> D
     return Decision(RunState.FAILED, "lost")
 
 
-#: the states of a window's run that ``backfill`` makes pending again (SPEC §13)
+#: the states of a window's run that ``backfill`` makes pending again (jobctl(1), jobctl backfill)
 BACKFILL_REQUEUES = frozenset({RunState.SKIPPED, RunState.DEAD})
 
 
@@ -334,7 +336,8 @@ def plan_backfill(
 
 
 def plan_coverage(windows: Sequence[datetime], runs: Mapping[datetime, Run]) -> list[Coverage]:
-    """Each of ``windows`` (oldest first) with the run kept for it, or none (SPEC §13)."""
+    """Each of ``windows`` (oldest first) with the run kept for it, or none
+    (jobctl(1), jobctl coverage)."""
     out: list[Coverage] = []
     for window in windows:
         run = runs.get(window)
@@ -354,8 +357,8 @@ def history_cutoff(keep_for_seconds: float | None, now: datetime) -> datetime | 
 
 
 def waiting_reason(facts: WaitFacts | None) -> Waiting | None:
-    """The one reason a run waits (SPEC §7.1), from the facts the store read with the
-    claim's own predicates; None for a run that is leased or final (``facts`` None or not
+    """The one reason a run waits (jobctl(1), WATCHING A RUN), from the facts the store read with
+    the claim's own predicates; None for a run that is leased or final (``facts`` None or not
     ``pending``/``failed``).
 
     The reasons are ordered by what must change first for the run to start: a paused job

@@ -34,7 +34,7 @@ def group_alive(pgid: int) -> bool:
 
 def processes_of_run(run_id: int, db: str, proc_root: str = "/proc") -> list[int]:
     """Pids on this host whose environment has both ``JOBCTL_RUN_ID=run_id`` and
-    ``JOBCTL_DB=db`` (SPEC §5), other than this process.
+    ``JOBCTL_DB=db`` (README, Choices where the contract is silent), other than this process.
 
     ``db`` is the ``JOBCTL_DB`` value exactly as the run's children were given it (the
     ``build_env`` value): run ids are per database, so the run id alone could name an

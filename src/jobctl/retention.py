@@ -1,5 +1,5 @@
-"""The retention role (SPEC §13): while this daemon holds the scheduler lease, it deletes
-each job's finished runs beyond its ``--keep-runs`` most recent or older than its
+"""The retention role (README, History: what is kept): while this daemon holds the scheduler lease,
+it deletes each job's finished runs beyond its ``--keep-runs`` most recent or older than its
 ``--keep-for``, paused jobs too.
 
 The work is cut into steps of at most :data:`RETENTION_BATCH_ROWS` runs, one transaction

@@ -112,8 +112,8 @@ class Scheduler:
 
     def take_lease(self, now: datetime) -> bool:
         """This daemon now holds the scheduler lease: every window that already passed
-        was missed (SPEC §6). Loads the heap, records ``@reboot`` runs for this boot, and
-        moves on fixed-delay jobs left without a next window. Returns whether runs were
+        was missed (jobctl(1), CATCH-UP AND DST). Loads the heap, records ``@reboot`` runs for this
+        boot, and moves on fixed-delay jobs left without a next window. Returns whether runs were
         created."""
         self.leading = True
         self.missed_until_us = to_us(now)

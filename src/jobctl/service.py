@@ -1,4 +1,5 @@
-"""The systemd user unit that keeps ``jobctl daemon`` running (SPEC §8).
+"""The systemd user unit that keeps ``jobctl daemon`` running (README, Running as a systemd user
+service).
 
 Pure apart from one thing: :func:`systemctl` runs ``systemctl --user`` through a runner
 that the caller passes in (tests pass a fake). Nothing here reads the clock or the

@@ -76,7 +76,8 @@ def parse_env_pairs(pairs: Sequence[str]) -> dict[str, str]:
 
 
 #: the most one argument of an exec may hold on Linux (MAX_ARG_STRLEN: 32 pages of 4 KiB,
-#: its NUL included): a longer ``sh -c COMMAND`` can never start (SPEC §16)
+#: its NUL included): a longer ``sh -c COMMAND`` can never start
+#: (README, Run policies and what a run costs)
 MAX_ARG_BYTES = 131072
 
 
@@ -94,7 +95,7 @@ def check_command(text: str, what: str = "command") -> str:
 
 
 def join_command(args: Sequence[str]) -> str:
-    """One argument is a shell string; several are shell-quoted and joined (SPEC §7).
+    """One argument is a shell string; several are shell-quoted and joined (jobctl(1), jobctl add).
     Raises UsageError when it is empty or too long to start (:func:`check_command`)."""
     if not args:
         raise UsageError("no command given: add -- COMMAND after the options")
@@ -189,8 +190,8 @@ def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None
 
 
 def parse_after(text: str) -> str:
-    """An ``--after JOB[:STATES]`` value, checked (SPEC §14): a job name, then optionally a
-    comma list of ``succeeded``, ``dead``, ``cancelled``. Returns it as given, without
+    """An ``--after JOB[:STATES]`` value, checked (jobctl(1), jobctl add): a job name, then
+    optionally a comma list of ``succeeded``, ``dead``, ``cancelled``. Returns it as given, without
     surrounding spaces. Raises UsageError."""
     check_text(text, "--after")
     text = text.strip()
@@ -205,9 +206,9 @@ def parse_after(text: str) -> str:
 
 
 def check_after_cycle(name: str, upstream: str, edges: dict[str, str]) -> None:
-    """Refuse an ``--after`` that closes a cycle (SPEC §14): ``name`` would follow
-    ``upstream``; ``edges`` maps each other ``--after`` job to the job it follows.
-    Raises UsageError naming the cycle."""
+    """Refuse an ``--after`` that closes a cycle (README, Run policies and what a run costs):
+    ``name`` would follow ``upstream``; ``edges`` maps each other ``--after`` job to the job it
+    follows. Raises UsageError naming the cycle."""
     path = [name]
     current: str | None = upstream
     seen = {name}
@@ -220,9 +221,9 @@ def check_after_cycle(name: str, upstream: str, edges: dict[str, str]) -> None:
 
 
 def check_after(name: str, trigger: Trigger, jobs: Sequence[Job]) -> None:
-    """An ``--after`` trigger against the jobs stored (SPEC §14): its upstream job exists
-    and following it makes no cycle. ``name`` is the job's name once written (a job of
-    that name among ``jobs`` is replaced by it). Raises UsageError."""
+    """An ``--after`` trigger against the jobs stored (README, Run policies and what a run costs):
+    its upstream job exists and following it makes no cycle. ``name`` is the job's name once written
+    (a job of that name among ``jobs`` is replaced by it). Raises UsageError."""
     if trigger.kind is not TriggerKind.AFTER or not trigger.expr:
         return
     upstream = after_parts(trigger.expr)[0]
@@ -257,7 +258,8 @@ def trigger_warnings(trigger: Trigger) -> list[str]:
 
 
 def check_start_settings(cwd: str | None, shell: str | None) -> list[str]:
-    """Check ``--cwd`` and ``--shell`` now rather than at the first run (SPEC §4).
+    """Check ``--cwd`` and ``--shell`` now rather than at the first run (README, Choices where the
+    contract is silent).
 
     A path that provably does not exist (or is not a directory, not an executable) is
     invalid input. A path this user cannot look into (another user's home, a mount
@@ -318,7 +320,8 @@ def _choice(value: str, enum: Any, flag: str) -> Any:
 
 
 INT64_MAX = 2**63 - 1
-"""The largest integer an option or id may be (SQLite's INTEGER; SPEC §7)."""
+"""The largest integer an option or id may be (SQLite's INTEGER; jobctl(1) gives each option's
+range)."""
 
 
 def check_int(value: int, flag: str, minimum: int = -INT64_MAX - 1) -> int:
@@ -359,8 +362,8 @@ _SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def parse_size(text: str, flag: str = "--memory-max") -> int:
-    """SIZE (SPEC §16): a whole number followed by K, M, G or T (powers of 1024), at least
-    1M, in bytes. A bare number is invalid. Raises UsageError."""
+    """SIZE (jobctl(1), jobctl add --memory-max): a whole number followed by K, M, G or T (powers of
+    1024), at least 1M, in bytes. A bare number is invalid. Raises UsageError."""
     check_text(text, flag)
     s = text.strip()
     unit = s[-1:].upper()
@@ -487,7 +490,7 @@ def notify_changes(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_policies(spec: JobSpec) -> JobSpec:
-    """Rules between a job's fields (SPEC §14), on the job as it would be stored: a
+    """Rules between a job's fields (jobctl(1), jobctl add), on the job as it would be stored: a
     ``--max-running`` needs ``--overlap allow``. Raises UsageError."""
     if spec.max_running is not None and spec.overlap is not Overlap.ALLOW:
         raise UsageError(
@@ -510,7 +513,7 @@ def build_spec(
     cmd = join_command(command)
     changes = policy_changes(policies)
     if trigger.kind is TriggerKind.MANUAL:
-        # a keyed queue (SPEC §9) runs its keys side by side; locks keep them polite
+        # a keyed queue (README, Two workloads) runs its keys side by side; locks keep them polite
         changes.setdefault("overlap", Overlap.ALLOW)
     if "limits" in changes:
         changes["limits"] = Limits(**changes["limits"])
@@ -526,7 +529,8 @@ def edit_changes(
     rename: str | None,
     now: datetime,
 ) -> dict[str, Any]:
-    """What ``edit`` was given -> the JobSpec changes to write (SPEC §7). Raises UsageError.
+    """What ``edit`` was given -> the JobSpec changes to write (jobctl(1), jobctl edit). Raises
+    UsageError.
 
     A new trigger replaces the job's. ``--tz`` alone changes the zone of a cron job.
     ``--every`` alone on a fixed-delay job keeps it fixed-delay (``--start`` makes it
@@ -571,7 +575,8 @@ def check_lock_name(name: str) -> str:
 
 
 def spec_from_crontab(job: ImportedJob, now: datetime) -> JobSpec:
-    """One parsed crontab line -> the JobSpec ``import-crontab`` writes (SPEC §8).
+    """One parsed crontab line -> the JobSpec ``import-crontab`` writes (README, Migrating from
+    crontab).
 
     The schedule goes through the same validation as ``add --cron`` (``@reboot`` included),
     read in ``CRON_TZ`` or the machine's local zone. Raises UsageError.
@@ -604,7 +609,7 @@ def check_run_key(key: str) -> str:
 
 # ---------------------------------------------------------------------- backfill and coverage
 
-#: how many windows ``coverage`` shows when no range is given (SPEC §13)
+#: how many windows ``coverage`` shows when no range is given (jobctl(1), jobctl coverage)
 DEFAULT_COVERAGE_WINDOWS = 24
 
 

@@ -23,8 +23,8 @@ did in the child is done by spawn attributes and file actions instead:
   (the daemon is one thread; an exec wrapper would cost a second exec per child). The
   chdir is also the check that the directory exists, and its error names it.
 
-Limits (SPEC §16) reach every process of an attempt before it runs anything, at no cost
-to attempts without them:
+Limits (README, Run policies and what a run costs) reach every process of an attempt before it runs
+anything, at no cost to attempts without them:
 
 - ``--memory-max``, ``--cpu-max``, ``--files-max`` are resource limits the shell sets on
   itself first: the command is run as ``ulimit …; COMMAND`` (builtins of every POSIX
@@ -69,7 +69,8 @@ from .models import (
 )
 from .reaper import kill_group
 
-#: SIGTERM first, SIGKILL this long after (SPEC §4 --timeout)
+#: on ``--timeout``: SIGTERM first, SIGKILL this long after (README, Choices where the
+#: contract is silent)
 KILL_GRACE_SECONDS = 5.0
 #: a cancel is acted on within 2 s: SIGTERM, then SIGKILL this long after
 CANCEL_GRACE_SECONDS = 1.0
@@ -224,8 +225,8 @@ def _spawner(limits: Limits) -> _Spawner | None:
 def build_env(
     base: Mapping[str, str], run: Run, settings: RunSettings, attempt: int
 ) -> dict[str, str]:
-    """The child's environment (SPEC §5): the daemon's, then the job's ``--env``, then the
-    run's payload, then the ``JOBCTL_*`` variables."""
+    """The child's environment (jobctl(1), ENVIRONMENT): the daemon's, then the job's ``--env``,
+    then the run's payload, then the ``JOBCTL_*`` variables."""
     env = dict(base)
     env.update(settings.env)
     env.update(run.env)

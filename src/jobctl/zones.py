@@ -1,4 +1,4 @@
-"""Time zones, UTC offsets and DST changes (SPEC §3).
+"""Time zones, UTC offsets and DST changes (jobctl(1), CATCH-UP AND DST).
 
 Zones are IANA names read with :mod:`zoneinfo`. Pure functions: instants come in as
 arguments; nothing reads the clock.

@@ -29,7 +29,7 @@ from .system import completion_script
 
 __all__ = ["Ctx", "cli", "completion_script", "main"]
 
-# registered after the others: the history commands (SPEC §13), then `serve` last in help
+# registered after the others: the history commands (backfill, coverage), then `serve` last in help
 from . import history  # noqa: F401, I001
 from . import serve  # noqa: F401
 

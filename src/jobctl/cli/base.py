@@ -45,7 +45,7 @@ class Ctx:
         """The database for a command that only reads: a missing one is never created.
 
         It is answered as an empty database, with ``warning: no database at PATH`` on
-        stderr (SPEC §2).
+        stderr (jobctl(1), DESCRIPTION).
         """
         if self._store is None:
             from ..paths import resolve_db_path
@@ -79,8 +79,8 @@ class Ctx:
 
     def warn_if_no_daemon(self) -> None:
         """After a command enqueued or edited: say so when no daemon is live to act on it
-        (SPEC §7.1); the command still succeeds. The change is committed by now, so a
-        database error here is only a missing hint: it never fails the command."""
+        (jobctl(1), WATCHING A RUN); the command still succeeds. The change is committed by now, so
+        a database error here is only a missing hint: it never fails the command."""
         from ..errors import StoreError
 
         try:
@@ -102,7 +102,7 @@ def warn(message: str) -> None:
 
 
 INT64 = click.IntRange(-(2**63), 2**63 - 1)
-"""Any integer option: beyond the 64-bit range is invalid input (SPEC §7)."""
+"""Any integer option: beyond the 64-bit range is invalid input (jobctl(1), EXIT STATUS)."""
 
 
 def int64(minimum: int) -> click.IntRange:

@@ -1,4 +1,4 @@
-"""Jobs as code (SPEC §15): export, apply, edit -e (called by ``edit``), history,
+"""Jobs as code (README, Jobs in git): export, apply, edit -e (called by ``edit``), history,
 rollback."""
 
 from __future__ import annotations

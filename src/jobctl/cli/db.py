@@ -1,4 +1,4 @@
-"""``db info`` and ``db copy`` (SPEC §7): the database itself, on either backend."""
+"""``db info`` and ``db copy`` (jobctl(1), jobctl db): the database itself, on either backend."""
 
 from __future__ import annotations
 

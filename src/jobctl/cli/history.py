@@ -1,4 +1,4 @@
-"""Commands on a job's history of windows (SPEC §13): backfill, coverage."""
+"""Commands on a job's history of windows (jobctl(1), jobctl backfill and jobctl coverage)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Notifications (SPEC §12): channels (``notify``), deliveries (``notifications``) and the
-monitoring plugin (``check``)."""
+"""Notifications (README, Getting told): channels (``notify``), deliveries (``notifications``) and
+the monitoring plugin (``check``)."""
 
 from __future__ import annotations
 

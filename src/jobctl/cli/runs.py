@@ -352,7 +352,7 @@ def _status_text(store: CommandStore, run: Run, obj: Ctx, elapsed: float) -> str
 
 def _run_of(store: CommandStore, target: str) -> int:
     """``logs RUN_ID|NAME``: digits are a run id; a name is its job's most recent run that
-    has an attempt (SPEC §13). Raises NotFound, UsageError."""
+    has an attempt (jobctl(1), jobctl logs). Raises NotFound, UsageError."""
     from ..specs import check_int, check_name
 
     if target.isdigit():

@@ -1,4 +1,5 @@
-"""``jobctl serve``: the HTTP API and the dashboard (SPEC §11). Needs the web extra."""
+"""``jobctl serve``: the HTTP API and the dashboard (README, The dashboard and the HTTP API). Needs
+the web extra."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``jobctl serve``: the HTTP API, the Prometheus metrics and the web dashboard (SPEC §11).
+"""``jobctl serve``: the HTTP API, the Prometheus metrics and the web dashboard (README, The
+dashboard and the HTTP API).
 
 The only user of a web framework (Starlette, uvicorn, Jinja2: the ``jobctl[web]``
 extra). Nothing else in jobctl imports this package; ``cli/serve.py`` imports it only

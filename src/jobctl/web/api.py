@@ -1,4 +1,4 @@
-"""The JSON API under ``/v1`` and ``/metrics`` (SPEC §11).
+"""The JSON API under ``/v1`` and ``/metrics`` (README, The dashboard and the HTTP API).
 
 Each handler: parse the request, one call on the store (the method the CLI command
 calls), render the CLI's ``--json`` object with :mod:`jobctl.output`. Errors are raised
@@ -268,7 +268,7 @@ async def retry_run(web: Web, request: Request) -> Response:
 
 async def backfill(web: Web, request: Request) -> Response:
     """``POST /v1/jobs/{name}/backfill`` with ``{from, to, dry_run?}``: as ``backfill
-    --json`` (SPEC §13)."""
+    --json`` (jobctl(1), jobctl backfill)."""
     from .. import planner
     from ..specs import backfill_windows
 

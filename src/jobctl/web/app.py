@@ -1,4 +1,5 @@
-"""The ASGI application of ``jobctl serve``: routes, the guard, errors (SPEC §11).
+"""The ASGI application of ``jobctl serve``: routes, the guard, errors (README, The dashboard and
+the HTTP API).
 
 Starlette for routing, responses and server-sent events; Jinja2 (autoescaping) for the
 pages. Every handler is thin: parse the request, make one call on the store in a worker

@@ -1,4 +1,5 @@
-"""The API token, the dashboard's sessions and their CSRF tokens (SPEC §11).
+"""The API token, the dashboard's sessions and their CSRF tokens (README, The
+dashboard and the HTTP API).
 
 No web framework here: plain functions over strings, so ``serve`` can resolve the token
 before the server starts and tests can call them directly.

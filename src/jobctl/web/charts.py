@@ -1,4 +1,5 @@
-"""Charts drawn on the server as inline SVG (SPEC §17): a job's durations, and the timeline.
+"""Charts drawn on the server as inline SVG (README, The dashboard's pages): a job's durations, and
+the timeline.
 
 No script draws them and no style attribute colours them (the CSP forbids inline styles):
 each shape carries the class of its state (``s-succeeded``…), which the stylesheet fills.

@@ -1,6 +1,6 @@
-"""The dashboard as an operations console (SPEC §17): the overview, the runs across jobs,
-a job's page with its chart, the timeline, deleting a job after a confirmation, retrying
-dead runs.
+"""The dashboard as an operations console (README, The dashboard's pages): the overview, the runs
+across jobs, a job's page with its chart, the timeline, deleting a job after a confirmation,
+retrying dead runs.
 
 Each page reads through :class:`~jobctl.store.protocol.DashboardReads`, ranks and pages with
 :mod:`jobctl.web.triage`, draws with :mod:`jobctl.web.charts`. The parts of a page that

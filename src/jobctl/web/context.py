@@ -1,6 +1,6 @@
-"""What the handlers of ``jobctl serve`` share (SPEC §11): :class:`Web` (how to open the
-store, the token, the sessions), the request body reader, and the errors a handler may
-raise with the HTTP status each maps to.
+"""What the handlers of ``jobctl serve`` share (README, The dashboard and the HTTP API):
+:class:`Web` (how to open the store, the token, the sessions), the request body reader, and the
+errors a handler may raise with the HTTP status each maps to.
 
 Below :mod:`.app` (the application that routes to the handlers) and above :mod:`.api` and
 :mod:`.pages` (the handlers), so neither imports the application.
@@ -82,7 +82,7 @@ class Web:
 
         def work() -> T:
             handle = self.open_store()
-            # every change made through the server is the API's (SPEC §15 revisions)
+            # every change made through the server is the API's (jobctl(1), jobctl history)
             handle.commands.who = handle.commands.source = "api"
             try:
                 return fn(handle.commands, handle.dashboard)
@@ -113,7 +113,8 @@ async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
 
 
 def error_status(exc: BaseException) -> int | None:
-    """The HTTP status of an error a handler may raise (SPEC §11), None if unexpected."""
+    """The HTTP status of an error a handler may raise (README, The dashboard and the HTTP API),
+    None if unexpected."""
     if isinstance(exc, BadRequest):
         return 400
     if isinstance(exc, Forbidden):

@@ -1,4 +1,4 @@
-"""The dashboard's notifications page (SPEC §17 with §12): deliveries with their state,
+"""The dashboard's notifications page (README, Getting told): deliveries with their state,
 tries and errors, newest first, filtered by job and state; the channels, each with a button
 that sends it a ``test`` event now, as ``notify test`` does."""
 

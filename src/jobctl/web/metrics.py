@@ -1,7 +1,7 @@
 """``GET /metrics``: the Prometheus text format (version 0.0.4), from three reads.
 
-The counters are read from the tallies the schema keeps apart from the rows (SPEC §13),
-so neither retention nor ``prune`` ever lowers them; the ``jobctl_runs`` gauge is the
+The counters are read from the tallies the schema keeps apart from the rows (README, History: what
+is kept), so neither retention nor ``prune`` ever lowers them; the ``jobctl_runs`` gauge is the
 rows there are now. No read scans the runs.
 """
 
@@ -32,7 +32,8 @@ def _le(bound: float) -> str:
 
 
 def render(store: Any, now: datetime) -> str:
-    """Every metric of SPEC §11 as one text page."""
+    """Every metric of ``/metrics`` as one text page (README, The dashboard and the HTTP
+    API)."""
     counters = store.run_counters()
     histogram = store.attempt_duration_histogram(DURATION_BUCKETS_SECONDS)
     status = store.status(now)

@@ -1,4 +1,5 @@
-"""The dashboard: server-rendered pages, forms that change state, live output (SPEC §11).
+"""The dashboard: server-rendered pages, forms that change state, live output (README, The
+dashboard's pages).
 
 Pages are Jinja2 templates with autoescaping, so nothing a job or its output holds is
 ever read as HTML. Every form that changes state carries the session's CSRF token. A

@@ -1,5 +1,5 @@
 """Which jobs need attention, in which order the overview lists them, and its pages
-(SPEC §17). Pure functions of what the store read and of ``now``."""
+(README, The dashboard's pages). Pure functions of what the store read and of ``now``."""
 
 from __future__ import annotations
 
