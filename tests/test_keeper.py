@@ -107,9 +107,15 @@ def test_a_daemon_killed_outright_leaves_no_attempt_process_alive(jobctl, start_
     keeper = wait_keeper_up(d.pid)
     assert keepers_of(d.pid) == [keeper]
     d.kill()  # SIGKILL: no shutdown runs
-    time.sleep(1.0)  # SPEC: none is left one second later (a busy machine may look later)
-    alive = [p for p in procs if pid_alive(p)]
-    assert alive == [], [(p, _cmdline(p)) for p in alive]
+    # none is left a moment later (README, Guarantees): waited for with a deadline wide
+    # enough for a machine busy with other tests
+    try:
+        wait_until(
+            lambda: not any(pid_alive(p) for p in procs), 10, what="the attempts to be killed"
+        )
+    except AssertionError:
+        alive = [p for p in procs if pid_alive(p)]
+        raise AssertionError([(p, _cmdline(p)) for p in alive]) from None
     wait_until(lambda: not pid_alive(keeper), 5, what="the keeper to exit")
     assert "the daemon is gone: killed the process groups" in d.log()
 
