@@ -88,37 +88,84 @@ def http_receiver(
 
 @dataclass
 class Mailbox:
+    """What the SMTP receiver saw: ``messages`` it accepted, every message it was sent
+    (``tried``, the refused ones too), and the ``logins`` (user, password) it took."""
+
     address: str
     messages: list[Any] = field(default_factory=list)
+    tried: list[Any] = field(default_factory=list)
+    logins: list[tuple[str, str]] = field(default_factory=list)
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     import socket
 
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
+def outward_address() -> str | None:
+    """This host's IPv4 address on the way out (not loopback), or None when it has none."""
+    import ipaddress
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("203.0.113.1", 9))  # a UDP connect sends nothing: it picks a route
+        except OSError:
+            return None
+        address = str(s.getsockname()[0])
+    return None if ipaddress.ip_address(address).is_loopback else address
+
+
 @contextmanager
-def smtp_receiver() -> Iterator[Mailbox]:
-    """An aiosmtpd server on 127.0.0.1 that keeps every message it receives."""
+def smtp_receiver(
+    host: str = "127.0.0.1",
+    *,
+    auth: bool = False,
+    refuse_first: int = 0,
+    password: str | None = None,
+) -> Iterator[Mailbox]:
+    """An aiosmtpd server on ``host`` that keeps every message it receives. ``auth``: it
+    offers AUTH without TLS (and never STARTTLS), taking any login, or only ``password``
+    when given. ``refuse_first``: that many messages are answered 451 (try again)."""
     from email import message_from_bytes, policy
 
     from aiosmtpd.controller import Controller
+    from aiosmtpd.smtp import AuthResult
 
     box = Mailbox("")
+    refusals = [refuse_first]
 
     class Handler:
         async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-            box.messages.append(message_from_bytes(envelope.content, policy=policy.default))
+            msg = message_from_bytes(envelope.content, policy=policy.default)
+            box.tried.append(msg)
+            if refusals[0] > 0:
+                refusals[0] -= 1
+                return "451 4.3.0 try again later"
+            box.messages.append(msg)
             return "250 OK"
 
-    port = free_port()
-    controller = Controller(Handler(), hostname="127.0.0.1", port=port)
+    def authenticator(
+        server: Any, session: Any, envelope: Any, mechanism: str, data: Any
+    ) -> AuthResult:
+        user = data.login.decode() if isinstance(data.login, bytes) else str(data.login)
+        secret = data.password.decode() if isinstance(data.password, bytes) else str(data.password)
+        if password is not None and secret != password:
+            return AuthResult(success=False, handled=False)
+        box.logins.append((user, secret))
+        return AuthResult(success=True)
+
+    options: dict[str, Any] = {}
+    if auth:
+        options = {"authenticator": authenticator, "auth_require_tls": False}
+    port = free_port(host)
+    controller = Controller(Handler(), hostname=host, port=port, **options)
     controller.start()
     try:
-        box.address = f"127.0.0.1:{port}"
+        box.address = f"{host}:{port}"
         yield box
     finally:
         controller.stop()

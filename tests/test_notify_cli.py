@@ -163,6 +163,37 @@ def test_notify_test_delivers_to_a_webhook_and_an_smtp_server(jobctl) -> None:
     assert jobctl.json("notifications") == []
 
 
+def test_a_webhook_url_with_a_user_and_password_is_refused(jobctl) -> None:
+    """urllib never sends a URL's user and password: such a channel could never be
+    delivered, so it is invalid input, and the error names neither."""
+    for url in ("https://bot:pa55word@hooks.example.com/s3cret", "http://bot@h.example:81/x"):
+        r = jobctl("notify", "add", "x", "--webhook", url, ok=False)
+        assert r.exit_code == 2 and r.stdout == ""
+        assert r.stderr.startswith("Error: invalid --webhook URL http"), r.stderr
+        assert "user and password" in r.stderr and "--header 'Authorization: …'" in r.stderr
+        assert "pa55word" not in r.stderr and "bot" not in r.stderr
+    assert jobctl.json("notify", "list") == []
+
+
+def test_smtp_auth_is_refused_in_clear_off_this_host_by_notify_test(jobctl, monkeypatch) -> None:
+    from receivers import outward_address
+
+    address = outward_address()
+    if address is None:
+        pytest.skip("this host has no address beyond loopback")
+    monkeypatch.setenv("JOBCTL_SMTP_USER", "mailer")
+    monkeypatch.setenv("JOBCTL_SMTP_PASSWORD", "hunter2")
+    with smtp_receiver(address, auth=True) as far, smtp_receiver(auth=True) as near:
+        jobctl("notify", "add", "far", "--email", "ops@example.org", "--smtp", far.address)
+        jobctl("notify", "add", "near", "--email", "ops@example.org", "--smtp", near.address)
+        r = jobctl("notify", "test", "far", ok=False)
+        jobctl("notify", "test", "near")
+        assert far.logins == [] and far.tried == []
+        assert near.logins == [("mailer", "hunter2")] and len(near.messages) == 1
+    assert r.exit_code == 1 and "offers no STARTTLS" in r.stderr
+    assert "only over TLS or to a loopback address" in r.stderr
+
+
 def test_notify_test_reports_the_receivers_error(jobctl) -> None:
     with http_receiver(statuses=[500]) as rec:
         jobctl("notify", "add", "web", "--webhook", rec.url)

@@ -184,9 +184,31 @@ def test_email_over_smtp_end_to_end(jobctl, start_daemon) -> None:
         [n] = _sent(jobctl, 1)
         [msg] = box.messages
     assert msg["Subject"] == f"jobctl: backup dead after 1 attempt: exit 7 (run {n['run_id']})"
-    assert n["key"] in msg["Message-ID"]
+    assert msg["Message-ID"] == f"<{n['key']}@jobctl>"
     text = msg.get_content()
     assert "disk full" in text and "state: dead" in text
+
+
+def test_an_email_tried_twice_is_one_message_id(jobctl, start_daemon) -> None:
+    """The receiver refuses the first try (451): the retry carries the same Message-ID,
+    so a mail system that got both keeps one."""
+    with smtp_receiver(refuse_first=1) as box:
+        jobctl("notify", "add", "mail", "--email", "ops@example.org", "--smtp", box.address)
+        jobctl("add", "j", "--manual", "--retries", "0", "--notify", "mail:dead", "--", "exit 7")
+        start_daemon(*FAST)
+        jobctl("run", "j", "--wait", ok=False)
+        [n] = _sent(jobctl, 1)
+        tried = [m["Message-ID"] for m in box.tried]
+    assert n["tries"] == 2 and tried == [f"<{n['key']}@jobctl>"] * 2
+
+
+def test_a_command_channels_error_is_the_line_it_wrote_on_stderr(jobctl, start_daemon) -> None:
+    jobctl("notify", "add", "pager", "--command", "echo 'pager: quota spent' >&2; exit 4")
+    jobctl("add", "j", "--manual", "--retries", "0", "--notify", "pager:dead", "--", "exit 1")
+    start_daemon(*FAST)
+    jobctl("run", "j", "--wait", ok=False)
+    wait_until(lambda: _notes(jobctl)[0]["last_error"], 20, what="a failed try")
+    assert _notes(jobctl)[0]["last_error"] == "command ended exit 4: pager: quota spent"
 
 
 def test_command_channel_end_to_end(jobctl, start_daemon, tmp_path: Path) -> None:

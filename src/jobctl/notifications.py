@@ -181,6 +181,11 @@ def check_webhook_url(url: str) -> str:
         raise UsageError(f"invalid --webhook URL {shown_url(url)}: use http:// or https://HOST/…")
     if any(ch.isspace() or not ch.isprintable() for ch in url):
         raise UsageError(f"invalid --webhook URL {shown_url(url)}: it holds spaces")
+    if parts.username is not None or parts.password is not None:
+        raise UsageError(
+            f"invalid --webhook URL {shown_url(url)}: it holds a user and password, which "
+            "are never sent from there; give them as --header 'Authorization: …'"
+        )
     return url
 
 

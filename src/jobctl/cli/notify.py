@@ -36,7 +36,12 @@ def notify() -> None:
 
 @notify.command("add")
 @click.argument("name")
-@click.option("--webhook", metavar="URL", help="POST each notification as JSON to URL.")
+@click.option(
+    "--webhook",
+    metavar="URL",
+    help="POST each notification as JSON to URL (no user:password@ in it: give credentials "
+    "as --header 'Authorization: …').",
+)
 @click.option(
     "--header",
     "headers",
@@ -48,7 +53,8 @@ def notify() -> None:
 @click.option(
     "--smtp",
     metavar="HOST[:PORT]",
-    help="With --email: the SMTP server (default: sendmail -t).",
+    help="With --email: the SMTP server (default: sendmail -t). STARTTLS when it offers it; "
+    "AUTH ($JOBCTL_SMTP_USER, $JOBCTL_SMTP_PASSWORD) only over TLS or to a loopback address.",
 )
 @click.option(
     "--command",
