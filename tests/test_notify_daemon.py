@@ -63,6 +63,9 @@ def test_a_dead_run_is_told_once_with_body_headers_and_its_record(jobctl, start_
     assert body["text"] == f"jobctl: backup dead after 1 attempt: exit 7 (run {n['run_id']})"
     assert body["job"]["name"] == "backup" and body["run"]["id"] == n["run_id"]
     assert body["run"]["state"] == "dead" and body["attempt"]["exit_code"] == 7
+    # the job object is show's: its last run is the run told about
+    assert body["job"]["last_run"]["id"] == n["run_id"]
+    assert body["job"]["last_run"]["state"] == "dead"
     assert req.headers["Idempotency-Key"] == n["key"]
     assert req.headers["X-Team"] == "infra"
     assert req.headers["Content-Type"] == "application/json"

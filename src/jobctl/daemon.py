@@ -213,9 +213,7 @@ class Daemon:
             store,
             environ=env,
             log=self.log,
-            render=Render(
-                lambda job: output.job_json(job, None), output.run_json, output.attempt_json
-            ),
+            render=Render(output.job_json, output.run_json, output.attempt_json),
             threads=config.notify_threads,
             first_retry_seconds=config.notify_retry_seconds,
         )

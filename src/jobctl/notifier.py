@@ -57,7 +57,7 @@ class Render:
     """The ``--json`` objects of a job, a run and an attempt, given by the daemon (the notifier
     renders nothing)."""
 
-    job: Callable[[Job], dict[str, Any]]
+    job: Callable[[Job, Run | None], dict[str, Any]]
     run: Callable[[Run], dict[str, Any]]
     attempt: Callable[[Attempt], dict[str, Any]]
 
@@ -236,19 +236,19 @@ class Notifier:
             self._look = True
             return
         try:
-            job, run, attempt, output = self.store.notification_context(
+            job, last_run, run, attempt, output = self.store.notification_context(
                 out.job_id, note.run_id, note.attempt
             )
         except StoreError as e:
             self.log(f"notification {note.id}: cannot read its run: {e}")
-            job = run = attempt = None
+            job = last_run = run = attempt = None
             output = b""
         body = webhook_body(
             key=note.key,
             event=note.event,
             text=note.text,
             at=iso(note.created_at),
-            job=self.render.job(job) if job else None,
+            job=self.render.job(job, last_run) if job else None,
             run=self.render.run(run) if run else None,
             attempt=self.render.attempt(attempt) if attempt else None,
             detail=note.detail,

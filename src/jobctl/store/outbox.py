@@ -16,6 +16,7 @@ often its cause is looked at.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import uuid
@@ -781,6 +782,12 @@ class OutboxCommands(_OutboxFace):
 
 
 ATTEMPT_ROW = "SELECT * FROM attempts WHERE run_id = ? AND attempt = ?"
+#: a job's most recent run by window that was not skipped (its ``last_run``), walked down
+#: the (job_id, scheduled_for) index
+LAST_RUN_ID = (
+    "SELECT id FROM runs WHERE job_id = ? AND state <> 'skipped' "
+    "ORDER BY scheduled_for DESC LIMIT 1"
+)
 
 
 class OutboxDaemon(_OutboxFace):
@@ -833,10 +840,17 @@ class OutboxDaemon(_OutboxFace):
 
     def notification_context(
         self, job_id: int | None, run_id: int | None, attempt: int | None
-    ) -> tuple[Job | None, Run | None, Attempt | None, bytes]:
-        """The job, run and attempt a notification is about (None when gone, or when it
-        is about none), and the attempt's stored output tail."""
+    ) -> tuple[Job | None, Run | None, Run | None, Attempt | None, bytes]:
+        """The job a notification is about with its last run (as ``show`` gives it), the
+        run and attempt it is about (each None when gone, or when it is about none), and
+        the attempt's stored output tail."""
         job = self.get_job_by_id(job_id) if job_id is not None else None
+        last_run = None
+        if job is not None:
+            ids = self._ob.read(self._oq(LAST_RUN_ID), (job.id,))
+            if ids:
+                with contextlib.suppress(NotFound):
+                    last_run = self.get_run(int(ids[0]["id"]))
         run = None
         if run_id is not None:
             try:
@@ -851,7 +865,7 @@ class OutboxDaemon(_OutboxFace):
             if rows:
                 got = self._attempt_of(rows[0])
                 output = bytes(rows[0]["output"] or b"")
-        return job, run, got, output
+        return job, last_run, run, got, output
 
 
 __all__ = [

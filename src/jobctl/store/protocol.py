@@ -562,8 +562,9 @@ class DaemonStore(Protocol):
 
     def notification_context(
         self, job_id: int | None, run_id: int | None, attempt: int | None
-    ) -> tuple[Job | None, Run | None, Attempt | None, bytes]:
-        """What a notification's body shows: its job, run and attempt (None when gone) and
+    ) -> tuple[Job | None, Run | None, Run | None, Attempt | None, bytes]:
+        """What a notification's body shows: its job and the job's last run (its most
+        recent window that was not skipped), its run and attempt (each None when gone) and
         the attempt's stored output tail."""
         ...
 
