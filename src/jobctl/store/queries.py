@@ -226,7 +226,10 @@ FROM jobs {only}""",
         kept_counts="SELECT t.state, SUM(t.kept) AS n FROM run_tallies t "
         "JOIN jobs ON jobs.id = t.job_id GROUP BY t.state",
         next_window="SELECT MIN(next_run_at) AS t FROM jobs WHERE state = 'active'",
-        next_due_run="SELECT MIN(not_before) AS t FROM runs WHERE state IN ('pending', 'failed')",
+        # a paused job's queued runs wait for its resume: none of them is due
+        next_due_run="""
+SELECT MIN(runs.not_before) AS t FROM runs JOIN jobs ON jobs.id = runs.job_id
+WHERE runs.state IN ('pending', 'failed') AND jobs.state <> 'paused'""",
         count_jobs="SELECT COUNT(*) AS n FROM jobs",
         count_runs="SELECT COUNT(*) AS n FROM runs",
         live_daemons="""
