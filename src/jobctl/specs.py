@@ -121,7 +121,10 @@ class TriggerOptions:
     after: str | None = None
 
     def given(self) -> bool:
-        return any(v for v in (self.cron, self.every, self.at, self.in_, self.manual, self.after))
+        """Whether a trigger flag was given, an empty one too (``--cron ''`` is an empty
+        expression, not an absent flag)."""
+        texts = (self.cron, self.every, self.at, self.in_, self.after)
+        return self.manual or any(v is not None for v in texts)
 
 
 def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None = None) -> Trigger:
@@ -132,6 +135,7 @@ def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None
         ("interval", opts.every),
         ("time", opts.at),
         ("delay", opts.in_),
+        ("--after job", opts.after),
     ):
         if text is not None and not text.strip():
             raise UsageError(f"the {what} is empty")
