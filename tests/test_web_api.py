@@ -82,6 +82,7 @@ def test_every_route_needs_the_token(server: Server, jobctl: Jobctl) -> None:
                 method, path, {"name": "x"} if method != "GET" else None, token=token
             )
             assert a.status == 401, (method, path, token, a.status)
+            assert a.headers["www-authenticate"] == 'Bearer realm="jobctl"', (method, path)
             if path.startswith("/v1/"):
                 assert a.json() == {"error": "missing or wrong token"}
         basic = server.request(method, path, token=None, headers={"Authorization": "Basic eDp5"})
@@ -175,6 +176,30 @@ def test_listen_address_rules(db: Path, tmp_path: Path) -> None:
         assert s.stop() == 0  # SIGTERM: a clean exit
     finally:
         s.close()
+
+
+def test_a_method_a_path_does_not_take_is_405_with_every_method_it_takes(
+    server: Server, jobctl: Jobctl
+) -> None:
+    """RFC 9110: a 405 carries Allow, naming the methods of every route of the path (the
+    API has a route a method: GET and POST /v1/jobs are two)."""
+    jobctl("add", "x", "--manual", "--", "true")
+    run_id = jobctl.json("run", "x")["id"]
+    for method, path, allow in (
+        ("PUT", "/v1/jobs", "GET, HEAD, POST"),
+        ("DELETE", "/v1/jobs", "GET, HEAD, POST"),
+        ("POST", "/v1/jobs/x", "DELETE, GET, HEAD, PATCH"),
+        ("GET", "/v1/jobs/x/pause", "POST"),
+        ("DELETE", f"/v1/runs/{run_id}", "GET, HEAD"),
+        ("POST", "/healthz", "GET, HEAD"),
+    ):
+        a = server.request(method, path)
+        assert a.status == 405, (method, path, a.status, a.text)
+        assert a.headers.get("allow") == allow, (method, path, a.headers)
+        assert a.json() == {"error": "method not allowed"}
+    page = server.request("DELETE", "/jobs/x")
+    assert page.status == 405 and "GET" in page.headers["allow"].split(", ")
+    assert page.headers["content-type"].startswith("text/html")
 
 
 def test_no_cors(server: Server) -> None:

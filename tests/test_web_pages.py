@@ -49,6 +49,7 @@ def test_sign_in_sets_a_strict_httponly_cookie(server: Server) -> None:
         "POST", "/login", token=None, headers=FORM, raw=urlencode({"token": "nope"}).encode()
     )
     assert wrong.status == 401 and wrong.cookies == [] and "wrong token" in wrong.text
+    assert wrong.headers["www-authenticate"] == 'Bearer realm="jobctl"'
     ok = server.request(
         "POST",
         "/login",
@@ -81,9 +82,12 @@ def test_pages_without_a_session_are_401_with_the_sign_in_form(
     for path in ("/jobs/x", f"/runs/{run_id}", f"/runs/{run_id}/events"):
         a = server.request("GET", path, token=None)
         assert a.status == 401 and 'action="/login"' in a.text, path
+        # RFC 9110: every 401 names how to authenticate, a page's too
+        assert a.headers["www-authenticate"] == 'Bearer realm="jobctl"', path
         assert "<td" not in a.text  # no data of the job
     for path in ("/jobs/x/run", "/jobs/x/pause", f"/runs/{run_id}/cancel"):
-        assert server.request("POST", path, token=None, headers=FORM, raw=b"").status == 401
+        a = server.request("POST", path, token=None, headers=FORM, raw=b"")
+        assert a.status == 401 and "www-authenticate" in a.headers, path
     bad_cookie = {"Cookie": "jobctl_session=made-up"}
     assert server.request("GET", "/jobs/x", token=None, headers=bad_cookie).status == 401
     assert server.request("GET", "/v1/jobs", token=None, headers=bad_cookie).status == 401

@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import Match, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -40,6 +40,10 @@ SECURITY_HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"referrer-policy", b"no-referrer"),
 ]
+
+
+#: every path takes the token as a bearer (the pages the session cookie too)
+CHALLENGE = 'Bearer realm="jobctl"'
 
 
 def _is_public(method: str, path: str) -> bool:
@@ -103,6 +107,9 @@ class Guard:
                 headers.extend(h for h in SECURITY_HEADERS if h[0] not in names)
                 if b"cache-control" not in names:
                     headers.append((b"cache-control", b"no-store"))
+                if message["status"] == 401 and b"www-authenticate" not in names:
+                    # RFC 9110: a 401 names how to authenticate, a page's as an API's
+                    headers.append((b"www-authenticate", CHALLENGE.encode()))
                 # how long the server took to the answer's start (a page is whole by then)
                 took_ms = (time.perf_counter() - started) * 1000
                 headers.append((b"server-timing", f"app;dur={took_ms:.1f}".encode()))
@@ -114,12 +121,24 @@ class Guard:
         if auth is None and not _is_public(scope["method"], scope["path"]):
             if wants_json(scope["path"]):
                 response: Response = json_error(401, "missing or wrong token")
-                response.headers["www-authenticate"] = "Bearer"
             else:
                 response = self.login_page(Request(scope))
             await response(scope, receive, send_with_headers)
             return
         await self.app(scope, receive, send_with_headers)
+
+
+def allowed_methods(app: Starlette, scope: Scope) -> str:
+    """The ``Allow`` of a 405: the methods of every route of that path. Starlette's own
+    names only the first route that matched the path, and a path here often has one
+    route a method (``GET`` and ``POST /v1/jobs``)."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        if isinstance(route, Route) and route.methods:
+            match, _ = route.matches({**scope, "type": "http"})
+            if match is not Match.NONE:
+                methods |= route.methods
+    return ", ".join(sorted(methods))
 
 
 def create_app(
@@ -130,9 +149,14 @@ def create_app(
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
+        response: Response
         if wants_json(request.url.path):
-            return json_error(exc.status_code, str(exc.detail).lower())
-        return pages.error_page(web, request, exc.status_code, str(exc.detail))
+            response = json_error(exc.status_code, str(exc.detail).lower())
+        else:
+            response = pages.error_page(web, request, exc.status_code, str(exc.detail))
+        if exc.status_code == 405:
+            response.headers["allow"] = allowed_methods(app, request.scope)
+        return response
 
     async def server_error(request: Request, exc: Exception) -> Response:
         if wants_json(request.url.path):
