@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -122,6 +125,26 @@ def test_man_page_has_the_sections() -> None:
         assert var in text, var
     assert text.isascii()
     assert not any(line.startswith(("'", ". ")) for line in text.splitlines())
+
+
+def test_man_page_keeps_mandoc_lints_rules() -> None:
+    """What ``mandoc -Tlint`` checks, in Python so the suite needs no mandoc: a .TH with a
+    date (YYYY-MM-DD), no paragraph macro right after a section heading, no filled text
+    line over 80 bytes, no blank line, no trailing space."""
+    lines = MAN.read_text().splitlines()
+    [th] = [line for line in lines if line.startswith(".TH ")]
+    fields = shlex.split(th)
+    assert fields[:3] == [".TH", "JOBCTL", "1"] and len(fields) == 6, th
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", fields[3]), th
+    nofill = False
+    for n, (before, line) in enumerate(itertools.pairwise(["", *lines]), 1):
+        assert line.strip() and line == line.rstrip(), f"line {n}: blank or trailing space"
+        if before.startswith((".SH ", ".SS ")):
+            assert line not in (".PP", ".LP", ".P"), f"line {n}: {line} after {before}"
+        if line in (".nf", ".fi"):
+            nofill = line == ".nf"
+        if not (line.startswith(".") or nofill or before == ".TP"):
+            assert len(line.encode()) <= 80, f"line {n} is {len(line.encode())} bytes: {line}"
 
 
 def test_man_page_renders_without_warnings() -> None:
