@@ -146,8 +146,20 @@ lists, ranges, steps over a range and names. Two extensions: `L` alone in day-of
 is the month's last day, and `D#N` in day-of-week is the Nth weekday D of the month (N
 1 to 5; `5#2` is the second Friday; it may stand in a list). When neither day field
 starts with `*` a day matches either field (`L` and `D#N` count as restricted), else
-both. Seconds and year fields, `?`, `W`, `H`, `N/step` without a range and wrapping
-ranges are invalid. An expression that can never fire is accepted with a warning.
+both. Seconds and year fields, `?`, `W`, `N/step` without a range and wrapping ranges
+are invalid. An expression that can never fire is accepted with a warning.
+
+Spreading the load: in any field `H` stands for one value of the field's range chosen
+from the job's name, so a thousand jobs at `H * * * *` do not all start on the hour.
+`H(A-B)` is one value in A to B, `H/N` every N from an offset chosen from the name,
+`H(A-B)/N` the same within A to B. The ranges are minute 0-59, hour 0-23, day-of-month
+1-28 (every month has the day), month 1-12 and day-of-week 0-6. The value for field k (0
+minute to 4 day-of-week) is taken from `h = int(sha256("NAME:k").hexdigest()[:16], 16)`:
+`H` is `lo + h % (hi - lo + 1)` and `H/N` starts at `lo + h % N`. It is the same on every
+host, version and in `jobctl next`; renaming a job moves it. The job keeps the text with
+`H` (`export` writes it); `show` and the JSON's `trigger.resolved` give the expression
+with numbers. An `H` day field counts as restricted for the day rule. `--every D --start
+H` gives a fixed-rate job the phase `h % D` seconds after 1970-01-01T00:00Z (k = 0).
 
 A command that only reads (`list`, `show`, `next NAME`, `runs`, `logs`, `inspect`,
 `status`) never

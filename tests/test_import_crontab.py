@@ -58,6 +58,7 @@ def test_cronie_example_maps_every_setting(db: Path) -> None:
         "expr": "5 0 * * *",
         "tz": "Japan",
         "after_completion": False,
+        "resolved": "5 0 * * *",
     }
     assert daily["shell"] == "/bin/sh"
     assert daily["jitter"] == 600

@@ -115,7 +115,7 @@ def test_flags() -> None:
         ("* * L,1 * *", "L stands alone"),
         ("* * 15W * *", "W (nearest weekday)"),
         ("* * LW * *", "W (nearest weekday)"),
-        ("H * * * *", "H (hashed value)"),
+        ("H * * * *", "needs the job's name"),
         ("* * * * 5L", "L in day-of-week"),
         ("* * * * 1#6", "N in D#N is 1-5"),
         ("* * * * 1#0", "N in D#N is 1-5"),

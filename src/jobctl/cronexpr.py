@@ -14,6 +14,7 @@ matches when either field matches; otherwise both must (vixie cron, cronie).
 from __future__ import annotations
 
 import calendar
+import hashlib
 import re
 from bisect import bisect_left
 from collections.abc import Iterator
@@ -237,7 +238,7 @@ def _unsupported(text: str, spec: _FieldSpec, expr: str) -> None:
     if spec.name == "day-of-week" and re.search(r"[0-7]l|^l$", text):
         raise _cron_error(expr, "L in day-of-week is not supported (use D#N)")
     if re.search(r"(^|[,/-])h($|[(,/-])", text):
-        raise _cron_error(expr, f"H (hashed value) in {spec.name} field is not supported")
+        raise _cron_error(expr, f"H in the {spec.name} field needs the job's name to resolve")
     if "#" in text and spec.name != "day-of-week":
         raise _cron_error(expr, f"'#' goes in the day-of-week field, not {spec.name}")
 
@@ -289,6 +290,82 @@ def _parse_field(
         values.discard(7)
         values.add(0)
     return frozenset(values), frozenset(nth)
+
+
+_HASH_RE = re.compile(r"h(?:\(([0-9a-z]+)-([0-9a-z]+)\))?(?:/([0-9]+))?")
+_HASH_RANGES = ((0, 59), (0, 23), (1, 28), (1, 12), (0, 6))
+"""The range ``H`` picks from in each field: day-of-month stops at 28 so every month has the
+day, day-of-week is 0-6 so Sunday is not counted twice."""
+
+
+def hash_value(name: str, field_index: int) -> int:
+    """The fixed number ``H`` draws from for field ``field_index`` (0 minute ... 4 day-of-week)
+    of the job ``name``: the first 16 hex digits of SHA-256 of ``NAME:K``. The same on every
+    host and version, so every daemon and ``jobctl next`` agree; renaming a job moves it."""
+    return int(hashlib.sha256(f"{name}:{field_index}".encode()).hexdigest()[:16], 16)
+
+
+_HAS_HASH_RE = re.compile(r"(?:^|[\s,])[hH](?:$|[\s(,/])")
+
+
+def has_hash(expr: str) -> bool:
+    """Whether a cron expression uses ``H`` in a field (macros never do)."""
+    return _HAS_HASH_RE.search(expr) is not None
+
+
+def _resolve_item(item: str, index: int, name: str, expr: str) -> str:
+    m = _HASH_RE.fullmatch(item)
+    if m is None:
+        if "h" in item:
+            spec = _FIELDS[index]
+            raise _cron_error(expr, f"bad H item {item!r} in {spec.name} field")
+        return item
+    spec = _FIELDS[index]
+    lo, hi = _HASH_RANGES[index]
+    lo_text, hi_text, step_text = m.groups()
+    if lo_text is not None and hi_text is not None:
+        lo, hi = _parse_value(lo_text, spec, expr), _parse_value(hi_text, spec, expr)
+        if lo > hi:
+            raise _cron_error(expr, f"wrapping range {item!r} in {spec.name} field")
+    h = hash_value(name, index)
+    if step_text is None:
+        return str(lo + h % (hi - lo + 1))
+    step = int(step_text)
+    if step == 0:
+        raise _cron_error(expr, f"zero step in {spec.name} field {item!r}")
+    start = lo + h % step
+    if start > hi:
+        # a step longer than the range: the one value the offset lands on within it
+        return str(lo + h % (hi - lo + 1))
+    return f"{start}-{hi}/{step}"
+
+
+@lru_cache(maxsize=4096)
+def resolve_hashes(expr: str, name: str) -> str:
+    """``expr`` with every ``H`` form replaced by numbers chosen from the job ``name``.
+
+    In a field, ``H`` is one value of the field's range, ``H(A-B)`` one value in A-B, ``H/N``
+    every N from an offset ``lo + h % N``, ``H(A-B)/N`` the same within A-B, where ``h`` is
+    :func:`hash_value` for that field and the range is minute 0-59, hour 0-23, day-of-month
+    1-28, month 1-12, day-of-week 0-6. A resolved day field is a number, so it is restricted
+    for the day rule. Text without ``H`` (and macros) comes back as given. Raises UsageError
+    for malformed ``H`` items and for anything :func:`parse_cron` refuses in the result.
+    """
+    if not has_hash(expr):
+        return expr
+    parts = re.split(r"[ \t]+", expr.strip().lower())
+    if len(parts) != 5:
+        parse_cron(expr)  # raises the field-count error
+    out = [
+        ",".join(_resolve_item(item, i, name, expr) for item in part.split(","))
+        for i, part in enumerate(parts)
+    ]
+    resolved = " ".join(out)
+    try:
+        parse_cron(resolved)
+    except UsageError as exc:
+        raise _cron_error(expr, str(exc).split(": ", 1)[-1]) from None
+    return resolved
 
 
 def expand_macro(expr: str) -> str:

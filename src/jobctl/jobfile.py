@@ -23,6 +23,7 @@ from typing import Any
 from . import durations, specs, zones
 from .errors import JobctlError, UsageError
 from .models import Job, JobSpec, JobState, Limits, Overlap, Trigger, TriggerKind
+from .triggers import named
 
 
 @dataclass(frozen=True)
@@ -488,7 +489,7 @@ def _definition(
             problem("command", str(e))
     trigger = None
     try:
-        trigger = _trigger(given, table, now, existing)
+        trigger = _trigger(given, table, now, existing, name)
     except _KeyProblem as e:
         problem(e.key, e.message)
     if problems or trigger is None or command is None:
@@ -498,7 +499,9 @@ def _definition(
     if "limits" in changes:
         changes["limits"] = Limits(**changes["limits"])
     try:
-        spec = specs.check_policies(JobSpec(name=name, trigger=trigger, command=command, **changes))
+        spec = specs.check_policies(
+            JobSpec(name=name, trigger=named(trigger, name), command=command, **changes)
+        )
     except UsageError as e:
         problem(None, str(e))
         return None
@@ -513,7 +516,11 @@ class _KeyProblem(Exception):
 
 
 def _trigger(
-    given: Mapping[str, Any], table: Mapping[str, Any], now: datetime, existing: Job | None
+    given: Mapping[str, Any],
+    table: Mapping[str, Any],
+    now: datetime,
+    existing: Job | None,
+    name: str,
 ) -> Trigger | None:
     """The trigger keys of a table -> a validated Trigger (None when a key's type was
     already reported). Raises _KeyProblem."""
@@ -559,8 +566,11 @@ def _trigger(
             and old.anchor is not None
         ):
             start = old.anchor.isoformat()  # a file without start keeps the job's phase
+        hashed = isinstance(start, str) and start.strip().upper() == "H"
         try:
-            anchor = durations.parse_time(start, tz, now) if start is not None else None
+            anchor = (
+                durations.parse_time(start, tz, now) if start is not None and not hashed else None
+            )
         except UsageError as e:
             raise _KeyProblem("start", str(e)) from None
         try:
@@ -568,10 +578,11 @@ def _trigger(
                 specs.TriggerOptions(
                     every=value,
                     after_completion=after_completion,
-                    start=anchor.isoformat() if anchor is not None else None,
+                    start="H" if hashed else anchor.isoformat() if anchor is not None else None,
                     tz=tz,
                 ),
                 now,
+                name=name,
             )
         except UsageError as e:
             raise _KeyProblem("every", str(e)) from None

@@ -304,7 +304,9 @@ class Decision:
 class Trigger:
     """When a job fires. Exactly one kind; the other fields are None where they do not apply.
 
-    - cron: ``expr`` is the expression as given (macros kept), read in zone ``tz``.
+    - cron: ``expr`` is the expression as given (macros kept), read in zone ``tz``;
+      ``resolved`` is the same with each ``H`` replaced by the job's numbers (None when
+      ``expr`` has no ``H``; see :func:`jobctl.triggers.named`).
     - interval: ``every_seconds`` > 0; fixed rate from ``anchor`` unless ``after_completion``.
     - once: ``at`` (aware UTC).
     - reboot: ``expr`` is ``@reboot``.
@@ -318,6 +320,7 @@ class Trigger:
     anchor: datetime | None = None
     at: datetime | None = None
     after_completion: bool = False
+    resolved: str | None = None
 
 
 class Event(str, Enum):

@@ -39,6 +39,9 @@ def trigger_json(job: Job) -> dict[str, Any]:
         "tz": t.tz,
         "after_completion": t.after_completion,
     }
+    if t.kind is TriggerKind.CRON:
+        # the expression with each H replaced by this job's numbers (jobctl(1), --cron)
+        out["resolved"] = t.resolved or t.expr
     if t.kind is TriggerKind.INTERVAL:
         out["every"] = t.every_seconds
         out["start"] = iso(t.anchor)
@@ -344,6 +347,7 @@ def print_job(job: Job, runs: Sequence[Run]) -> None:
         ("name", job.name),
         ("description", s.description or "-"),
         ("schedule", schedule_text(job)),
+        *([("resolved", job.trigger.resolved)] if job.trigger.resolved else []),
         ("command", s.command),
         ("state", job.state.value),
         ("next run", local_time(job.next_run_at)),

@@ -31,6 +31,7 @@ from .models import (
     TriggerKind,
     after_parts,
 )
+from .triggers import hashed_phase, named
 
 if TYPE_CHECKING:
     from .crontab import ImportedJob
@@ -127,9 +128,19 @@ class TriggerOptions:
         return self.manual or any(v is not None for v in texts)
 
 
-def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None = None) -> Trigger:
+def build_trigger(
+    opts: TriggerOptions,
+    now: datetime,
+    *,
+    default_tz: str | None = None,
+    name: str | None = None,
+) -> Trigger:
     """Exactly one of --cron/--every/--at/--in/--manual -> a validated Trigger, read in
-    ``opts.tz``, else ``default_tz``, else the machine's zone."""
+    ``opts.tz``, else ``default_tz``, else the machine's zone.
+
+    ``name`` is the job's: ``H`` in a cron expression and ``--start H`` are chosen from it
+    (see jobctl(1), SPREADING THE LOAD). Without a name an ``H`` expression is only checked;
+    a JobSpec's trigger is resolved with :func:`jobctl.triggers.named`."""
     for what, text in (
         ("cron expression", opts.cron),
         ("interval", opts.every),
@@ -166,11 +177,19 @@ def build_trigger(opts: TriggerOptions, now: datetime, *, default_tz: str | None
         expr = check_text(opts.cron.strip(), "--cron")
         if expr == "@reboot":
             return Trigger(TriggerKind.REBOOT, tz=tz, expr="@reboot")
+        if cronexpr.has_hash(expr):
+            resolved = cronexpr.resolve_hashes(expr, name or "")
+            return Trigger(TriggerKind.CRON, tz=tz, expr=expr, resolved=resolved if name else None)
         cronexpr.parse_cron(expr)
         return Trigger(TriggerKind.CRON, tz=tz, expr=expr)
     if opts.every is not None:
         seconds = durations.parse_duration(opts.every)
-        anchor = durations.parse_time(opts.start, tz, now) if opts.start else now
+        if opts.start is not None and opts.start.strip().upper() == "H":
+            if opts.after_completion:
+                raise UsageError("--start H goes with a fixed-rate --every")
+            anchor = hashed_phase(name or "", seconds)
+        else:
+            anchor = durations.parse_time(opts.start, tz, now) if opts.start else now
         return Trigger(
             TriggerKind.INTERVAL,
             tz=tz,
@@ -256,7 +275,11 @@ def check_zone(name: str, flag: str = "--tz") -> str:
 def trigger_warnings(trigger: Trigger) -> list[str]:
     """What to tell a user about a valid trigger: a cron expression that can never fire."""
     expr = trigger.expr
-    if trigger.kind is TriggerKind.CRON and expr and not cronexpr.parse_cron(expr).can_fire:
+    if (
+        trigger.kind is TriggerKind.CRON
+        and expr
+        and not cronexpr.parse_cron(trigger.resolved or cronexpr.resolve_hashes(expr, "")).can_fire
+    ):
         return [f"cron expression {expr!r} can never fire (no date matches it)"]
     return []
 
@@ -513,7 +536,7 @@ def build_spec(
 ) -> JobSpec:
     """Everything ``add`` was given -> a JobSpec. Raises UsageError."""
     check_name(name)
-    trigger = build_trigger(trig, now)
+    trigger = build_trigger(trig, now, name=name)
     cmd = join_command(command)
     changes = policy_changes(policies)
     if trigger.kind is TriggerKind.MANUAL:
@@ -552,7 +575,9 @@ def edit_changes(
         ):
             trig = replace(trig, after_completion=True)
         # the job's zone stays unless a new one is given: a new expression is read in it
-        changes["trigger"] = build_trigger(trig, now, default_tz=current.tz)
+        changes["trigger"] = build_trigger(
+            trig, now, default_tz=current.tz, name=rename or job.name
+        )
     elif trig.tz is not None or trig.after_completion or trig.start:
         if current.kind is not TriggerKind.CRON or trig.after_completion or trig.start:
             raise UsageError("--tz, --start and --after-completion need their trigger flag too")
@@ -561,6 +586,10 @@ def edit_changes(
         changes["command"] = join_command([command])
     if rename is not None:
         changes["name"] = check_name(rename)
+        moved = named(changes.get("trigger", current), rename)
+        if moved != changes.get("trigger", current):
+            # H is chosen from the name: a renamed job's windows move with it
+            changes["trigger"] = moved
     if not changes:
         raise UsageError("nothing to change: give a trigger, a policy, --command or --rename")
     if "limits" in changes:
@@ -585,7 +614,7 @@ def spec_from_crontab(job: ImportedJob, now: datetime) -> JobSpec:
     The schedule goes through the same validation as ``add --cron`` (``@reboot`` included),
     read in ``CRON_TZ`` or the machine's local zone. Raises UsageError.
     """
-    trigger = build_trigger(TriggerOptions(cron=job.cron, tz=job.tz), now)
+    trigger = build_trigger(TriggerOptions(cron=job.cron, tz=job.tz), now, name=job.name)
     return JobSpec(
         name=check_name(job.name),
         trigger=trigger,

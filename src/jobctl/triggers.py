@@ -15,11 +15,12 @@ results are aware UTC. A cron expression is evaluated in the trigger's zone:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from .clock import from_us, iso, to_us
-from .cronexpr import CronSchedule, parse_cron
+from .cronexpr import CronSchedule, has_hash, hash_value, parse_cron, resolve_hashes
 from .durations import format_duration
 from .errors import UsageError
 from .models import Job, JobState, Trigger, TriggerKind
@@ -208,12 +209,39 @@ def upcoming(job: Job, after: datetime, count: int) -> list[datetime]:
     return next_fires(job.trigger, after, count)
 
 
+def named(trigger: Trigger, name: str) -> Trigger:
+    """``trigger`` as the job ``name`` fires it: a cron expression's ``H`` resolved from the
+    name (``resolved``). Triggers without ``H`` come back as they are."""
+    expr = trigger.expr
+    if trigger.kind is not TriggerKind.CRON or not expr or not has_hash(expr):
+        return trigger
+    resolved = resolve_hashes(expr, name)
+    return trigger if trigger.resolved == resolved else replace(trigger, resolved=resolved)
+
+
+def cron_text(trigger: Trigger) -> str:
+    """The cron expression a cron trigger is evaluated with: ``resolved`` when it has ``H``."""
+    expr = trigger.expr
+    if expr is None:
+        raise ValueError("a cron trigger needs expr")
+    if trigger.resolved is not None:
+        return trigger.resolved
+    if has_hash(expr):
+        raise ValueError(f"cron expression {expr!r} has H but no job name resolved it")
+    return expr
+
+
+def hashed_phase(name: str, every_seconds: float) -> datetime:
+    """The anchor of ``--every D --start H``: ``h % D`` seconds after 1970-01-01T00:00Z,
+    where ``h`` is the job's hash value for field 0 (so every host agrees)."""
+    period = max(1, int(every_seconds))
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=hash_value(name, 0) % period)
+
+
 def _cron_iter(
     trigger: Trigger, after: datetime, until: datetime | None = None
 ) -> Iterator[datetime]:
-    if trigger.expr is None:
-        raise ValueError("a cron trigger needs expr")
-    return _cron_fires(parse_cron(trigger.expr), parse_zone(trigger.tz), after, until)
+    return _cron_fires(parse_cron(cron_text(trigger)), parse_zone(trigger.tz), after, until)
 
 
 def iter_fires(trigger: Trigger, after: datetime, until: datetime) -> Iterator[datetime]:

@@ -215,7 +215,11 @@ def trigger_options(f: Callable[..., Any]) -> Callable[..., Any]:
             default=None,
             help="With --every: the next window is DURATION after the previous run ends.",
         ),
-        click.option("--start", metavar="TIME", help="With --every: the anchor (default: now)."),
+        click.option(
+            "--start",
+            metavar="TIME",
+            help="With --every: the anchor (default: now); H: a phase chosen from the job's name.",
+        ),
         click.option("--at", metavar="TIME", help="One shot at an ISO 8601 time (naive = --tz)."),
         click.option("--in", "in_", metavar="DURATION", help="One shot DURATION from now."),
         click.option(

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from ..clock import from_us, to_us
+from ..cronexpr import has_hash
 from ..models import (
     OUTPUT_LIMIT_BYTES,
     Attempt,
@@ -27,6 +28,7 @@ from ..models import (
     Trigger,
     TriggerKind,
 )
+from ..triggers import named
 from .outbox import rules_of, rules_text
 from .values import FinishItem
 
@@ -83,14 +85,17 @@ _TRIGGERS_KEPT = 4096
 
 
 def _trigger(r: Any) -> Trigger:
+    expr = r["trigger_expr"]
     key = (
         r["trigger_kind"],
         r["trigger_tz"],
-        r["trigger_expr"],
+        expr,
         r["every_seconds"],
         r["anchor_at"],
         r["once_at"],
         r["after_completion"],
+        # H is chosen from the job's name: such a trigger is the job's own
+        r["name"] if r["trigger_kind"] == "cron" and expr and has_hash(expr) else None,
     )
     trigger = _TRIGGERS.get(key)
     if trigger is None:
@@ -105,6 +110,8 @@ def _trigger(r: Any) -> Trigger:
             at=opt_dt(key[5]),
             after_completion=bool(key[6]),
         )
+        if key[7] is not None:
+            trigger = _TRIGGERS[key] = named(trigger, key[7])
     return trigger
 
 
