@@ -267,27 +267,6 @@ def test_edit_nothing_is_usage_error(jobctl: Jobctl) -> None:
     assert_one_error_line(r)
 
 
-@pytest.mark.parametrize(
-    ("flag", "said"),
-    [
-        ("--cron", "the cron expression is empty"),
-        ("--every", "the interval is empty"),
-        ("--at", "the time is empty"),
-        ("--in", "the delay is empty"),
-        ("--after", "the --after job is empty"),
-    ],
-)
-def test_an_empty_trigger_says_so_in_edit_as_in_add(jobctl: Jobctl, flag: str, said: str) -> None:
-    """``edit j --cron ''`` is an empty expression, not an absent flag ('nothing to change')."""
-    jobctl.ok("add", "j", "--cron", "@daily", "--", "true")
-    before = jobctl.json("list")
-    for r in (jobctl("edit", "j", flag, ""), jobctl("add", "k", flag, " ", "--", "true")):
-        assert r.code == 2
-        assert_one_error_line(r)
-        assert r.err.strip() == f"Error: {said}", r.err
-    assert jobctl.json("list") == before
-
-
 def test_edit_rename(jobctl: Jobctl) -> None:
     jobctl.ok("add", "j", "--manual", "--", "true")
     jobctl.ok("edit", "j", "--rename", "k")

@@ -696,7 +696,9 @@ def test_history_after_add_edit_pause_apply_and_rollback(jobctl: Any) -> None:
     assert history[5]["changes"] == {"command": ["echo two", "echo one"], "retries": [5, 2]}
     assert history[0]["at"].endswith("Z")
     human = jobctl("history", "job").stdout.splitlines()
-    assert human[1].startswith("2  ") and human[1].endswith("retries 2 -> 5")
+    assert human[0].split() == ["REV", "AT", "WHO", "SOURCE", "CHANGES"]
+    assert human[2].startswith("2  ") and human[2].endswith("retries 2 -> 5")
+    assert len(human) == 1 + len(history)
     job = jobctl.store().get_job("job")
     assert (job.spec.command, job.spec.retries, job.revision) == ("echo one", 2, 6)
     # rolling back to what it already is writes nothing

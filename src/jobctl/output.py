@@ -684,17 +684,19 @@ def revision_json(rev: Any) -> dict[str, Any]:
 
 
 def print_history(revisions: Sequence[Any]) -> None:
-    """One line a revision: number, time, who, source, ``KEY OLD -> NEW; ...``."""
+    """A table, a row a revision, under a header: number, time, who, source, and the
+    changes as ``KEY OLD -> NEW; ...``."""
     from .jobfile import describe_changes
 
     if not revisions:
         print_lines(["no revisions"])
         return
-    print_lines(
+    _table(
+        ["REV", "AT", "WHO", "SOURCE", "CHANGES"],
         [
-            f"{r.revision}  {local_time(r.at)}  {r.who}  {r.source}  {describe_changes(r.changes)}"
+            [str(r.revision), local_time(r.at), r.who, r.source, describe_changes(r.changes)]
             for r in revisions
-        ]
+        ],
     )
 
 

@@ -101,13 +101,71 @@ def warn(message: str) -> None:
     click.echo(f"warning: {_one_line(message)}", err=True)
 
 
-INT64 = click.IntRange(-(2**63), 2**63 - 1)
+class InvalidValue(click.BadParameter):
+    """A bad option value said in jobctl's words (``invalid --retries 'cpu': use a whole
+    number``), without click's ``Invalid value for '--retries':`` before it."""
+
+    def format_message(self) -> str:
+        return self.message
+
+
+class Integer(click.IntRange):
+    """An integer from ``minimum`` to ``maximum`` (inclusive). Its range shows in ``--help``
+    in words (``at least 1``, ``1 to 64``; nothing when any 64-bit integer will do), and a
+    bad value is one jobctl sentence naming the option."""
+
+    name = "integer"
+
+    def __init__(self, minimum: int = -(2**63), maximum: int = 2**63 - 1) -> None:
+        super().__init__(minimum, maximum)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        what = _param_name(param)
+        if isinstance(value, int) and not isinstance(value, bool):
+            n = value
+        else:
+            text = str(value).strip()
+            body = text[1:] if text[:1] in "+-" else text
+            if not (body.isascii() and body.isdigit()):
+                raise InvalidValue(f"invalid {what} {str(value)!r}: use a whole number")
+            n = int(text)
+        assert self.min is not None and self.max is not None
+        if n < -(2**63) or n > 2**63 - 1:
+            raise InvalidValue(f"invalid {what} {n}: beyond the 64-bit integer range")
+        if n < self.min:
+            raise InvalidValue(f"invalid {what} {n}: must be at least {self.min}")
+        if n > self.max:
+            raise InvalidValue(f"invalid {what} {n}: must be at most {self.max}")
+        return n
+
+    def _describe_range(self) -> str:
+        low = self.min if self.min is not None and self.min > -(2**63) else None
+        high = self.max if self.max is not None and self.max < 2**63 - 1 else None
+        if low is not None and high is not None:
+            return f"{low} to {high}"
+        if low is not None:
+            return f"at least {low}"
+        if high is not None:
+            return f"at most {high}"
+        return ""
+
+
+def _param_name(param: click.Parameter | None) -> str:
+    """``--retries`` for an option (its longest name), ``RUN_ID`` for an argument."""
+    if isinstance(param, click.Option):
+        return max(param.opts, key=len)
+    if param is not None:
+        return param.human_readable_name
+    return "value"
+
+
+INT64 = Integer()
 """Any integer option: beyond the 64-bit range is invalid input (jobctl(1), EXIT STATUS)."""
 
 
-def int64(minimum: int) -> click.IntRange:
+def int64(minimum: int) -> Integer:
     """An integer option from ``minimum`` up to the 64-bit limit."""
-    return click.IntRange(minimum, 2**63 - 1)
+    return Integer(minimum)
 
 
 def _complete_choices(values: list[str]) -> Callable[..., list[Any]]:

@@ -9,6 +9,7 @@ import click
 from ..errors import Conflict, NameTaken, UsageError
 from .base import (
     Ctx,
+    Integer,
     _complete_jobs,
     _complete_zones,
     _emit_job,
@@ -200,7 +201,7 @@ def show(obj: Ctx, name: str, limit: int, as_json: bool) -> None:
 @click.option(
     "-n",
     "count",
-    type=click.IntRange(min=1, max=10000),
+    type=Integer(1, 10000),
     default=5,
     show_default=True,
     help="How many fire times.",

@@ -107,14 +107,18 @@ def logs(obj: Ctx, target: str, attempt: int | None, follow: bool, as_json: bool
 
 
 @cli.command()
-@click.argument("run_id", type=int64(0), shell_complete=_complete_runs)
+@click.argument("target", metavar="RUN_ID|NAME", shell_complete=_complete_runs)
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the run with its attempts and waiting."
 )
 @pass_ctx
-def inspect(obj: Ctx, run_id: int, as_json: bool) -> None:
+def inspect(obj: Ctx, target: str, as_json: bool) -> None:
     """One run in full: its attempts (start, end, duration, exit code, error, output
     bytes, host, pid), how its on-failure command ended, and why it waits.
+
+    RUN_ID is a run's id (only digits); NAME a job, whose most recent run that has an
+    attempt is shown, as logs NAME shows its output (when none has one yet, its newest
+    run, with why it waits).
 
     A pending or failed run waits for one reason: paused (its job is paused), no_daemon,
     not_due or backoff (until a time), lock (held by another run), overlap (a leased run of
@@ -123,6 +127,7 @@ def inspect(obj: Ctx, run_id: int, as_json: bool) -> None:
     from .. import output, planner
 
     store, now = obj.reader(), obj.now()
+    run_id = _inspected_run(store, target)
     run = store.get_run(run_id)
     attempts = store.get_attempts(run_id)
     waiting = planner.waiting_reason(store.waiting(run_id, now))
@@ -351,13 +356,31 @@ def _status_text(store: CommandStore, run: Run, obj: Ctx, elapsed: float) -> str
 
 
 def _run_of(store: CommandStore, target: str) -> int:
-    """``logs RUN_ID|NAME``: digits are a run id; a name is its job's most recent run that
-    has an attempt (jobctl(1), jobctl logs). Raises NotFound, UsageError."""
+    """``logs`` and ``inspect`` ``RUN_ID|NAME``: digits are a run id; a name is its job's
+    most recent run that has an attempt (jobctl(1), jobctl logs). Raises NotFound,
+    UsageError."""
     from ..specs import check_int, check_name
 
     if target.isdigit():
         return check_int(int(target), "run id", 0)
     return store.last_attempted_run(check_name(target)).id
+
+
+def _inspected_run(store: CommandStore, target: str) -> int:
+    """``inspect RUN_ID|NAME``: as :func:`_run_of`, but a job none of whose runs has an
+    attempt yet gives its newest run (a pending run is worth inspecting: it says why it
+    waits). Raises NotFound, UsageError."""
+    from ..errors import NotFound
+
+    try:
+        return _run_of(store, target)
+    except NotFound:
+        if target.isdigit():
+            raise
+        newest = store.list_runs(target, None, 1)
+        if not newest:
+            raise NotFound(f"job {target!r} has no run yet") from None
+        return newest[0].id
 
 
 def _run_ids(targets: tuple[str, ...]) -> list[int]:

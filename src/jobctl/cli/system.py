@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import JobctlError, UsageError
-from .base import INT64, Ctx, JobctlGroup, _one_line, cli, int64, pass_ctx
+from .base import INT64, Ctx, Integer, JobctlGroup, _one_line, cli, int64, pass_ctx
 
 if TYPE_CHECKING:
     pass
@@ -42,7 +42,7 @@ def status(obj: Ctx, as_json: bool) -> None:
 @cli.command()
 @click.option(
     "--workers",
-    type=click.IntRange(1, MAX_WORKERS),
+    type=Integer(1, MAX_WORKERS),
     metavar="N",
     default=4,
     show_default=True,
@@ -78,7 +78,7 @@ def status(obj: Ctx, as_json: bool) -> None:
 )
 @click.option(
     "--notify-threads",
-    type=click.IntRange(min=1, max=64),
+    type=Integer(1, 64),
     default=4,
     show_default=True,
     help="Notifications sent at once, each on its own delivery thread (off the loop).",
