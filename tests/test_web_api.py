@@ -128,6 +128,34 @@ def test_a_token_is_generated_0600_and_kept(db: Path, tmp_path: Path) -> None:
     assert proc.stderr.startswith("Error: ") and "chmod 600" in proc.stderr
 
 
+def test_a_short_token_or_a_token_file_others_read_is_warned_of(db: Path, tmp_path: Path) -> None:
+    """``serve`` uses the token it is given, but says when it can be guessed (under 20
+    characters) or read by other users (a --token-file open to them)."""
+    weak = token_file(tmp_path, "abcde")
+    weak.chmod(0o644)
+    s = Server(db, tmp_path / "weak.log", token_file=weak)
+    try:
+        s.wait_ready()
+        log = s.log()
+        assert s.request("GET", "/v1/jobs", token="abcde").status == 200
+    finally:
+        s.close()
+    warnings = [line for line in log.splitlines() if line.startswith("warning: ")]
+    assert warnings == [
+        f"warning: the token in {weak} has 5 characters: one that short can be guessed; use "
+        "at least 20 random ones (python3 -c 'import secrets; print(secrets.token_urlsafe(32))')",
+        f"warning: token file {weak} may be read or changed by other users (mode 644): "
+        "chmod 600 it",
+    ]
+    assert "abcde" not in log
+    s = Server(db, tmp_path / "env.log", env={"JOBCTL_API_TOKEN": "short"})
+    try:
+        s.wait_ready()
+        assert "warning: the token in JOBCTL_API_TOKEN has 5 characters" in s.log()
+    finally:
+        s.close()
+
+
 def _serve_once(db: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("JOBCTL_")}
     full.update(env)

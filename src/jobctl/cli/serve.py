@@ -79,7 +79,8 @@ def bind(host: str, port: int) -> socket.socket:
     type=click.Path(dir_okay=False),
     metavar="PATH",
     help="File holding the API token (default: $JOBCTL_API_TOKEN, else the data dir's "
-    "api-token, created on first start).",
+    "api-token, created on first start). A token under 20 characters, or a file other "
+    "users may read, is used with a warning.",
 )
 @pass_ctx
 def serve(obj: Ctx, listen: str, token_file: str | None) -> None:
@@ -107,6 +108,8 @@ def serve(obj: Ctx, listen: str, token_file: str | None) -> None:
     sock = bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    for warning in token.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if token.created_at_path is not None:
         click.echo(f"jobctl: created an API token in {token.created_at_path}", err=True)
     elif token_file is None and token.source != "JOBCTL_API_TOKEN":

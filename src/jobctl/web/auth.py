@@ -27,12 +27,41 @@ SESSION_SECONDS = 7 * 86400
 MAX_SESSIONS = 10_000
 
 
+#: a token shorter than this can be guessed: ``serve`` warns (the generated one has 43)
+MIN_TOKEN_CHARS = 20
+
+
 @dataclass(frozen=True)
 class Token:
     value: str
     #: where a token was generated on this start (``serve`` prints it), else None
     created_at_path: Path | None = None
     source: str = ""
+    #: what ``serve`` warns of: a short token, a token file others may read or change
+    warnings: tuple[str, ...] = ()
+
+
+def _token_warnings(token: str, where: str, path: Path | None) -> tuple[str, ...]:
+    """A token of fewer than MIN_TOKEN_CHARS characters; a file that users other than
+    its owner may read, or anyone but its owner and group may change."""
+    out = []
+    if len(token) < MIN_TOKEN_CHARS:
+        out.append(
+            f"the token in {where} has {len(token)} characters: one that short can be "
+            f"guessed; use at least {MIN_TOKEN_CHARS} random ones (python3 -c 'import "
+            "secrets; print(secrets.token_urlsafe(32))')"
+        )
+    if path is not None:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except OSError:
+            mode = 0
+        if mode & (stat.S_IROTH | stat.S_IWOTH | stat.S_IWGRP):
+            out.append(
+                f"token file {where} may be read or changed by other users (mode {mode:o}): "
+                "chmod 600 it"
+            )
+    return tuple(out)
 
 
 def _read_token_file(path: Path) -> str:
@@ -52,16 +81,19 @@ def resolve_token(token_file: str | None, environ: Mapping[str, str], default_pa
     """The token: ``--token-file``, else ``$JOBCTL_API_TOKEN``, else the file at
     ``default_path``, created (mode 0600, folder 0700) with a random token when missing.
 
-    A default file that others may read is refused (JobctlError), never used.
+    A default file that others may read is refused (JobctlError), never used; a short
+    token, or a ``--token-file`` that others may read, is used with ``warnings``.
     """
     if token_file is not None:
-        return Token(_read_token_file(Path(token_file).expanduser()), source=token_file)
+        path = Path(token_file).expanduser()
+        token = _read_token_file(path)
+        return Token(token, source=token_file, warnings=_token_warnings(token, token_file, path))
     env = environ.get(TOKEN_ENV)
     if env is not None:
         token = env.strip()
         if not token or any(ch.isspace() for ch in token) or not token.isprintable():
             raise UsageError(f"{TOKEN_ENV} must hold one token: printable, no spaces")
-        return Token(token, source=TOKEN_ENV)
+        return Token(token, source=TOKEN_ENV, warnings=_token_warnings(token, TOKEN_ENV, None))
     if default_path.exists():
         mode = default_path.stat().st_mode
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
