@@ -28,6 +28,7 @@ LAYERS = {
     "delivery": 6,
     "store": 6,
     "planner": 6,
+    "loadplan": 5,
     "worker": 6,
     "keeper": 5,
     "logs": 1,

@@ -164,3 +164,83 @@ def test_a_daemon_fires_an_h_job_at_its_resolved_minute(jobctl, start_daemon):
         what="the H job's first run",
     )
     assert runs[0]["scheduled_for"] == target.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------------- plan
+
+
+def _job(jobctl, name):
+    return jobctl.store().get_job(name)
+
+
+def test_plan_counts_starts_and_running_runs_per_slot(jobctl):
+    from jobctl.loadplan import busiest, plan_slots, suggest_spread
+
+    jobctl("add", "a", "--cron", "0 * * * *", "--tz", "UTC", "--", "true")
+    jobctl("add", "b", "--cron", "0 * * * *", "--tz", "UTC", "--", "true")
+    jobctl("add", "c", "--cron", "30 * * * *", "--tz", "UTC", "--", "true")
+    jobctl("add", "d", "--cron", "0 * * * *", "--tz", "UTC", "--", "true")
+    jobctl("pause", "d")
+    jobs = [_job(jobctl, n) for n in "abcd"]
+    start = datetime(2027, 1, 1, 0, 0, tzinfo=UTC)
+    # a lasts 3 minutes and a half: running in its window's slot and the next three
+    slots = plan_slots(jobs, {jobs[0].id: 210.0}, start, 2, 60)
+    by_at = {s.at: s for s in slots}
+    assert by_at[start].starts == 2 and by_at[start].jobs == ("a", "b")
+    assert [by_at[start + timedelta(minutes=m)].running for m in range(4)] == [2, 1, 1, 1]
+    assert start + timedelta(minutes=4) not in by_at
+    assert by_at[start + timedelta(minutes=30)].jobs == ("c",)
+    assert len(slots) == 2 * (4 + 1)  # two hours, each: a's four slots and c's one
+    assert busiest(slots, 2) == [by_at[start], by_at[start + timedelta(hours=1)]]
+    # the paused job neither counts nor moves; only the crowded plain minutes move
+    moved = suggest_spread(jobs, slots, 1)
+    assert [(j.name, j.trigger.expr) for j in moved] == [("a", "H * * * *"), ("b", "H * * * *")]
+    assert suggest_spread(jobs, slots, 2) == []
+
+
+def test_plan_json_shape(jobctl):
+    jobctl("add", "a", "--cron", "15 3 * * *", "--tz", "UTC", "--", "true")
+    out = jobctl.json("plan", "--from", "2027-01-01T00:00:00Z", "--hours", "24", "--by", "hour")
+    assert out == {
+        "slots": [{"at": "2027-01-01T03:00:00Z", "starts": 1, "running": 1, "jobs": ["a"]}]
+    }
+    text = jobctl("plan", "--from", "2027-01-01T00:00:00Z").stdout
+    assert "2027-01-01 03:15" in text and "starts |" in text
+
+
+def test_plan_suggest_piped_to_apply_spreads_sixty_jobs(jobctl):
+    from jobctl.cli import cli as click_cli
+
+    for i in range(60):
+        jobctl("add", f"hourly-{i}", "--cron", "0 * * * *", "--tz", "UTC", "--", "true")
+    jobctl("add", "daily", "--cron", "@daily", "--tz", "UTC", "--", "true")
+    suggested = jobctl("plan", "--suggest").stdout
+    assert suggested.count("[jobs.") == 61 and 'cron = "H 0 * * *"' in suggested
+    applied = jobctl.runner.invoke(
+        click_cli, ["--db", str(jobctl.db), "apply", "-"], input=suggested
+    )
+    assert applied.exit_code == 0, applied.output
+    minutes = {
+        jobctl.json("show", f"hourly-{i}")["trigger"]["resolved"].split()[0] for i in range(60)
+    }
+    assert len(minutes) >= 30
+    busiest = max(s["starts"] for s in jobctl.json("plan", "--hours", "1")["slots"])
+    assert busiest < 60 / 4
+    # nothing crowded is left to move: an empty file and a warning
+    again = jobctl("plan", "--suggest", "--max-starts", "5")
+    assert "[jobs." not in again.stdout
+
+
+def test_recent_durations_are_the_newest_succeeded_runs(jobctl, start_daemon):
+    jobctl("add", "slow", "--cron", "0 0 1 1 *", "--tz", "UTC", "--", "sleep 0.3")
+    jobctl("add", "bad", "--cron", "0 0 1 1 *", "--tz", "UTC", "--retries", "0", "--", "exit 1")
+    start_daemon()
+    for _ in range(2):
+        jobctl("run", "slow", "--wait")
+    jobctl("run", "bad", "--wait", ok=False)
+    store = jobctl.store()
+    slow, bad = store.get_job("slow"), store.get_job("bad")
+    got = store.recent_durations([slow.id, bad.id], 20)
+    assert set(got) == {slow.id}
+    assert len(got[slow.id]) == 2 and all(0.25 < d < 5 for d in got[slow.id])
+    assert store.recent_durations([slow.id], 1)[slow.id] == got[slow.id][:1]

@@ -766,3 +766,29 @@ def print_notifications(items: Sequence[Notification]) -> None:
             for n in items
         ],
     )
+
+
+def plan_json(slots: Sequence[Any]) -> dict[str, Any]:
+    """``plan --json``: every slot with a start or a running run."""
+    return {
+        "slots": [
+            {"at": iso(s.at), "starts": s.starts, "running": s.running, "jobs": list(s.jobs)}
+            for s in slots
+        ]
+    }
+
+
+def print_plan(
+    top: Sequence[Any], line: str, per_mark: int, most: int, by: str, start: datetime, hours: float
+) -> None:
+    """``plan``: the busiest slots as a table, then the one-line chart of starts."""
+    if not top:
+        print_lines([f"no windows in the {hours:g} hours from {local_time(start)}"])
+        return
+    rows = []
+    for s in top:
+        names = ", ".join(s.jobs[:5]) + (f", … (+{len(s.jobs) - 5})" if len(s.jobs) > 5 else "")
+        rows.append((local_time(s.at), str(s.starts), str(s.running), names or "-"))
+    _table(["SLOT", "STARTS", "RUNNING", "STARTING"], rows)
+    unit = f"{per_mark} {by}{'s' if per_mark != 1 else ''}"
+    print_lines([f"starts |{line}| a mark is {unit}, the tallest {most}"])

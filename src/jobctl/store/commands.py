@@ -815,6 +815,14 @@ class Commands(outbox.OutboxCommands):
     def failing_jobs(self) -> set[int]:
         return {int(r["id"]) for r in self.db.read(self.q.failing_jobs)}
 
+    def recent_durations(self, job_ids: Sequence[int], per_job: int) -> dict[int, list[float]]:
+        out: dict[int, list[float]] = {}
+        for job_id in job_ids:
+            rows = self.db.read(self.q.recent_durations, (job_id, per_job))
+            if rows:
+                out[job_id] = [int(r["us"]) / 1e6 for r in rows]
+        return out
+
     def window_runs(self, job_name: str, first: datetime, last: datetime) -> dict[datetime, Run]:
         job_id = self.get_job(job_name).id
         rows = self.db.read(self.q.window_runs, (job_id, to_us(first), to_us(last)))

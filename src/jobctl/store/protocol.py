@@ -202,6 +202,11 @@ class CommandStore(Protocol):
         under way)."""
         ...
 
+    def recent_durations(self, job_ids: Sequence[int], per_job: int) -> dict[int, list[float]]:
+        """``plan``: per job among ``job_ids`` with any, the seconds its newest ``per_job``
+        succeeded runs took (each run's last attempt), newest first."""
+        ...
+
     def window_runs(self, job_name: str, first: datetime, last: datetime) -> dict[datetime, Run]:
         """``coverage``: the job's runs whose window is in ``[first, last]``, by window.
         Raises NotFound."""

@@ -113,6 +113,7 @@ class Queries:
     run_counters: str
     duration_tallies: str
     failing_jobs: str
+    recent_durations: str
     last_attempted_run: str
     window_runs: str
     window_states: str
@@ -296,6 +297,13 @@ SELECT jobs.id FROM jobs WHERE
     OR EXISTS (SELECT 1 FROM runs r WHERE r.job_id = jobs.id AND r.state = 'failed')
     OR EXISTS (SELECT 1 FROM runs r WHERE r.job_id = jobs.id AND r.state = 'leased'
                AND r.attempt > r.attempt_base + 1)
+""",
+        # plan: how long a job's newest succeeded runs took (their last attempt)
+        recent_durations="""
+SELECT a.finished_at - a.started_at AS us FROM runs
+JOIN attempts a ON a.run_id = runs.id AND a.attempt = runs.attempt
+WHERE runs.job_id = ? AND runs.state = 'succeeded' AND a.finished_at IS NOT NULL
+ORDER BY runs.scheduled_for DESC LIMIT ?
 """,
         # logs NAME: the newest window of the job that has an attempt
         last_attempted_run=run_select
