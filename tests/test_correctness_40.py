@@ -136,3 +136,36 @@ def test_inspect_name_is_the_jobs_latest_run_as_logs_name(cli: Jobctl, start_dae
     for bad, code in (("bad name", 2), ("nosuch", 1)):
         r = cli("inspect", bad)
         assert r.code == code, (bad, r)
+
+
+# ---------------------------------------------------------------------- 17: show NAME
+
+
+def test_show_names_the_channels_the_grace_and_the_warn_after(cli: Jobctl) -> None:
+    cli.ok("notify", "add", "ops", "--command", "true")
+    cli.ok("notify", "add", "mail", "--email", "ops@example.org", "--smtp", "127.0.0.1:25")
+    cli.ok("add", "told", "--every", "1h", "--", "true")
+    cli.ok(
+        "edit",
+        "told",
+        "--notify",
+        "ops:dead,late",
+        "--notify",
+        "mail",
+        "--grace",
+        "10m",
+        "--warn-after",
+        "90m",
+    )
+    fields = _show_fields(cli, "told")
+    assert fields["notify"] == "ops:dead,late; mail:dead,recovered,missed,late,anomaly,paused"
+    assert (fields["grace"], fields["warn after"]) == ("10m", "1h30m")
+    cli.ok("add", "quiet", "--manual", "--", "true")
+    fields = _show_fields(cli, "quiet")
+    assert fields["notify"] == "- (channels with --default)"
+    assert (fields["grace"], fields["warn after"]) == ("-", "-")
+
+
+def _show_fields(cli: Jobctl, name: str) -> dict[str, str]:
+    head = cli.ok("show", name).out.split("\n\n", 1)[0]
+    return {k: v.strip() for k, _, v in (line.partition("  ") for line in head.splitlines())}

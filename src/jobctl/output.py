@@ -21,6 +21,7 @@ from .models import (
     DaemonInfo,
     Job,
     Limits,
+    NotifyRule,
     Run,
     RunState,
     TriggerKind,
@@ -362,6 +363,12 @@ def print_job(job: Job, runs: Sequence[Run]) -> None:
         ("shell", s.shell),
         ("stdin", s.stdin if s.stdin is not None else "-"),
         ("on failure", s.on_failure or "-"),
+        ("notify", notify_text(s.notify) or "- (channels with --default)"),
+        ("grace", format_duration(s.grace_seconds) if s.grace_seconds is not None else "-"),
+        (
+            "warn after",
+            format_duration(s.warn_after_seconds) if s.warn_after_seconds is not None else "-",
+        ),
         ("locks", ", ".join(s.locks) or "-"),
         ("keeps", keep_text(s.keep_runs, s.keep_for_seconds)),
         ("missed", str(job.missed_total)),
@@ -391,6 +398,12 @@ def print_job(job: Job, runs: Sequence[Run]) -> None:
 def _paused_by(job: Job) -> str:
     reason = _paused_reason(job)
     return " (by failures)" if reason == "failures" else ""
+
+
+def notify_text(rules: Sequence[NotifyRule]) -> str:
+    """``ops:dead,recovered; mail:dead``: a job's channels with their events, as
+    ``--notify`` takes them."""
+    return "; ".join(f"{r.channel}:{','.join(e.value for e in r.events)}" for r in rules)
 
 
 def limits_text(limits: Limits) -> str:
