@@ -293,6 +293,26 @@ then both required, as in vixie cron and cronie.
 """
 
 
+SECRETS_AND_TOKENS = """
+A secret is a value kept in the database (`jobctl secret set NAME`, the value on standard
+input or `--from-file PATH`) and never printed: no command, page, API answer, export,
+revision, notification or log line holds it. A job's `--secret ENV=NAME` sets ENV to the
+value when each attempt starts, so a new `secret set` reaches the next attempt without an
+edit; every occurrence of the value (4 bytes or more) in the attempt's output is replaced
+by `***` before the output is stored. `--env-file PATH` reads KEY=VALUE lines (systemd's
+EnvironmentFile= syntax) at each attempt; the file is never stored, and one that cannot be
+read fails the attempt with error `env-file: REASON`. The environment is the daemon's, then
+the file's, then `--env`, then the run's payload, then the secrets. The value lives in the
+database file (mode 0600) or in the PostgreSQL schema `jobctl`: whoever can read those can
+read it.
+
+`jobctl token add NAME --role read|operate|admin` prints a token for `jobctl serve` once;
+only its SHA-256 is kept. read: every GET and `/metrics`; operate: also run, cancel,
+retry, pause, resume, backfill and test a channel; admin: everything. A request beyond the
+role answers 403 and changes nothing; a change made with a token is recorded in its
+revision as `token:NAME`.
+"""
+
 WATCHING = """
 The daemon stores a running attempt's output tail at most once a second while it
 changes, and at its end, so `jobctl logs RUN_ID` shows a running attempt's output from any
@@ -374,6 +394,7 @@ def man_page() -> str:
     out += [".SH THE DAEMON", *prose(DAEMON)]
     out += [".SH CATCH\\-UP AND DST", *prose(CATCHUP_AND_DST)]
     out += [".SH WATCHING A RUN", *prose(WATCHING)]
+    out += [".SH SECRETS AND TOKENS", *prose(SECRETS_AND_TOKENS)]
     out += [
         ".SH SEE ALSO",
         "\\fBcrontab\\fR(5), \\fBcron\\fR(8), \\fBsystemd.timer\\fR(5), "

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from . import planner
+from .envfile import EnvFileError, read_env_file
 from .errors import StoreError
 from .keeper import Keeper
 from .logs import DEBUG, ERROR, INFO, WARNING, LogFn
@@ -38,6 +39,11 @@ Ready = Callable[[datetime, float], None]
 Watch = Callable[[int, Ready], None]
 #: stop watching a descriptor the caller closes (now, or just before)
 Unwatch = Callable[[int], None]
+
+
+class AttemptEnvError(Exception):
+    """An attempt's environment file or secrets cannot be read: the attempt fails with this
+    error (retried as any failure)."""
 
 
 @dataclass(frozen=True)
@@ -344,7 +350,15 @@ class Executor:
                 WARNING,
             )
             kill_group(claimed.stale_pgid)
-        env = build_env(self.environ, run, run.settings, run.attempt)
+        try:
+            file_env, secret_env = self._attempt_env(run)
+        except AttemptEnvError as e:
+            self.log(f"run {run.id} of {run.job_name}: cannot start: {e}", WARNING)
+            self._queue(None, run, run.attempt, AttemptResult(None, spawn_error=str(e)), now, mono)
+            return
+        env = build_env(
+            self.environ, run, run.settings, run.attempt, file_env=file_env, secret_env=secret_env
+        )
         if claimed.lost_here:
             # also what a daemon killed before it recorded the process group left behind
             n = kill_run_processes(run.id, env.get("JOBCTL_DB", ""))
@@ -357,6 +371,7 @@ class Executor:
                 mono,
                 on_close=self.unwatch,
                 on_reap=self.keeper.release if self.keeper is not None else None,
+                masks=[v.encode("utf-8", "surrogateescape") for v in secret_env.values()],
             )
         except OSError as e:
             error = f"spawn: {e.strerror or e}" if not str(e).startswith("spawn:") else str(e)
@@ -376,6 +391,34 @@ class Executor:
         self.log(
             f"run {run.id} of {run.job_name}: attempt {run.attempt} started, pid {child.pid}", DEBUG
         )
+
+    def _attempt_env(self, run: Run) -> tuple[dict[str, str], dict[str, str]]:
+        """What the attempt's environment gets when it starts (README "Secrets"): the
+        variables of its ``--env-file`` and the values of its ``--secret`` names, both read
+        now, so a changed file or a rotated secret reaches the next attempt. Raises
+        AttemptEnvError (the attempt's error) when one cannot be read."""
+        settings = run.settings
+        file_env: dict[str, str] = {}
+        if settings.env_file is not None:
+            try:
+                file_env = read_env_file(settings.env_file)
+            except EnvFileError as e:
+                raise AttemptEnvError(f"env-file: {e}") from None
+        if not settings.secrets:
+            return file_env, {}
+        try:
+            values = self.store.secret_values(sorted(set(settings.secrets.values())))
+        except StoreError as e:
+            raise AttemptEnvError(f"secret: cannot read: {e}") from None
+        missing = sorted(set(settings.secrets.values()) - set(values))
+        if missing:
+            raise AttemptEnvError(f"secret: no secret named {missing[0]}")
+        # a value is bytes; the environment takes it as the child will see it
+        secret_env = {
+            env: values[name].decode("utf-8", "surrogateescape")
+            for env, name in settings.secrets.items()
+        }
+        return file_env, secret_env
 
     # ------------------------------------------------------------------ children
 
@@ -406,7 +449,7 @@ class Executor:
                 and mono >= h.started_mono + OUTPUT_FLUSH_SECONDS
                 and mono >= h.saved_mono + OUTPUT_FLUSH_SECONDS
             ):
-                outputs.append((h.run.id, h.attempt, h.child.tail.value(), total))
+                outputs.append((h.run.id, h.attempt, h.child.tail.value(final=False), total))
                 h.saved_total, h.saved_mono = total, mono
         if outputs:
             try:

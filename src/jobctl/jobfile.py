@@ -180,6 +180,10 @@ FIELDS: tuple[Field, ...] = (
         _duration(_spec_default("jitter_seconds")),
     ),
     Field("env", "env", lambda d: dict(d.spec.env), {}),
+    # secrets (README "Secrets"): {ENV: secret name}, never a value; the file read at
+    # each attempt, never its content
+    Field("secrets", "env", lambda d: dict(d.spec.secrets), {}, "secret"),
+    Field("env_file", "str", lambda d: d.spec.env_file),
     Field("cwd", "str", lambda d: d.spec.cwd),
     Field("shell", "str", lambda d: d.spec.shell, _spec_default("shell")),
     Field("on_failure", "str", lambda d: d.spec.on_failure),

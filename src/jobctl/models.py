@@ -405,6 +405,11 @@ class JobSpec:
     no_retry_exit: tuple[int, ...] = ()
     #: what the attempt's processes may use (README, Run policies and what a run costs)
     limits: Limits = NO_LIMITS
+    #: ``--secret ENV=NAME``: the attempt's ENV gets the secret's value, read when each
+    #: attempt starts (never a value here)
+    secrets: dict[str, str] = field(default_factory=dict)
+    #: ``--env-file PATH``: a file in systemd's EnvironmentFile= syntax read at each attempt
+    env_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -461,6 +466,9 @@ class RunSettings:
     ok_exit: tuple[int, ...] = ()
     no_retry_exit: tuple[int, ...] = ()
     limits: Limits = NO_LIMITS
+    #: {ENV: secret name}: the names only; the values are read when each attempt starts
+    secrets: dict[str, str] = field(default_factory=dict)
+    env_file: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -480,6 +488,10 @@ class RunSettings:
             d["no_retry_exit"] = list(self.no_retry_exit)
         if not self.limits.empty:
             d["limits"] = self.limits.to_dict()
+        if self.secrets:
+            d["secrets"] = self.secrets
+        if self.env_file is not None:
+            d["env_file"] = self.env_file
         return d
 
     @classmethod
@@ -496,6 +508,8 @@ class RunSettings:
             ok_exit=tuple(d.get("ok_exit") or ()),
             no_retry_exit=tuple(d.get("no_retry_exit") or ()),
             limits=Limits.from_dict(d.get("limits")),
+            secrets=dict(d.get("secrets") or {}),
+            env_file=d.get("env_file"),
         )
 
     @classmethod
@@ -512,6 +526,8 @@ class RunSettings:
             ok_exit=spec.ok_exit,
             no_retry_exit=spec.no_retry_exit,
             limits=spec.limits,
+            secrets=dict(spec.secrets),
+            env_file=spec.env_file,
         )
 
 
@@ -675,3 +691,37 @@ class Waiting:
     until: datetime | None = None
     lock: str | None = None
     run_id: int | None = None
+
+
+@dataclass(frozen=True)
+class SecretInfo:
+    """A secret as it may be shown: its name, when it was last set, the jobs that use it
+    (never its value)."""
+
+    name: str
+    updated_at: datetime
+    used_by: tuple[str, ...]
+
+
+class Role(str, Enum):
+    """What an API token may do (README "Tokens"): each role may do what the one before
+    it may, and more."""
+
+    READ = "read"
+    OPERATE = "operate"
+    ADMIN = "admin"
+
+    def allows(self, needed: Role) -> bool:
+        order = (Role.READ, Role.OPERATE, Role.ADMIN)
+        return order.index(self) >= order.index(needed)
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    """An API token as it is kept: its name and role (the token itself is never kept,
+    only its SHA-256)."""
+
+    name: str
+    role: Role
+    created_at: datetime
+    last_used_at: datetime | None

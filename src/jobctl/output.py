@@ -16,6 +16,7 @@ from typing import Any
 from .clock import iso
 from .durations import format_duration
 from .models import (
+    ApiToken,
     Attempt,
     Coverage,
     DaemonInfo,
@@ -24,6 +25,7 @@ from .models import (
     NotifyRule,
     Run,
     RunState,
+    SecretInfo,
     TriggerKind,
     Waiting,
 )
@@ -96,6 +98,8 @@ def job_json(job: Job, last_run: Run | None) -> dict[str, Any]:
         "command": s.command,
         "stdin": s.stdin,
         "env": s.env,
+        "secrets": s.secrets,
+        "env_file": s.env_file,
         "cwd": s.cwd,
         "shell": s.shell,
         "paused": job.state.value == "paused",
@@ -381,6 +385,9 @@ def print_job(job: Job, runs: Sequence[Run]) -> None:
         ("ok exit", ",".join(map(str, s.ok_exit)) or None),
         ("no-retry exit", ",".join(map(str, s.no_retry_exit)) or None),
         ("limits", limits_text(s.limits) or None),
+        # the names of its secrets, never a value
+        ("secrets", " ".join(f"{k}={v}" for k, v in sorted(s.secrets.items())) or None),
+        ("env file", s.env_file),
     ]
     fields[-1:-1] = [(k, v) for k, v in policies if v is not None]
     width = max(len(k) for k, _ in fields)
@@ -805,3 +812,41 @@ def print_plan(
     _table(["SLOT", "STARTS", "RUNNING", "STARTING"], rows)
     unit = f"{per_mark} {by}{'s' if per_mark != 1 else ''}"
     print_lines([f"starts |{line}| a mark is {unit}, the tallest {most}"])
+
+
+def secret_json(info: SecretInfo) -> dict[str, Any]:
+    """A secret as ``secret list --json`` and the API show it: never its value."""
+    return {"name": info.name, "updated_at": iso(info.updated_at), "used_by": list(info.used_by)}
+
+
+def print_secrets(items: Sequence[SecretInfo]) -> None:
+    if not items:
+        sys.stdout.write("no secrets\n")
+        return
+    _table(
+        ["NAME", "UPDATED", "USED BY"],
+        [[s.name, local_time(s.updated_at), ", ".join(s.used_by) or "-"] for s in items],
+    )
+
+
+def token_json(t: ApiToken) -> dict[str, Any]:
+    """An API token as ``token list --json`` shows it (never the token)."""
+    return {
+        "name": t.name,
+        "role": t.role.value,
+        "created_at": iso(t.created_at),
+        "last_used_at": iso(t.last_used_at),
+    }
+
+
+def print_tokens(items: Sequence[ApiToken]) -> None:
+    if not items:
+        sys.stdout.write("no tokens\n")
+        return
+    _table(
+        ["NAME", "ROLE", "CREATED", "LAST USED"],
+        [
+            [t.name, t.role.value, local_time(t.created_at), local_time(t.last_used_at)]
+            for t in items
+        ],
+    )

@@ -76,6 +76,65 @@ def parse_env_pairs(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
+#: an ``--env`` key holding one of these (any case) looks like it holds a secret
+SECRET_LOOKING_WORDS = ("PASSWORD", "SECRET", "TOKEN", "API_KEY")
+
+
+def secret_looking_env(env: Sequence[str] | dict[str, str]) -> list[str]:
+    """The warnings for ``--env`` keys that look like they hold a secret (README
+    "Secrets"), one a key, in key order."""
+    keys = sorted(env) if isinstance(env, dict) else sorted(parse_env_pairs(env))
+    return [
+        f"--env {key} is shown by show, export and history; use --secret"
+        for key in keys
+        if any(word in key.upper() for word in SECRET_LOOKING_WORDS)
+    ]
+
+
+def parse_secret_pairs(pairs: Sequence[str]) -> dict[str, str]:
+    """``--secret ENV=NAME`` (or ``NAME``, meaning ``NAME=NAME``) -> ``{ENV: NAME}``. ENV
+    is a shell name; NAME a secret's name (shaped as a job name). Whether the secret
+    exists is checked by the store, in the job's own write."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        check_text(pair, "--secret")
+        env, sep, name = pair.partition("=")
+        if not sep:
+            name = env
+        if (
+            not env
+            or not (env[0].isalpha() or env[0] == "_")
+            or not all(ch.isalnum() or ch == "_" for ch in env)
+            or not env.isascii()
+        ):
+            raise UsageError(f"invalid --secret {pair!r}: use ENV=NAME with ENV a shell name")
+        out[env] = check_name(name, "secret name")
+    return out
+
+
+#: a secret's value is at most this many bytes
+MAX_SECRET_BYTES = 64 * 1024
+
+
+def check_secret_value(value: bytes) -> bytes:
+    """A secret's value: at most 64 KiB, no NUL (an environment cannot hold one). Raises
+    UsageError, which never quotes the value."""
+    if len(value) > MAX_SECRET_BYTES:
+        raise UsageError(f"a secret's value is at most {MAX_SECRET_BYTES} bytes")
+    if b"\0" in value:
+        raise UsageError("a secret's value cannot hold a NUL byte")
+    return value
+
+
+def check_env_file(path: str) -> str:
+    """An ``--env-file`` path, made absolute (``~`` expanded): the daemon reads it from
+    wherever it runs. Its content is read by the daemon, never here."""
+    check_text(path, "--env-file")
+    if not path.strip():
+        raise UsageError("--env-file needs a path")
+    return os.path.abspath(os.path.expanduser(path))
+
+
 #: the most one argument of an exec may hold on Linux (MAX_ARG_STRLEN: 32 pages of 4 KiB,
 #: its NUL included): a longer ``sh -c COMMAND`` can never start
 #: (README, Run policies and what a run costs)
@@ -458,6 +517,18 @@ def policy_changes(p: dict[str, Any]) -> dict[str, Any]:
         out["jitter_seconds"] = durations.parse_duration(p["jitter"], allow_zero=True)
     if p.get("env"):
         out["env"] = parse_env_pairs(p["env"])
+    if p.get("no_secrets"):
+        if p.get("secret"):
+            raise UsageError("give --secret or --no-secrets, not both")
+        out["secrets"] = {}
+    elif p.get("secret"):
+        out["secrets"] = parse_secret_pairs(p["secret"])
+    if p.get("no_env_file"):
+        if p.get("env_file") is not None:
+            raise UsageError("give --env-file or --no-env-file, not both")
+        out["env_file"] = None
+    elif p.get("env_file") is not None:
+        out["env_file"] = check_env_file(p["env_file"])
     if p.get("cwd") is not None:
         out["cwd"] = _nonempty(check_text(p["cwd"], "--cwd"), "--cwd")
     if p.get("shell") is not None:

@@ -223,13 +223,24 @@ def _spawner(limits: Limits) -> _Spawner | None:
 
 
 def build_env(
-    base: Mapping[str, str], run: Run, settings: RunSettings, attempt: int
+    base: Mapping[str, str],
+    run: Run,
+    settings: RunSettings,
+    attempt: int,
+    *,
+    file_env: Mapping[str, str] | None = None,
+    secret_env: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The child's environment (jobctl(1), ENVIRONMENT): the daemon's, then the job's ``--env``,
-    then the run's payload, then the ``JOBCTL_*`` variables."""
+    """The child's environment (jobctl(1), ENVIRONMENT): the daemon's, then the job's
+    ``--env-file`` (``file_env``), then its ``--env``, then the run's payload, then its
+    ``--secret`` values (``secret_env``), then the ``JOBCTL_*`` variables."""
     env = dict(base)
+    if file_env:
+        env.update(file_env)
     env.update(settings.env)
     env.update(run.env)
+    if secret_env:
+        env.update(secret_env)
     env["JOBCTL_JOB"] = run.job_name
     env["JOBCTL_RUN_ID"] = str(run.id)
     env["JOBCTL_ATTEMPT"] = str(attempt)
@@ -430,31 +441,67 @@ def _reap(pid: int) -> tuple[int, Any]:
         return os.waitstatus_to_exitcode(status), rusage
 
 
+#: a secret's value shorter than this is not masked in output (README "Secrets"): three
+#: letters would blot out every word they occur in
+MIN_MASKED_BYTES = 4
+MASK = b"***"
+
+
 class OutputTail:
     """Keeps the last ``limit`` bytes written, and counts them all.
 
     ``total`` only grows, by every byte fed: a caller that stores the tail now and then
     keeps the ``total`` it stored and compares (``changed_since``) to know whether new
     output arrived since, at the cost of one integer comparison.
+
+    ``masks`` are the values of the secrets given to the attempt: :meth:`value` has each
+    occurrence (of a value of at least :data:`MIN_MASKED_BYTES`) replaced by ``***``, the
+    longest first. The buffer keeps the longest value's length more than ``limit``, so a
+    value cut by the tail's start is masked whole too; and an end of the output that may
+    be the start of a value still to come is held back until it is known.
     """
 
-    def __init__(self, limit: int = OUTPUT_LIMIT_BYTES) -> None:
+    def __init__(self, limit: int = OUTPUT_LIMIT_BYTES, masks: Sequence[bytes] = ()) -> None:
         self.limit = limit
         self.buf = bytearray()
         self.total = 0
+        self.masks = tuple(
+            sorted({m for m in masks if len(m) >= MIN_MASKED_BYTES}, key=len, reverse=True)
+        )
+        self.keep = limit + max((len(m) for m in self.masks), default=0)
 
     def feed(self, data: bytes) -> None:
         self.total += len(data)
         self.buf += data
-        if len(self.buf) > 2 * self.limit:
-            del self.buf[: len(self.buf) - self.limit]
+        if len(self.buf) > 2 * self.keep:
+            del self.buf[: len(self.buf) - self.keep]
 
-    def value(self) -> bytes:
-        return bytes(self.buf[-self.limit :])
+    def value(self, *, final: bool = True) -> bytes:
+        """The tail, masked; with ``final`` False (the output may go on) an end that is the
+        start of a secret's value is left out."""
+        if not self.masks:
+            return bytes(self.buf[-self.limit :])
+        data = bytes(self.buf)
+        for m in self.masks:
+            data = data.replace(m, MASK)
+        if not final:
+            data = data[: len(data) - _partial_mask(data, self.masks)]
+        return data[-self.limit :]
 
     def changed_since(self, mark: int) -> bool:
         """Whether bytes arrived since ``total`` was ``mark``."""
         return self.total != mark
+
+
+def _partial_mask(data: bytes, masks: Sequence[bytes]) -> int:
+    """The length of the longest end of ``data`` that is a proper start of a mask."""
+    best = 0
+    for m in masks:
+        for n in range(min(len(m) - 1, len(data)), best, -1):
+            if data.endswith(m[:n]):
+                best = n
+                break
+    return best
 
 
 class Child:
@@ -477,6 +524,7 @@ class Child:
         on_close: Callable[[int], None] | None = None,
         limits: Limits = NO_LIMITS,
         on_reap: Callable[[int], None] | None = None,
+        masks: Sequence[bytes] = (),
     ) -> None:
         self.pid = pid
         self.limits = limits
@@ -486,7 +534,7 @@ class Child:
         self.pidfd: int | None = pidfd
         self.output_fd: int | None = output_fd
         os.set_blocking(output_fd, False)
-        self.tail = OutputTail()
+        self.tail = OutputTail(masks=masks)
         self.returncode: int | None = None
         self.deadline = deadline  # monotonic seconds, for --timeout
         self.kill_at: float | None = None  # monotonic: SIGKILL the group then
@@ -500,8 +548,10 @@ class Child:
         now_monotonic: float,
         on_close: Callable[[int], None] | None = None,
         on_reap: Callable[[int], None] | None = None,
+        masks: Sequence[bytes] = (),
     ) -> Child:
-        """Spawn ``shell -c command`` in a new session (see :func:`spawn`).
+        """Spawn ``shell -c command`` in a new session (see :func:`spawn`); ``masks``, the
+        values of the secrets it was given, are masked in its output tail.
 
         Raises OSError, its ``strerror`` naming the path, if it cannot start.
         """
@@ -530,7 +580,7 @@ class Child:
             os.close(r)
             raise
         deadline = now_monotonic + settings.timeout_seconds if settings.timeout_seconds else None
-        return cls(pid, pidfd, r, deadline, on_close, settings.limits, on_reap)
+        return cls(pid, pidfd, r, deadline, on_close, settings.limits, on_reap, masks)
 
     # -- events
 

@@ -20,6 +20,7 @@ from . import (  # noqa: F401  (registering the commands, in help order)
     jobs,
     notify,
     runs,
+    secrets,
     system,
 )
 from .base import Ctx, _one_line, cli

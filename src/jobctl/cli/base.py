@@ -357,6 +357,21 @@ def policy_options(f: Callable[..., Any]) -> Callable[..., Any]:
             metavar="KEY=VALUE",
             help="Environment variable for the command (repeatable).",
         ),
+        click.option(
+            "--secret",
+            multiple=True,
+            metavar="ENV=NAME",
+            help="Set ENV to the secret NAME's value, read when each attempt starts "
+            "(repeatable; NAME alone means NAME=NAME); on edit it replaces the list.",
+        ),
+        click.option("--no-secrets", is_flag=True, default=None, help="Give the job no secret."),
+        click.option(
+            "--env-file",
+            metavar="PATH",
+            help="Read KEY=VALUE lines (systemd's EnvironmentFile= syntax) from PATH when "
+            "each attempt starts; --env and --secret win over it.",
+        ),
+        click.option("--no-env-file", is_flag=True, default=None, help="Read no environment file."),
         click.option("--cwd", metavar="DIR", help="Working directory (default $HOME)."),
         click.option(
             "--shell", metavar="PATH", help="Shell that runs the command (default /bin/sh)."
@@ -468,6 +483,10 @@ POLICY_KEYS = (
     "priority",
     "jitter",
     "env",
+    "secret",
+    "no_secrets",
+    "env_file",
+    "no_env_file",
     "cwd",
     "shell",
     "on_failure",

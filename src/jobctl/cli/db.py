@@ -66,7 +66,7 @@ def db_info(obj: Ctx, as_json: bool) -> None:
 )
 @pass_ctx
 def db_copy(obj: Ctx, target: str, history: bool, force: bool) -> None:
-    """Copy every job into another database of either backend, all or nothing.
+    """Copy every job (and every secret) into another database of either backend, all or nothing.
 
     Refused when the target holds any job. The copies get new ids; without --history
     they have no runs, no last run and no missed windows. With --history it is refused
@@ -94,7 +94,8 @@ def db_copy(obj: Ctx, target: str, history: bool, force: bool) -> None:
     try:
         if dest.location == source.location and dest.backend == source.backend:
             raise UsageError("--to names the database being copied")
-        count = dest.commands.load_copy(jobs, obj.now(), history=history)
+        secrets = source.commands.secrets_for_copy()
+        count = dest.commands.load_copy(jobs, obj.now(), history=history, secrets=secrets)
     finally:
         dest.close()
     runs = sum(len(j.runs) for j in jobs)

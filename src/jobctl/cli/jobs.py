@@ -53,7 +53,13 @@ def add(
 
     One COMMAND argument is a shell string; several are shell-quoted and joined.
     """
-    from ..specs import build_spec, check_after, check_start_settings, trigger_warnings
+    from ..specs import (
+        build_spec,
+        check_after,
+        check_start_settings,
+        secret_looking_env,
+        trigger_warnings,
+    )
 
     trig, policies = _split(kwargs)
     now = obj.now()
@@ -61,6 +67,7 @@ def add(
 
     spec = build_spec(name, trig, policies, command, now)
     warn_all(trigger_warnings(spec.trigger) + check_start_settings(spec.cwd, spec.shell))
+    warn_all(secret_looking_env(spec.env))
     if trig.after is not None:
         check_after(spec.name, spec.trigger, obj.store().list_jobs())
     try:
@@ -127,6 +134,7 @@ def edit(
         warn_all(specs.trigger_warnings(changes["trigger"]))
         specs.check_after(changes.get("name", name), changes["trigger"], store.list_jobs())
     warn_all(specs.check_start_settings(changes.get("cwd"), changes.get("shell")))
+    warn_all(specs.secret_looking_env(changes.get("env") or {}))
     from ..triggers import next_fire
 
     restart = "trigger" in changes

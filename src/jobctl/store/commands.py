@@ -45,6 +45,7 @@ from .rows import (
     settings_json,
     spec_columns,
 )
+from .secrets import SecretCommands, check_secrets
 from .values import Backfilled, BackfillFn, CopiedJob, DbInfo, Revision, Status
 
 #: the upper bounds (seconds) of the duration histogram's buckets, fixed by the schema's
@@ -298,7 +299,7 @@ def daemon_info(r: Any) -> DaemonInfo:
 
 
 @retrying
-class Commands(outbox.OutboxCommands):
+class Commands(outbox.OutboxCommands, SecretCommands):
     """See :class:`~jobctl.store.protocol.CommandStore` for the rules of every method."""
 
     def __init__(self, db: Dialect) -> None:
@@ -417,6 +418,7 @@ class Commands(outbox.OutboxCommands):
             job_id = None if existing is None else existing["id"]
             before = None if existing is None else job_from_row(job_row(self.db, c, spec.name))
             outbox.check_rules(c, self._q, spec.notify, spec.name)
+            check_secrets(c, self._q, spec.secrets, spec.name)
             job_id = self._upsert(c, spec, next_run_at, now, job_id, paused)
             new = job_from_row(job_row(self.db, c, spec.name))
             return self._revise(c, job_id, before, new, now)
@@ -446,6 +448,7 @@ class Commands(outbox.OutboxCommands):
                     continue
                 before = None if row is None else job_from_row(row)
                 outbox.check_rules(c, self._q, spec.notify, spec.name)
+                check_secrets(c, self._q, spec.secrets, spec.name)
                 job_id = self._upsert(
                     c, spec, next_run_at, now, None if row is None else row["id"], False
                 )
@@ -481,6 +484,8 @@ class Commands(outbox.OutboxCommands):
         new_spec = replace(job.spec, **changes)
         if "notify" in changes:
             outbox.check_rules(c, self._q, new_spec.notify, new_spec.name)
+        if "secrets" in changes:
+            check_secrets(c, self._q, new_spec.secrets, new_spec.name)
         if new_spec.name != job.name:
             self.db.lock_name(c, new_spec.name)
             if c.execute(self.q.job_id_by_name, (new_spec.name,)).fetchone():
@@ -596,6 +601,7 @@ class Commands(outbox.OutboxCommands):
                 self.db.lock_name(c, d.spec.name)
                 if c.execute(self.q.job_id_by_name, (d.spec.name,)).fetchone() is not None:
                     raise Conflict(f"job {d.spec.name!r} was added meanwhile; nothing was applied")
+                check_secrets(c, self._q, d.spec.secrets, d.spec.name)
                 job_id = self._upsert(c, d.spec, next_runs.get(d.spec.name), now, None, d.paused)
                 new = job_from_row(job_row(self.db, c, d.spec.name))
                 self._revise(c, job_id, None, new, now, source=source)
@@ -899,11 +905,19 @@ class Commands(outbox.OutboxCommands):
             self.db.size_bytes(),
         )
 
-    def load_copy(self, jobs: Sequence[CopiedJob], now: datetime, *, history: bool) -> int:
-        """``db copy`` into this database (see :func:`.transfer.load_copy`)."""
+    def load_copy(
+        self,
+        jobs: Sequence[CopiedJob],
+        now: datetime,
+        *,
+        history: bool,
+        secrets: Sequence[tuple[str, bytes, datetime]] = (),
+    ) -> int:
+        """``db copy`` into this database (see :func:`.transfer.load_copy`), with the
+        source's secrets."""
         from .transfer import load_copy
 
-        return load_copy(self.db, jobs, now, history=history)
+        return load_copy(self.db, jobs, now, history=history, secrets=secrets, q=self._q)
 
     # ---------------------------------------------------------------- used by jobctl serve
     # the dashboard's run strips and the /metrics scrape

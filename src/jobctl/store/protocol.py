@@ -26,13 +26,16 @@ from typing import Any, Protocol
 from ..checks import CheckFacts
 from ..jobfile import ApplyPlan
 from ..models import (
+    ApiToken,
     Attempt,
     DaemonInfo,
     Job,
     JobSpec,
     JobState,
+    Role,
     Run,
     RunState,
+    SecretInfo,
     WaitFacts,
 )
 from ..notifications import Channel, Notification, NotificationState, Outcome, Outgoing
@@ -300,9 +303,49 @@ class CommandStore(Protocol):
 
     def info(self) -> DbInfo: ...
 
-    def load_copy(self, jobs: Sequence[CopiedJob], now: datetime, *, history: bool) -> int:
+    def load_copy(
+        self,
+        jobs: Sequence[CopiedJob],
+        now: datetime,
+        *,
+        history: bool,
+        secrets: Sequence[tuple[str, bytes, datetime]] = (),
+    ) -> int:
         """``db copy``: insert every copied job (with ``history`` its runs and attempts) with
-        new ids, all or nothing. Raises Conflict when this database holds any job."""
+        new ids, and the ``secrets`` (name, value, when set), all or nothing. Raises
+        Conflict when this database holds any job."""
+        ...
+
+    # secrets and tokens (README "Secrets", "Tokens") ------------------------------------
+    def set_secret(self, name: str, value: bytes, now: datetime) -> bool:
+        """Create or replace a secret (UsageError past 64 KiB or with a NUL); True when it
+        was created."""
+        ...
+
+    def list_secrets(self) -> list[SecretInfo]:
+        """Every secret by name, with the jobs that use it; never a value."""
+        ...
+
+    def delete_secret(self, name: str) -> None:
+        """Raises NotFound, or Conflict (naming the jobs) while a job uses it."""
+        ...
+
+    def secrets_for_copy(self) -> list[tuple[str, bytes, datetime]]:
+        """Every secret with its value, for ``db copy`` alone."""
+        ...
+
+    def add_token(self, name: str, role: Role, token: str, now: datetime) -> ApiToken:
+        """Keep the SHA-256 of a new token. Raises NameTaken."""
+        ...
+
+    def list_tokens(self) -> list[ApiToken]: ...
+
+    def delete_token(self, name: str) -> None:
+        """Raises NotFound."""
+        ...
+
+    def token_for(self, token: str, now: datetime) -> ApiToken | None:
+        """The kept token whose text this is (its ``last_used_at`` set to ``now``)."""
         ...
 
     # used by jobctl serve
@@ -533,6 +576,11 @@ class DaemonStore(Protocol):
 
     def save_output(self, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
         """Store ``(run_id, attempt, tail, total bytes)`` of running attempts. Fenced."""
+        ...
+
+    def secret_values(self, names: Sequence[str]) -> dict[str, bytes]:
+        """The values of the named secrets that exist, read when an attempt starts (a
+        rotated secret reaches the next attempt). Read only."""
         ...
 
     def record_hook(self, run_id: int, status: str) -> None:

@@ -145,6 +145,8 @@ def job_from_row(r: Any) -> Job:
         keep_for_seconds=r["keep_for_seconds"],
         notify=rules_of(r["notify"]),
         grace_seconds=r["grace_seconds"],
+        secrets=env_from_json(r["secrets"]),
+        env_file=r["env_file"],
         warn_after_seconds=r["warn_after_seconds"],
     )
     next_run_at = r["next_run_at"]
@@ -235,6 +237,8 @@ def settings_json(spec: JobSpec) -> str:
         spec.ok_exit,
         spec.no_retry_exit,
         spec.limits,
+        tuple(sorted(spec.secrets.items())),
+        spec.env_file,
     )
     text = _SETTINGS_TEXT.get(key)
     if text is None:
@@ -350,4 +354,6 @@ def spec_columns(spec: JobSpec) -> dict[str, Any]:
         "notify": rules_text(spec.notify),
         "grace_seconds": spec.grace_seconds,
         "warn_after_seconds": spec.warn_after_seconds,
+        "secrets": json.dumps(spec.secrets, sort_keys=True),
+        "env_file": spec.env_file,
     }

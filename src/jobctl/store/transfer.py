@@ -13,7 +13,9 @@ from ..clock import to_us
 from ..errors import Conflict
 from ..models import Attempt, Job, Run
 from .dialect import Dialect
+from .outbox import Sql
 from .rows import spec_columns
+from .secrets import load_secrets
 from .values import CopiedAttempt, CopiedJob, CopiedRun, Revision
 
 #: ``list_runs`` with this limit returns every run
@@ -199,7 +201,15 @@ def _load_runs(db: Dialect, c: Any, copied: CopiedJob, job_id: int) -> int | Non
     return last_window
 
 
-def load_copy(db: Dialect, jobs: Sequence[CopiedJob], now: datetime, *, history: bool) -> int:
+def load_copy(
+    db: Dialect,
+    jobs: Sequence[CopiedJob],
+    now: datetime,
+    *,
+    history: bool,
+    secrets: Sequence[tuple[str, bytes, datetime]] = (),
+    q: Sql | None = None,
+) -> int:
     """Insert every job (and its runs and attempts) with new ids, in one transaction.
     Refused (Conflict) when the database already holds a job. Returns how many jobs.
     Each job's runs are read once, as they come (a long history is never held whole)."""
@@ -208,6 +218,9 @@ def load_copy(db: Dialect, jobs: Sequence[CopiedJob], now: datetime, *, history:
         held = c.execute(db.q.count_jobs).fetchone()["n"]
         if held:
             raise Conflict(f"the target database holds {held} jobs; db copy fills an empty one")
+        if secrets:
+            assert q is not None, "secrets are loaded with the backend's statements"
+            load_secrets(c, q, secrets)
         for copied in jobs:
             cols = job_columns(copied, now, history=history)
             job_id = _insert(db, c, "jobs", cols, returning=True)

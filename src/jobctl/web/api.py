@@ -34,6 +34,7 @@ from .bodies import (
     query_state,
     revision_from_body,
     run_request_from_body,
+    secret_value_from_body,
 )
 from .context import Web, read_body
 
@@ -361,6 +362,38 @@ async def test_channel(web: Web, request: Request) -> Response:
     return JSONResponse({"delivered": True})
 
 
+# ---------------------------------------------------------------------- secrets
+
+
+async def list_secrets(web: Web, request: Request) -> Response:
+    """As ``secret list --json``: never a value."""
+
+    def read(store: Store) -> list[dict[str, Any]]:
+        return [output.secret_json(s) for s in store.list_secrets()]
+
+    return JSONResponse(await web.db(read))
+
+
+async def put_secret(web: Web, request: Request) -> Response:
+    """As ``secret set``: 201 when created, 200 when replaced; the answer names the
+    secret, never its value."""
+    from ..specs import check_name, check_secret_value
+
+    name = check_name(request.path_params["name"], "secret name")
+    value = check_secret_value(secret_value_from_body(await _json_body(web, request)))
+    now = web.clock.now()
+    created = await web.db(lambda store: store.set_secret(name, value, now))
+    return JSONResponse({"name": name, "created": created}, status_code=201 if created else 200)
+
+
+async def delete_secret(web: Web, request: Request) -> Response:
+    """As ``secret rm``: 204; 409 while a job uses it; 404 for none."""
+    name = request.path_params["name"]
+    await _no_body(web, request)
+    await web.db(lambda store: store.delete_secret(name))
+    return Response(status_code=204)
+
+
 async def metrics_page(web: Web, request: Request) -> Response:
     now = web.clock.now()
     text = await web.db(lambda store: metrics.render(store, now))
@@ -389,5 +422,8 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("GET", "/v1/notifications", list_notifications),
     ("GET", "/v1/channels", list_channels),
     ("POST", "/v1/channels/{name}/test", test_channel),
+    ("GET", "/v1/secrets", list_secrets),
+    ("PUT", "/v1/secrets/{name}", put_secret),
+    ("DELETE", "/v1/secrets/{name}", delete_secret),
     ("GET", "/metrics", metrics_page),
 ]

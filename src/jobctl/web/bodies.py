@@ -56,6 +56,8 @@ _POLICY_FIELDS: dict[str, str] = {
     "priority": "int",
     "jitter": "duration",
     "env": "env",
+    "secrets": "secrets",
+    "env_file": "env_file",
     "cwd": "str",
     "shell": "str",
     "on_failure": "str",
@@ -201,6 +203,18 @@ def _policies(body: Mapping[str, Any]) -> dict[str, Any]:
             out[field] = _duration_text(value, field)
         elif kind == "env":
             out["env"] = _env_pairs(value, field)
+        elif kind == "secrets":
+            # {ENV: secret name}; {} clears them
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise UsageError('invalid secrets: must be an object of ENV: "secret name"')
+            out["secret"] = [f"{k}={v}" for k, v in value.items()]
+            out["no_secrets"] = not value
+        elif kind == "env_file":
+            path = _str(value, field)
+            if path:
+                out["env_file"] = path
+            else:  # "" reads no file
+                out["no_env_file"] = True
         elif kind == "locks":
             out["lock"] = _str_list(value, field)
         elif kind == "codes":
@@ -434,3 +448,12 @@ def query_notification_state(value: str | None) -> NotificationState | None:
         raise UsageError(
             f"invalid --state {value!r}: use " + "|".join(s.value for s in NotificationState)
         ) from None
+
+
+def secret_value_from_body(body: Mapping[str, Any]) -> bytes:
+    """``PUT /v1/secrets/{name}``: ``{"value": "…"}`` -> the value's UTF-8 bytes."""
+    _check_fields(body, frozenset({"value"}))
+    value = body.get("value")
+    if not isinstance(value, str):
+        raise UsageError("invalid value: must be a string")
+    return value.encode("utf-8", "surrogatepass")

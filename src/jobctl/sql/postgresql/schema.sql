@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 7).
+-- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 8).
 -- The numbered migrations beside this file (NNNN_*.sql), applied in order to an empty
 -- database, must give exactly this schema; tests/test_postgresql.py checks it.
 -- Everything lives in the schema "jobctl". Times are BIGINT microseconds since the Unix
@@ -66,7 +66,10 @@ CREATE TABLE jobctl.jobs (
     ok_exit TEXT NOT NULL DEFAULT '[]',
     no_retry_exit TEXT NOT NULL DEFAULT '[]',
     limits TEXT NOT NULL DEFAULT '{}',
-    paused_reason TEXT CHECK (paused_reason IN ('user', 'failures'))
+    paused_reason TEXT CHECK (paused_reason IN ('user', 'failures')),
+    -- secrets (issue 42): {ENV: secret name} and an environment file read at each attempt
+    secrets TEXT NOT NULL DEFAULT '{}',
+    env_file TEXT
 );
 
 CREATE INDEX jobs_next_run ON jobctl.jobs (next_run_at) WHERE state = 'active';
@@ -439,3 +442,20 @@ CREATE TRIGGER runs_last_end_update AFTER UPDATE OF state ON jobctl.runs
 CREATE TRIGGER runs_last_end_delete AFTER DELETE ON jobctl.runs
     FOR EACH ROW WHEN (OLD.state IN ('succeeded', 'dead', 'cancelled'))
     EXECUTE FUNCTION jobctl.keep_last_end();
+
+-- Secrets (issue 42): a job's attempts get their values, read when each starts; no job,
+-- run, revision or export holds a value.
+CREATE TABLE jobctl.secrets (
+    name TEXT PRIMARY KEY,
+    value BYTEA NOT NULL,
+    updated_at BIGINT NOT NULL
+);
+
+-- API tokens with roles (issue 42): the SHA-256 of a token's text, never the text.
+CREATE TABLE jobctl.api_tokens (
+    name TEXT PRIMARY KEY,
+    role TEXT NOT NULL CHECK (role IN ('read', 'operate', 'admin')),
+    sha256 TEXT NOT NULL UNIQUE,
+    created_at BIGINT NOT NULL,
+    last_used_at BIGINT
+);

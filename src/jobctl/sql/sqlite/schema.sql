@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database (user_version 9).
+-- The whole current schema of a jobctl database (user_version 10).
 -- Migrations in this folder (NNNN_*.sql) applied in order to an empty file must give
 -- exactly this schema; tests/test_store.py checks it.
 -- Times are INTEGER microseconds since the Unix epoch, UTC. Durations are REAL seconds.
@@ -59,7 +59,9 @@ CREATE TABLE jobs (
     no_retry_exit TEXT NOT NULL DEFAULT '[]',
     limits TEXT NOT NULL DEFAULT '{}',
     paused_reason TEXT CHECK (paused_reason IN ('user', 'failures'))
-);
+, secrets TEXT NOT NULL DEFAULT '{}', env_file TEXT);
+-- (secrets and env_file as ALTER TABLE ADD COLUMN leaves them, migration 0010: a job's
+-- {ENV: secret name} and the environment file read at each attempt, issue 42)
 
 CREATE INDEX jobs_next_run ON jobs (next_run_at) WHERE state = 'active';
 CREATE INDEX jobs_updated ON jobs (updated_at);
@@ -388,3 +390,20 @@ BEGIN
         AND EXISTS (SELECT 1 FROM jobs WHERE id = OLD.job_id)
     ORDER BY scheduled_for DESC LIMIT 1;
 END;
+
+-- Secrets (issue 42): a job's attempts get their values, read when each starts; no job,
+-- run, revision or export holds a value.
+CREATE TABLE secrets (
+    name TEXT PRIMARY KEY,
+    value BLOB NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+
+-- API tokens with roles (issue 42): the SHA-256 of a token's text, never the text.
+CREATE TABLE api_tokens (
+    name TEXT PRIMARY KEY,
+    role TEXT NOT NULL CHECK (role IN ('read', 'operate', 'admin')),
+    sha256 TEXT NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL,
+    last_used_at INTEGER
+);

@@ -39,7 +39,7 @@ from ...models import (
     RunState,
     Window,
 )
-from .. import outbox
+from .. import outbox, secrets
 from ..commands import (
     fire_after_jobs,
     insert_run,
@@ -886,6 +886,9 @@ class PgDaemonStore(outbox.OutboxDaemon):
                 "AND attempt = %(attempt)s AND state = 'leased' AND leased_by = %(me)s)",
                 output_params(self.identity.id, outputs),
             )
+
+    def secret_values(self, names: Sequence[str]) -> dict[str, bytes]:
+        return secrets.secret_values(self.db, self._q, names)
 
     def _finish_all(
         self,

@@ -22,7 +22,7 @@ from ...models import (
     SkipReason,
     Window,
 )
-from .. import outbox
+from .. import outbox, secrets
 from ..commands import (
     fire_after_jobs,
     insert_run,
@@ -557,6 +557,9 @@ class SqliteDaemonStore(outbox.OutboxDaemon):
             return
         with self.db.write() as c:
             c.executemany(sql.SAVE_OUTPUT, output_params(self.identity.id, outputs))
+
+    def secret_values(self, names: Sequence[str]) -> dict[str, bytes]:
+        return secrets.secret_values(self.db, self._q, names)
 
     def _finish_all(
         self, c: sqlite3.Connection, daemon_id: str, now: datetime, items: Sequence[FinishItem]
