@@ -740,8 +740,10 @@ class PgDaemonStore(outbox.OutboxDaemon):
                 picked: list[tuple[dict[str, Any], list[str], bool]] = []
                 keys_now: set[str] = set()
                 deferred = False
+                cut = False  # candidates left unseen this round: the picked may fail
                 for cand in cands:
                     if len(claimed) + len(picked) >= limit:
+                        cut = True
                         break
                     keys = _claim_keys(cand)
                     if keys_now.intersection(keys):
@@ -767,7 +769,7 @@ class PgDaemonStore(outbox.OutboxDaemon):
                     here = cand["lease_host"] == host
                     stale = cand["pgid"] if (cand["pgid"] and here) else None
                     claimed.append(Claimed(run, stale, here and cand["last_error"] == "lost"))
-                if len(cands) < n and not deferred:
+                if len(cands) < n and not deferred and not cut:
                     break  # every candidate left was seen (or is another claimer's)
             if claimed:
                 self.db.announce("run")
