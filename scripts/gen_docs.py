@@ -332,7 +332,9 @@ code, error, output bytes, host, pid), how its `--on-failure` command ended, and
 pending or failed run waits, judged by the same rules as the daemon's claim: paused (its
 job is paused), no_daemon (no live daemon), not_due or backoff (until a time), lock (a
 lock it needs is held by another run), overlap (a leased run of the same job, with
-`--overlap forbid` or `replace`), or workers (due and free, every worker busy).
+`--overlap forbid` or `replace`), max_running (as many runs of the job as its
+`--max-running` are running), or workers (due and free, every worker that could take it
+busy).
 
 `add`, `edit`, `run` and `resume` warn on standard error when no daemon is running, and
 still succeed.

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clihelpers import Jobctl
+from conftest import wait_until
 
 
 @pytest.fixture
@@ -37,3 +39,73 @@ def test_status_next_due_is_never_a_paused_jobs_queued_run(cli: Jobctl) -> None:
     cli.ok("resume", "held")
     due = _z(cli.json("status")["next_due_at"])
     assert due <= datetime.now(UTC) + timedelta(seconds=1)
+
+
+# ---------------------------------------------------------------------- 3: check
+
+
+def _check(cli: Jobctl, *args: str) -> tuple[int, str]:
+    r = cli("check", "--late", "1s", *args)
+    assert r.err == "", r.err
+    return r.code, r.out.strip()
+
+
+def _waited(cli: Jobctl, run_id: int, seconds: float) -> bool:
+    run = cli.json("inspect", str(run_id))
+    assert run["state"] == "pending", run
+    return datetime.now(UTC) - _z(run["not_before"]) > timedelta(seconds=seconds)
+
+
+def test_check_does_not_page_for_runs_held_back_by_their_own_rules(
+    cli: Jobctl, start_daemon: Any
+) -> None:
+    start_daemon("--workers", "4")
+    cli.ok("add", "a", "--manual", "--lock", "L", "--", "sleep 30")
+    cli.ok("add", "b", "--manual", "--lock", "L", "--", "true")
+    cli.ok("add", "mr", "--manual", "--overlap", "allow", "--max-running", "1", "--", "sleep 30")
+    cli.ok("add", "solo", "--manual", "--overlap", "forbid", "--", "sleep 30")
+    holders = [cli.json("run", name)["id"] for name in ("a", "mr", "solo")]
+    wait_until(
+        lambda: all(cli.json("inspect", str(i))["state"] == "leased" for i in holders),
+        10,
+        what="three runs leased",
+    )
+    waiters = [cli.json("run", name)["id"] for name in ("b", "mr", "solo")]
+    reasons = [cli.json("inspect", str(i))["waiting"]["reason"] for i in waiters]
+    assert reasons == ["lock", "max_running", "overlap"]
+    wait_until(lambda: _waited(cli, waiters[-1], 1.5), 10, what="the runs waited past --late")
+    code, line = _check(cli)
+    assert code == 0 and line.startswith("JOBCTL OK - 1 daemon(s)") and " late=0;" in line
+    # a run a daemon could take but does not (every worker busy) is still late
+    cli.ok("add", "hog", "--manual", "--", "sleep 30")
+    hog = cli.json("run", "hog")["id"]
+    # (on PostgreSQL a claim with one free worker once stopped at a blocked run ahead)
+    wait_until(lambda: cli.json("inspect", str(hog))["state"] == "leased", 10, what="all busy")
+    cli.ok("add", "free", "--manual", "--", "true")
+    free = cli.json("run", "free")["id"]
+    assert cli.json("inspect", str(free))["waiting"]["reason"] == "workers"
+    wait_until(lambda: _waited(cli, free, 1.5), 10, what="the free run waited past --late")
+    code, line = _check(cli)
+    assert code == 2 and line.startswith("JOBCTL CRITICAL - 1 due run(s) unclaimed"), line
+    for i in (*holders, hog):
+        cli.ok("cancel", str(i))
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--bogus"], "--bogus"),
+        (["--late", "abc"], "invalid duration 'abc'"),
+        (["--since", "0"], "invalid duration '0'"),
+        (["--late"], "requires an argument"),
+    ],
+)
+def test_bad_usage_of_check_is_unknown_on_stdout_exit_3(
+    cli: Jobctl, args: list[str], words: str
+) -> None:
+    r = cli("check", *args)
+    assert (r.code, r.err) == (3, "")
+    [line] = r.out.splitlines()
+    assert line.startswith("JOBCTL UNKNOWN - ") and words in line
+    r = cli("check", "--json", *args)
+    assert r.code == 3 and r.json()["state"] == "UNKNOWN" and words in r.json()["summary"]

@@ -127,6 +127,18 @@ def test_waiting_workers_when_every_worker_is_busy(jobctl, start_daemon):
     wait_until(lambda: _inspect(jobctl, quick)["state"] == "succeeded", 10, what="worker free")
 
 
+def test_waiting_max_running_is_not_blamed_on_the_workers(jobctl, start_daemon):
+    start_daemon("--workers", "4")
+    jobctl("add", "mr", "--manual", "--overlap", "allow", "--max-running", "2", "--", "sleep 30")
+    ids = [jobctl.json("run", "mr")["id"] for _ in range(3)]
+    wait_until(lambda: sum(_leased(jobctl, i) for i in ids) == 2, 10, what="two runs of mr leased")
+    [third] = [i for i in ids if not _leased(jobctl, i)]
+    w = _waiting(jobctl, third)
+    assert (w["reason"], w["detail"]) == ("max_running", "2 of 2 runs of mr running")
+    assert "max_running: 2 of 2 runs of mr running" in jobctl("inspect", str(third)).stdout
+    jobctl("cancel", "mr")
+
+
 # ------------------------------------------------------------------ one definition
 
 
@@ -241,6 +253,8 @@ def test_waiting_reason_order():
     assert (w.reason, w.lock, w.run_id) == (WaitReason.LOCK, "L", 3)
     w = planner.waiting_reason(_facts(overlap_run_id=4, **blocked))
     assert (w.reason, w.run_id) == (WaitReason.OVERLAP, 4)
+    w = planner.waiting_reason(_facts(max_running=1, job_leased=1, **blocked))
+    assert (w.reason, w.detail) == (WaitReason.MAX_RUNNING, "1 of 1 run of j running")
     w = planner.waiting_reason(_facts())
     assert w.reason is WaitReason.WORKERS and "4 runs running" in w.detail
 

@@ -636,6 +636,7 @@ class WaitReason(str, Enum):
     PAUSED = "paused"
     NO_DAEMON = "no_daemon"
     WORKERS = "workers"
+    MAX_RUNNING = "max_running"
 
 
 @dataclass(frozen=True)
@@ -666,6 +667,9 @@ class WaitFacts:
     #: the run's priority, and what each live daemon can run (read for a claimable run)
     priority: int = 0
     daemons: tuple[DaemonLoad, ...] = ()
+    #: the job's ``--max-running`` (None: no cap) and its runs leased right now
+    max_running: int | None = None
+    job_leased: int = 0
 
 
 @dataclass(frozen=True)

@@ -364,7 +364,8 @@ def waiting_reason(facts: WaitFacts | None) -> Waiting | None:
     The reasons are ordered by what must change first for the run to start: a paused job
     (nothing runs it until ``resume``), no live daemon; then a run the claim would take
     (``claimable``) waits only for a free worker (``workers``); else its time (``backoff``
-    for a retry, else ``not_due``), a held lock, a leased run of the same job (overlap).
+    for a retry, else ``not_due``), a held lock, a leased run of the same job (overlap),
+    the job's ``--max-running`` cap (``max_running``).
     """
     if facts is None or facts.state not in (RunState.PENDING, RunState.FAILED):
         return None
@@ -389,6 +390,12 @@ def waiting_reason(facts: WaitFacts | None) -> Waiting | None:
             WaitReason.OVERLAP,
             f"run {facts.overlap_run_id} of job {facts.job_name} is running",
             run_id=facts.overlap_run_id,
+        )
+    if facts.max_running is not None and facts.job_leased >= facts.max_running:
+        n, cap = facts.job_leased, facts.max_running
+        return Waiting(
+            WaitReason.MAX_RUNNING,
+            f"{n} of {cap} run{'' if cap == 1 else 's'} of {facts.job_name} running",
         )
     return _workers(facts)  # not reached while the store's facts agree
 

@@ -4,6 +4,7 @@ the monitoring plugin (``check``)."""
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,6 +19,9 @@ from .base import (
     pass_ctx,
     warn,
 )
+
+if TYPE_CHECKING:
+    from ..checks import CheckResult
 
 EVENT_WORDS = "failed,dead,succeeded,recovered,missed,late,long,anomaly,paused"
 
@@ -173,13 +177,45 @@ def notifications(obj: Ctx, job: str | None, state: str | None, limit: int, as_j
         output.print_notifications(items)
 
 
-@cli.command()
+def _print_check(result: CheckResult, as_json: bool) -> None:
+    from .. import output
+
+    if as_json:
+        output.print_json(result.to_json())
+    else:
+        click.echo(result.line())
+
+
+class PluginCommand(click.Command):
+    """A command in the monitoring-plugin convention: bad usage (an unknown option, an
+    invalid value) is the plugin's ``UNKNOWN`` on stdout with exit 3, never click's exit 2,
+    which a monitoring system reads as ``CRITICAL``."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: object,
+    ) -> click.Context:
+        from .. import checks
+        from .base import _one_line
+
+        as_json = "--json" in args  # read first: the parser consumes the list
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as e:
+            _print_check(checks.unknown(_one_line(e.format_message())), as_json)
+            raise click.exceptions.Exit(checks.CheckState.UNKNOWN.value) from None
+
+
+@cli.command(cls=PluginCommand)
 @click.option(
     "--late",
     metavar="DURATION",
     default="5m",
     show_default=True,
-    help="CRITICAL when a due run waits unclaimed longer than this.",
+    help="CRITICAL when a due run that a daemon could take waits unclaimed longer than this.",
 )
 @click.option(
     "--since",
@@ -192,13 +228,20 @@ def notifications(obj: Ctx, job: str | None, state: str | None, limit: int, as_j
 @pass_ctx
 def check(obj: Ctx, late: str, since: str, as_json: bool) -> None:
     """A monitoring plugin (Nagios convention): one line with perfdata, exit 0 OK,
-    1 WARNING, 2 CRITICAL, 3 UNKNOWN."""
-    from .. import checks, output
+    1 WARNING, 2 CRITICAL, 3 UNKNOWN (bad usage of check too).
+
+    A run held back by its own rules (a lock, overlap, --max-running, a paused job) is
+    not late."""
+    from .. import checks
     from ..durations import parse_duration
     from ..paths import resolve_db_path
 
-    late_seconds = parse_duration(late)
-    since_seconds = parse_duration(since)
+    try:
+        late_seconds = parse_duration(late)
+        since_seconds = parse_duration(since)
+    except UsageError as e:  # bad usage is the plugin's UNKNOWN (see PluginCommand)
+        _print_check(checks.unknown(str(e)), as_json)
+        sys.exit(checks.CheckState.UNKNOWN.value)
     try:
         path = resolve_db_path(obj.db_option)
         if not isinstance(path, str) and not path.exists():
@@ -213,8 +256,5 @@ def check(obj: Ctx, late: str, since: str, as_json: bool) -> None:
         result = checks.judge(facts, late_text=late, since_text=since)
     except JobctlError as e:
         result = checks.unknown(f"cannot read the database: {e}")
-    if as_json:
-        output.print_json(result.to_json())
-    else:
-        click.echo(result.line())
+    _print_check(result, as_json)
     sys.exit(result.code)

@@ -122,7 +122,8 @@ def inspect(obj: Ctx, target: str, as_json: bool) -> None:
 
     A pending or failed run waits for one reason: paused (its job is paused), no_daemon,
     not_due or backoff (until a time), lock (held by another run), overlap (a leased run of
-    the same job), or workers (due and free, every worker busy).
+    the same job), max_running (its --max-running runs are running), or workers (due and
+    free, every worker that could take it busy).
     """
     from .. import output, planner
 

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from .. import jobfile
+from ..checks import CheckFacts
 from ..clock import from_us, to_us
 from ..errors import Conflict, NameTaken, NotFound, StoreError, UsageError
 from ..models import (
@@ -730,6 +731,8 @@ class Commands(outbox.OutboxCommands, SecretCommands):
             leased_runs=r["leased_runs"],
             priority=r["priority"],
             daemons=loads,
+            max_running=r["max_running"],
+            job_leased=int(r["job_leased"] or 0),
         )
 
     def enqueue_run(
@@ -877,6 +880,11 @@ class Commands(outbox.OutboxCommands, SecretCommands):
             return int(c.execute(self.q.prune, (to_us(cutoff),)).rowcount)
 
     # ------------------------------------------------------------------ the system
+
+    def check_facts(self, now: datetime, late_seconds: float, since_seconds: float) -> CheckFacts:
+        return outbox.check_counts(
+            self._reader(), self._q, now, late_seconds, since_seconds, self.q.check_late
+        )
 
     def status(self, now: datetime) -> Status:
         daemons = self.live_daemons(now)

@@ -669,10 +669,6 @@ CHECK_LEADER = """
 SELECT d.host FROM scheduler_lease s JOIN daemons d ON d.id = s.holder
 WHERE s.expires_at >= :now AND d.expires_at >= :now
 """
-CHECK_LATE = """
-SELECT COUNT(*) AS n FROM runs JOIN jobs ON jobs.id = runs.job_id
-WHERE runs.state IN ('pending', 'failed') AND runs.not_before < :cutoff AND jobs.state <> 'paused'
-"""
 CHECK_DEAD = """
 SELECT COUNT(*) AS n FROM runs WHERE state = 'dead' AND finished_at >= :since
 """
@@ -682,14 +678,16 @@ SELECT COUNT(*) AS n FROM notifications WHERE state = 'failed' AND ended_at >= :
 
 
 def check_counts(
-    c: Cursor, q: Sql, now: datetime, late_seconds: float, since_seconds: float
+    c: Cursor, q: Sql, now: datetime, late_seconds: float, since_seconds: float, late_sql: str
 ) -> CheckFacts:
-    """What ``jobctl check`` judges, at ``now``."""
+    """What ``jobctl check`` judges, at ``now``. ``late_sql`` counts the runs due before
+    ``:cutoff`` that the claim would take (the caller's, in its dialect: the claim's rules
+    belong to the queries)."""
     now_us = to_us(now)
     p = {"now": now_us}
     daemons = c.execute(q(CHECK_DAEMONS), p).fetchone()["n"]
     leader = c.execute(q(CHECK_LEADER), p).fetchone()
-    late = c.execute(q(CHECK_LATE), {"cutoff": now_us - int(late_seconds * 1e6)}).fetchone()
+    late = c.execute(late_sql, {"cutoff": now_us - int(late_seconds * 1e6)}).fetchone()
     since = {"since": now_us - int(since_seconds * 1e6)}
     dead = c.execute(q(CHECK_DEAD), since).fetchone()
     failed = c.execute(q(CHECK_FAILED), since).fetchone()
@@ -776,9 +774,6 @@ class OutboxCommands(_OutboxFace):
 
     def notification_counts(self) -> list[tuple[str, str, str, int]]:
         return counts(self._reader(), self._oq)
-
-    def check_facts(self, now: datetime, late_seconds: float, since_seconds: float) -> CheckFacts:
-        return check_counts(self._reader(), self._oq, now, late_seconds, since_seconds)
 
 
 ATTEMPT_ROW = "SELECT * FROM attempts WHERE run_id = ? AND attempt = ?"

@@ -104,6 +104,7 @@ class Queries:
     kept_counts: str
     next_window: str
     next_due_run: str
+    check_late: str
     count_jobs: str
     count_runs: str
     live_daemons: str
@@ -231,6 +232,12 @@ FROM jobs {only}""",
         next_due_run="""
 SELECT MIN(runs.not_before) AS t FROM runs JOIN jobs ON jobs.id = runs.job_id
 WHERE runs.state IN ('pending', 'failed') AND jobs.state <> 'paused'""",
+        # jobctl check: due before the cutoff and free by the claim's own rules (a run held
+        # back by a lock, its job's overlap or --max-running, or a paused job, waits as it
+        # should and is not late)
+        check_late=f"""
+SELECT COUNT(*) AS n FROM runs
+WHERE {RUN_OPEN} AND runs.not_before < :cutoff AND {LOCKS_FREE} AND {JOB_FREE}""",
         count_jobs="SELECT COUNT(*) AS n FROM jobs",
         count_runs="SELECT COUNT(*) AS n FROM runs",
         live_daemons="""
@@ -248,6 +255,9 @@ SELECT runs.state, runs.not_before, runs.priority, j.name AS job_name,
     (SELECT holder.id {LOCK_HOLDERS} ORDER BY other.name, holder.id LIMIT 1) AS lock_holder,
     CASE WHEN {OVERLAP_GUARDED}
          THEN (SELECT sib.id {OVERLAP_HOLDERS} ORDER BY sib.id LIMIT 1) END AS overlap_run,
+    j.max_running,
+    CASE WHEN j.max_running IS NOT NULL THEN (SELECT COUNT(*) {OVERLAP_HOLDERS}) END
+        AS job_leased,
     ({RUN_OPEN} AND {RUN_DUE} AND {LOCKS_FREE} AND {JOB_FREE}) AS claimable,
     (SELECT COUNT(*) FROM daemons WHERE expires_at >= :now) AS live_daemons,
     (SELECT COUNT(*) FROM runs r2 WHERE r2.state = 'leased') AS leased_runs
