@@ -236,6 +236,12 @@ COMMAND_ENVIRONMENT = [
     ("JOBCTL_SCHEDULED_FOR", "The window the run stands for, ISO 8601 UTC."),
     ("JOBCTL_CATCHUP_FROM", "For a catch-up run: the earliest missed window it stands for."),
     ("JOBCTL_RUN_KEY", "For a keyed run (`run --key`): its key."),
+    (
+        "JOBCTL_TRIGGER",
+        "For a window of the schedule: the text of the trigger that made it (a cron "
+        "expression, or every DURATION for a fixed rate; the first given when several "
+        "triggers of a set fall on one instant).",
+    ),
     ("JOBCTL_STATE", "For the `--on-failure` command: the run's final state (dead)."),
     (
         "JOBCTL_ERROR",
@@ -312,6 +318,36 @@ retry, pause, resume, backfill and test a channel; admin: everything. A request 
 role answers 403 and changes nothing; a change made with a token is recorded in its
 revision as `token:NAME`.
 """
+
+SCHEDULE_SETS = """
+`--cron` and `--every` may each be given more than once, and together: the job's windows
+are the union of its triggers' windows, and two triggers that fall on the same instant make
+one window (one run). `--at`, `--in`, `--manual`, `--after` and `@reboot` stand alone. An
+`edit` with any trigger flag replaces the whole set. In job JSON, `triggers` lists the
+trigger objects (one for a single trigger) and `trigger` of a set is kind set with expr the
+triggers' texts joined with " | ". In a job file, `cron` and `every` take a string or an
+array of strings. The scheduler keeps one entry a job: the next window of a set is the
+least of its triggers' next windows.
+
+`--except EXPR` (repeatable) is a cron expression read in the job's zone: a window whose
+minute matches it does not run. `--except-calendar NAME` (repeatable) names a calendar: a
+window on any of its dates, in the job's zone, does not run. Such a window is recorded
+skipped with skip_reason excluded when its time comes; it is neither missed nor caught up,
+`next` marks it excluded (`next --json` leaves it out), `coverage` shows it skipped and
+`backfill` never runs it. `--no-except` clears both.
+
+`jobctl calendar add NAME DATE...` creates a calendar of ISO dates or adds to it; `calendar
+rm NAME [DATE...]` removes dates, or the calendar when none are given (refused while a job
+uses it, naming the jobs); `calendar list [NAME] [--json]` shows each calendar's dates and
+the jobs that use it. A change applies from the next window on. `export` writes the
+calendars its jobs use as `[calendars.NAME] dates = [...]`, and `apply` creates or updates
+them with the jobs.
+
+`--active-from TIME` and `--active-until TIME` (ISO 8601, naive in the job's zone; an
+empty value clears one) bound the job's windows: a time before or after the range is no
+window at all (not recorded, not caught up), and after the last one the job is done.
+"""
+
 
 WATCHING = """
 The daemon stores a running attempt's output tail at most once a second while it
@@ -395,6 +431,7 @@ def man_page() -> str:
     out += [".SH FILES", *tagged(FILES, bold=False)]
     out += [".SH THE DAEMON", *prose(DAEMON)]
     out += [".SH CATCH\\-UP AND DST", *prose(CATCHUP_AND_DST)]
+    out += [".SH SCHEDULE SETS", *prose(SCHEDULE_SETS)]
     out += [".SH WATCHING A RUN", *prose(WATCHING)]
     out += [".SH SECRETS AND TOKENS", *prose(SECRETS_AND_TOKENS)]
     out += [

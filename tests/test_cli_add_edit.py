@@ -281,7 +281,7 @@ def test_edit_bad_input_changes_nothing(jobctl: Jobctl) -> None:
         ["--retries", "-1"],
         ["--every", "0"],
         ["--tz", "Nowhere/Land"],
-        ["--cron", "@daily", "--every", "1h"],
+        ["--cron", "@reboot", "--every", "1h"],
         ["--rename", "-x"],
         ["--env", "=x"],
     ):

@@ -106,7 +106,7 @@ BAD_ADD = [
     (["ok", "--manual", "--env", "NOEQUALS"], 2),
     (["ok", "--manual", "--env", "1A=x"], 2),
     (["ok", "--manual", "--env", "A-B=x"], 2),
-    (["ok", "--cron", "@daily", "--every", "5m"], 2),
+    (["ok", "--cron", "@reboot", "--every", "5m"], 2),
     (["ok", "--manual", "--at", "2031-01-01"], 2),
     (["ok"], 2),
     (["ok", "--cron", "@daily", "--after-completion"], 2),

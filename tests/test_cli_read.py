@@ -227,7 +227,7 @@ def test_next_manual_job_has_none(jobctl: Jobctl) -> None:
     [
         [],
         ["j", "--cron", "* * * * *"],
-        ["--cron", "* * * * *", "--every", "5m"],
+        ["--cron", "* * * * *", "--every", "5m", "--every", "0"],
         ["--cron", "* * * * * *"],
         ["--every", "0"],
         ["--cron", "* * * * *", "--tz", "Nope/Nope"],

@@ -55,6 +55,7 @@ STORE_LAYERS = {
     "queries": 0,
     "sqlfiles": 0,
     "rows": 1,
+    "calendars": 1,
     "dialect": 1,
     "secrets": 1.5,
     "transfer": 2,

@@ -35,8 +35,17 @@ def plan_text(
     parsed = jobfile.parse_text(text, now, {j.name: j for j in jobs})
     if parsed.problems:
         raise FileErrors(parsed.problems)
-    plan = jobfile.plan_apply(parsed.jobs, jobs, prune=prune, scope=scope)
+    stored_calendars = {name: days for name, days, _ in store.calendar_list()}
+    plan = jobfile.plan_apply(
+        parsed.jobs,
+        jobs,
+        prune=prune,
+        scope=scope,
+        calendars=parsed.calendars,
+        stored_calendars=stored_calendars,
+    )
     problems = []
+    known = set(stored_calendars) | set(parsed.calendars)
     touched = [d.spec for d in plan.added] + [c.new.spec for c in plan.changed]
     # the jobs as they would be: --after jobs follow one of them, and make no cycle
     gone = {j.name for j in plan.removed} | {spec.name for spec in touched}
@@ -47,6 +56,11 @@ def plan_text(
             specs.check_after(spec.name, spec.trigger, after)
         except UsageError as e:
             problems.append(Problem(None, f"job {spec.name}: {e}"))
+        for name in spec.except_calendars:
+            if name not in known:
+                problems.append(
+                    Problem(None, f"job {spec.name}: except_calendars: no calendar named {name}")
+                )
     if problems:
         raise FileErrors(problems)
     return plan

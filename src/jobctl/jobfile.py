@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from datetime import date, datetime, time
 from typing import Any
 
-from . import durations, specs, zones
+from . import durations, specs, triggers, zones
 from .errors import JobctlError, UsageError
 from .models import Job, JobSpec, JobState, Limits, Overlap, Trigger, TriggerKind
 from .triggers import named
@@ -43,7 +43,7 @@ class Definition:
 ALWAYS = object()
 
 #: how a file's value is checked, and what it becomes for ``policy_changes``
-KINDS = ("str", "int", "bool", "duration", "time", "env", "strings", "codes")
+KINDS = ("str", "int", "bool", "duration", "time", "env", "strings", "codes", "texts", "durations")
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,28 @@ def _local_iso(instant: datetime | None, tz: str) -> str | None:
     return instant.astimezone(zones.parse_zone(tz)).isoformat()
 
 
+def _set_part(kind: TriggerKind, d: Definition) -> Any:
+    """A trigger's ``cron`` or ``every`` value: the text of a lone trigger of that kind;
+    of a set, its members of that kind (a string for one, an array for several)."""
+    t = d.spec.trigger
+    if t.kind is kind:
+        return t.expr
+    if t.kind is not TriggerKind.SET:
+        return None
+    texts = [
+        m.expr or ""
+        if kind is TriggerKind.CRON
+        else durations.format_duration(m.every_seconds or 0)
+        for m in triggers.members(t)
+        if m.kind is kind
+    ]
+    if not texts:
+        return None
+    return texts[0] if len(texts) == 1 else texts
+
+
 def _tz_default(d: Definition) -> Any:
-    if d.spec.trigger.kind in (TriggerKind.CRON, TriggerKind.ONCE):
+    if d.spec.trigger.kind in (TriggerKind.CRON, TriggerKind.ONCE, TriggerKind.SET):
         return ALWAYS
     return zones.local_zone_name()
 
@@ -127,15 +147,9 @@ def _spec_default(name: str) -> Any:
 
 FIELDS: tuple[Field, ...] = (
     # the trigger: exactly one of cron, every, at, manual, reboot; then its settings
-    Field("cron", "str", _trigger_value(TriggerKind.CRON, lambda t: t.expr), None, None, True),
-    Field(
-        "every",
-        "duration",
-        _trigger_value(TriggerKind.INTERVAL, lambda t: t.expr),
-        None,
-        None,
-        True,
-    ),
+    # cron and every may be arrays and stand together: a schedule set
+    Field("cron", "texts", lambda d: _set_part(TriggerKind.CRON, d), None, None, True),
+    Field("every", "durations", lambda d: _set_part(TriggerKind.INTERVAL, d), None, None, True),
     Field(
         "at", "time", lambda d: _local_iso(d.spec.trigger.at, d.spec.trigger.tz), None, None, True
     ),
@@ -157,6 +171,28 @@ FIELDS: tuple[Field, ...] = (
         None,
     ),
     Field("tz", "str", lambda d: d.spec.trigger.tz, _tz_default, None),
+    Field(
+        "active_from",
+        "time",
+        lambda d: _local_iso(d.spec.trigger.active_from, d.spec.trigger.tz),
+        None,
+        None,
+    ),
+    Field(
+        "active_until",
+        "time",
+        lambda d: _local_iso(d.spec.trigger.active_until, d.spec.trigger.tz),
+        None,
+        None,
+    ),
+    Field("except", "strings", lambda d: list(d.spec.excepts), [], "except_"),
+    Field(
+        "except_calendars",
+        "strings",
+        lambda d: list(d.spec.except_calendars),
+        [],
+        "except_calendar",
+    ),
     # what runs
     Field("command", "str", lambda d: d.spec.command, None, None),
     Field("description", "str", lambda d: d.spec.description),
@@ -248,9 +284,22 @@ def stored_table(d: Definition) -> dict[str, Any]:
     return {k: v for k, v in full_table(d).items() if v is not None}
 
 
-def export_document(defs: Sequence[Definition]) -> dict[str, Any]:
-    """``{"jobs": {NAME: table}}`` for the definitions, in the order given."""
-    return {"jobs": {d.spec.name: export_table(d) for d in defs}}
+def export_document(
+    defs: Sequence[Definition], calendars: Mapping[str, Sequence[date]] | None = None
+) -> dict[str, Any]:
+    """``{"jobs": {NAME: table}}`` for the definitions, in the order given, and
+    ``{"calendars": {NAME: {"dates": [ISO date]}}}`` for the calendars given that they
+    use (``except_calendars``)."""
+    document: dict[str, Any] = {"jobs": {d.spec.name: export_table(d) for d in defs}}
+    used = {name for d in defs for name in d.spec.except_calendars}
+    cals = {
+        name: {"dates": [day.isoformat() for day in sorted(days)]}
+        for name, days in sorted((calendars or {}).items())
+        if name in used
+    }
+    if cals:
+        document["calendars"] = cals
+    return document
 
 
 def dumps(document: Mapping[str, Any], fmt: str = "toml") -> str:
@@ -316,6 +365,8 @@ class ParsedFile:
 
     jobs: dict[str, Definition] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    #: the file's ``[calendars.NAME]`` tables: their dates
+    calendars: dict[str, list[date]] = field(default_factory=dict)
 
 
 def parse_text(text: str, now: datetime, existing: Mapping[str, Job] | None = None) -> ParsedFile:
@@ -347,13 +398,15 @@ def parse_text(text: str, now: datetime, existing: Mapping[str, Job] | None = No
         out.problems.append(Problem(None, "a job file is an object with a jobs table"))
         return out
     for key in document:
-        if key != "jobs":
+        if key not in ("jobs", "calendars"):
             out.problems.append(
                 Problem(
                     lines.key((), key),
-                    f"unknown key {key!r}: a job file holds only [jobs.NAME] tables",
+                    f"unknown key {key!r}: a job file holds only [jobs.NAME] and "
+                    "[calendars.NAME] tables",
                 )
             )
+    _calendars(document.get("calendars", {}), lines, out)
     jobs = document.get("jobs", {})
     if not isinstance(jobs, dict):
         out.problems.append(Problem(lines.key((), "jobs"), "jobs must be a table of jobs"))
@@ -374,6 +427,28 @@ def parse_text(text: str, now: datetime, existing: Mapping[str, Job] | None = No
             out.jobs[name] = d
     out.problems.sort(key=lambda p: (p.line is None, p.line or 0))
     return out
+
+
+def _calendars(tables: Any, lines: _Lines, out: ParsedFile) -> None:
+    """The file's ``[calendars.NAME] dates = [...]`` into ``out.calendars``."""
+    if not isinstance(tables, dict):
+        out.problems.append(Problem(lines.key((), "calendars"), "calendars must be a table"))
+        return
+    for name, table in tables.items():
+        where = lines.table(("calendars", name))
+        try:
+            specs.check_name(name, "calendar name")
+            if not isinstance(table, dict) or set(table) != {"dates"}:
+                raise UsageError("must be a table with one key, dates")
+            days = table["dates"]
+            if not isinstance(days, list):
+                raise UsageError("dates must be an array of ISO dates")
+            texts = [d.isoformat() if isinstance(d, date) else d for d in days]
+            if not all(isinstance(t, str) for t in texts):
+                raise UsageError("dates must be an array of ISO dates")
+            out.calendars[name] = specs.parse_dates(texts, "date")
+        except UsageError as e:
+            out.problems.append(Problem(where, f"calendar {name}: {e}"))
 
 
 def definition_from_table(
@@ -435,6 +510,17 @@ def _checked(f: Field, value: Any) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise UsageError("must be an array of strings")
         return value
+    if kind == "texts":
+        if isinstance(value, str):
+            return value
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            raise UsageError("must be a string or an array of strings")
+        return value
+    if kind == "durations":
+        items = value if isinstance(value, list) else [value]
+        if not items or any(isinstance(v, bool) or not isinstance(v, int | str) for v in items):
+            raise UsageError('must be a DURATION such as "90m", or an array of them')
+        return [str(v) for v in items] if isinstance(value, list) else str(value)
     if kind == "codes":
         if isinstance(value, str):
             return value
@@ -529,25 +615,62 @@ def _trigger(
     """The trigger keys of a table -> a validated Trigger (None when a key's type was
     already reported). Raises _KeyProblem."""
     chosen = [k for k in TRIGGER_KEYS if k in table and table[k] is not False]
+    if chosen == ["cron", "every"] or (
+        len(chosen) == 1 and chosen[0] in ("cron", "every") and isinstance(table[chosen[0]], list)
+    ):
+        chosen = ["set"]
     if len(chosen) != 1:
         raise _KeyProblem(
             chosen[1] if len(chosen) > 1 else None,
             "give exactly one trigger: "
             + ", ".join(TRIGGER_KEYS)
+            + " (cron and every may stand together)"
             + (f" (got {', '.join(chosen)})" if chosen else ""),
         )
-    kind = chosen[0]
-    if any(k in table and k not in given for k in (kind, "tz", "start", "after_completion")):
+    checked = ("tz", "start", "after_completion", "active_from", "active_until", "cron", "every")
+    if any(k in table and k not in given for k in checked):
         return None  # a type error, already reported
-    value = given[kind]
+    trigger = _trigger_kind(chosen[0], given, now, existing, name)
+    if "active_from" in given or "active_until" in given:
+        try:
+            trigger = specs.with_range(
+                trigger,
+                specs.TriggerOptions(
+                    active_from=given.get("active_from"), active_until=given.get("active_until")
+                ),
+                now,
+            )
+        except UsageError as e:
+            key = "active_until" if "active_until" in given else "active_from"
+            raise _KeyProblem(key, str(e)) from None
+    return trigger
+
+
+def _trigger_kind(
+    kind: str, given: Mapping[str, Any], now: datetime, existing: Job | None, name: str
+) -> Trigger:
+    value: Any = given.get(kind)
     try:
         tz = specs.check_zone(given["tz"]) if "tz" in given else zones.local_zone_name()
     except UsageError as e:
         raise _KeyProblem("tz", str(e)) from None
     for key in ("after_completion", "start"):
-        if key in given and kind != "every":
+        if key in given and kind != "every" and not (kind == "set" and "every" in given):
             raise _KeyProblem(key, "goes with every")
     old = existing.trigger if existing is not None else None
+    if kind == "set":
+        start = given.get("start")
+        if start is None and old is not None and old.anchor is not None:
+            start = old.anchor.isoformat()  # a file without start keeps the job's phase
+        try:
+            return specs.build_trigger(
+                specs.TriggerOptions(
+                    cron=given.get("cron"), every=given.get("every"), start=start, tz=tz
+                ),
+                now,
+            )
+        except UsageError as e:
+            raise _KeyProblem("cron" if "cron" in given else "every", str(e)) from None
     try:
         if kind == "cron":
             return specs.build_trigger(specs.TriggerOptions(cron=value, tz=tz), now)
@@ -708,23 +831,30 @@ class ApplyPlan:
     added: list[Definition]
     changed: list[Change]
     removed: list[Job]
+    #: calendars of the file to create (``+``) or whose dates change (``~``), by name
+    calendars: dict[str, tuple[str, list[date]]] = field(default_factory=dict)
 
     def empty(self) -> bool:
-        return not (self.added or self.changed or self.removed)
+        return not (self.added or self.changed or self.removed or self.calendars)
 
     def lines(self) -> list[str]:
-        """``+ NAME``, ``~ NAME: FIELD OLD -> NEW; ...``, ``- NAME`` (jobctl(1), jobctl apply)."""
-        out = [f"+ {d.spec.name}" for d in self.added]
+        """``+ calendar NAME`` and ``~ calendar NAME``, then ``+ NAME``, ``~ NAME: FIELD
+        OLD -> NEW; ...``, ``- NAME`` (jobctl(1), jobctl apply)."""
+        out = [f"{mark} calendar {name}" for name, (mark, _) in self.calendars.items()]
+        out += [f"+ {d.spec.name}" for d in self.added]
         out += [f"~ {c.job.name}: {describe_changes(c.fields)}" for c in self.changed]
         out += [f"- {j.name}" for j in self.removed]
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "added": [d.spec.name for d in self.added],
             "changed": [{"name": c.job.name, "fields": c.fields} for c in self.changed],
             "removed": [j.name for j in self.removed],
         }
+        if self.calendars:
+            out["calendars"] = list(self.calendars)
+        return out
 
 
 def plan_apply(
@@ -733,11 +863,14 @@ def plan_apply(
     *,
     prune: bool = False,
     scope: Sequence[str] | None = None,
+    calendars: Mapping[str, Sequence[date]] | None = None,
+    stored_calendars: Mapping[str, Sequence[date]] | None = None,
 ) -> ApplyPlan:
-    """What makes the stored ``jobs`` match ``wanted``. Jobs not in the file are deleted
-    with ``prune`` (all of them) or when named in ``scope`` (``edit -e``: the jobs that
-    were in the edited text). A cancelled or done job keeps its state; only ``paused``
-    moves between paused and active."""
+    """What makes the stored ``jobs`` match ``wanted``, and the stored calendars hold the
+    dates of the file's ``calendars`` (a calendar not in the file is left alone). Jobs not
+    in the file are deleted with ``prune`` (all of them) or when named in ``scope``
+    (``edit -e``: the jobs that were in the edited text). A cancelled or done job keeps
+    its state; only ``paused`` moves between paused and active."""
     by_name = {j.name: j for j in jobs}
     added, changed = [], []
     for name, d in wanted.items():
@@ -753,4 +886,12 @@ def plan_apply(
             changed.append(Change(job, d, diff))
     gone = set(by_name) if prune else set(scope or ())
     removed = [by_name[n] for n in sorted(gone) if n in by_name and n not in wanted]
-    return ApplyPlan(added, changed, removed)
+    cals: dict[str, tuple[str, list[date]]] = {}
+    stored = stored_calendars or {}
+    for name, days in (calendars or {}).items():
+        new = sorted(set(days))
+        if name not in stored:
+            cals[name] = ("+", new)
+        elif sorted(set(stored[name])) != new:
+            cals[name] = ("~", new)
+    return ApplyPlan(added, changed, removed, cals)

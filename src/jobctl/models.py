@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from enum import Enum
 from typing import Any
 
@@ -52,6 +53,8 @@ class TriggerKind(str, Enum):
     REBOOT = "reboot"
     MANUAL = "manual"
     AFTER = "after"
+    #: several cron and fixed-rate triggers: the union of their windows (SPEC §20)
+    SET = "set"
 
 
 class JobState(str, Enum):
@@ -104,6 +107,8 @@ class SkipReason(str, Enum):
     MISSED = "missed"
     OVERLAP = "overlap"
     DEADLINE = "deadline"
+    #: the window matched an ``--except`` expression or a date of an ``--except-calendar``
+    EXCLUDED = "excluded"
 
 
 class PausedReason(str, Enum):
@@ -311,6 +316,11 @@ class Trigger:
     - once: ``at`` (aware UTC).
     - reboot: ``expr`` is ``@reboot``.
     - manual: nothing.
+    - set: ``expr`` is its members' texts joined with `` | `` (a cron expression, or
+      ``every DURATION``, each fixed-rate member anchored at ``anchor``), read in ``tz``.
+
+    ``active_from`` and ``active_until`` (aware UTC, either may be None) bound the
+    windows: one before or after them is no window at all.
     """
 
     kind: TriggerKind
@@ -321,6 +331,8 @@ class Trigger:
     at: datetime | None = None
     after_completion: bool = False
     resolved: str | None = None
+    active_from: datetime | None = None
+    active_until: datetime | None = None
 
 
 class Event(str, Enum):
@@ -410,6 +422,10 @@ class JobSpec:
     secrets: dict[str, str] = field(default_factory=dict)
     #: ``--env-file PATH``: a file in systemd's EnvironmentFile= syntax read at each attempt
     env_file: str | None = None
+    #: a window whose minute (in the job's zone) matches one of these is skipped
+    excepts: tuple[str, ...] = ()
+    #: a window on a date of one of these calendars (in the job's zone) is skipped
+    except_calendars: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -426,6 +442,8 @@ class Job:
     paused_reason: PausedReason | None = None
     #: the number of its last revision (jobctl(1), jobctl history); 0 before its first
     revision: int = 0
+    #: the dates of its ``except_calendars``, kept with the job when a calendar changes
+    except_dates: frozenset[date] = frozenset()
 
     @property
     def name(self) -> str:
@@ -448,6 +466,7 @@ class Job:
             self.last_boot_id,
             self.paused_reason,
             self.revision,
+            self.except_dates,
         )
 
 
@@ -469,6 +488,9 @@ class RunSettings:
     #: {ENV: secret name}: the names only; the values are read when each attempt starts
     secrets: dict[str, str] = field(default_factory=dict)
     env_file: str | None = None
+    #: the job's trigger (kind, expr, tz, anchor) when it has windows, so the attempt
+    #: can say which trigger made its window (``JOBCTL_TRIGGER``)
+    trigger: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -492,6 +514,8 @@ class RunSettings:
             d["secrets"] = self.secrets
         if self.env_file is not None:
             d["env_file"] = self.env_file
+        if self.trigger is not None:
+            d["trigger"] = dict(self.trigger)
         return d
 
     @classmethod
@@ -510,6 +534,7 @@ class RunSettings:
             limits=Limits.from_dict(d.get("limits")),
             secrets=dict(d.get("secrets") or {}),
             env_file=d.get("env_file"),
+            trigger=d.get("trigger"),
         )
 
     @classmethod
@@ -528,7 +553,26 @@ class RunSettings:
             limits=spec.limits,
             secrets=dict(spec.secrets),
             env_file=spec.env_file,
+            trigger=_trigger_ref(spec.trigger),
         )
+
+
+def _trigger_ref(trigger: Trigger) -> dict[str, Any] | None:
+    """What a run keeps of its job's trigger to name the one that made its window: a set's
+    expression, zone and anchor; a cron expression's or an interval's text."""
+    kind = trigger.kind
+    if kind is TriggerKind.SET:
+        anchor = trigger.anchor
+        return {
+            "set": trigger.expr,
+            "tz": trigger.tz,
+            "anchor": None if anchor is None else anchor.isoformat(),
+        }
+    if kind is TriggerKind.CRON:
+        return {"text": trigger.expr}
+    if kind is TriggerKind.INTERVAL and not trigger.after_completion:
+        return {"text": f"every {trigger.expr}"}
+    return None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from .clock import iso
@@ -26,16 +26,31 @@ from .models import (
     Run,
     RunState,
     SecretInfo,
+    Trigger,
     TriggerKind,
     Waiting,
 )
 from .notifications import Channel, Notification
+from .triggers import members
 
 # ---------------------------------------------------------------------- JSON
 
 
 def trigger_json(job: Job) -> dict[str, Any]:
-    t = job.trigger
+    """The job's ``trigger``: a set is ``{kind: "set", expr: its members' texts joined with
+    " | ", tz}`` (its fixed rates' anchor as ``start``)."""
+    out = _trigger_obj(job.trigger)
+    if job.trigger.kind is TriggerKind.SET and job.trigger.anchor is not None:
+        out["start"] = iso(job.trigger.anchor)
+    return out
+
+
+def triggers_json(job: Job) -> list[dict[str, Any]]:
+    """The job's ``triggers``: each trigger of its set, or its one trigger."""
+    return [_trigger_obj(t) for t in members(job.trigger)]
+
+
+def _trigger_obj(t: Trigger) -> dict[str, Any]:
     out: dict[str, Any] = {
         "kind": t.kind.value,
         "expr": t.expr,
@@ -95,6 +110,11 @@ def job_json(job: Job, last_run: Run | None) -> dict[str, Any]:
         "name": job.name,
         "description": s.description,
         "trigger": trigger_json(job),
+        "triggers": triggers_json(job),
+        "except": list(s.excepts),
+        "except_calendars": list(s.except_calendars),
+        "active_from": iso(job.trigger.active_from),
+        "active_until": iso(job.trigger.active_until),
         "command": s.command,
         "stdin": s.stdin,
         "env": s.env,
@@ -761,6 +781,27 @@ def print_channels(channels: Sequence[Channel]) -> None:
         [
             [c.name, c.kind.value, c.shown_target, ",".join(e.value for e in c.default_events)]
             for c in channels
+        ],
+    )
+
+
+def calendars_json(rows: Sequence[tuple[str, Sequence[date], Sequence[str]]]) -> list[Any]:
+    """``calendar list --json``: ``[{name, dates, used_by}]``."""
+    return [
+        {"name": n, "dates": [d.isoformat() for d in days], "used_by": list(users)}
+        for n, days, users in rows
+    ]
+
+
+def print_calendars(rows: Sequence[tuple[str, Sequence[date], Sequence[str]]]) -> None:
+    if not rows:
+        sys.stdout.write("no calendars\n")
+        return
+    _table(
+        ["NAME", "DATES", "USED BY"],
+        [
+            [n, " ".join(d.isoformat() for d in days) or "-", ", ".join(users) or "-"]
+            for n, days, users in rows
         ],
     )
 

@@ -87,7 +87,7 @@ def _due_windows(job: Job, now: datetime, keep: int) -> tuple[int, datetime | No
         tail: deque[datetime] = deque([start], maxlen=keep)
         tail.extend(triggers.iter_fires(trig, start, now))
         return count, first, list(tail)
-    if trig.kind is not TriggerKind.CRON:
+    if trig.kind is not TriggerKind.CRON and trig.kind is not TriggerKind.SET:
         return 1, first, [first]
     count = 1
     tail = deque([first], maxlen=keep)
@@ -118,7 +118,10 @@ def plan_due(
     counts in ``missed_increment``. Overlap: with ``forbid`` a window that would run while
     ``has_leased_run`` is recorded skipped (``overlap``); with ``queue`` one run waits at
     most (``has_waiting_run``: one already does); with ``replace`` the plan asks for the
-    job's open runs to make way. Returns None when nothing is due.
+    job's open runs to make way. A window excluded by ``--except`` or a calendar is
+    recorded skipped (``excluded``) whatever else applies; it is neither run nor missed.
+    After the last window of an active range the job is done. Returns None when nothing
+    is due.
     """
     spec = job.spec
     keep = MAX_SKIPPED_ROWS + max(spec.catchup_limit, 1)
@@ -128,6 +131,21 @@ def plan_due(
     last = tail[-1]
     windows: list[Window] = []
     missed_increment = 0
+    if spec.excepts or job.except_dates:
+        tz = job.trigger.tz
+        out = [w for w in tail if triggers.excluded(spec.excepts, job.except_dates, tz, w)]
+        if out:
+            gone = set(out)
+            tail = [w for w in tail if w not in gone]
+            count -= len(out)
+            windows.extend(
+                Window(w, RunState.SKIPPED, RunReason.SCHEDULE, SkipReason.EXCLUDED)
+                for w in out[-MAX_SKIPPED_ROWS:]
+            )
+            if not tail:
+                count = 0
+            elif earliest in gone:
+                earliest = tail[0]
     if not missed:
         for w in tail:
             windows.append(
@@ -156,6 +174,8 @@ def plan_due(
             windows.append(
                 Window(w, RunState.PENDING, RunReason.CATCHUP, catchup_from=frm, not_before=now)
             )
+    if len(windows) > 1:
+        windows.sort(key=lambda w: w.scheduled_for)
     trig = job.trigger
     done = False
     if trig.kind is TriggerKind.ONCE:
@@ -166,6 +186,7 @@ def plan_due(
         nxt = None if any(w.state is RunState.PENDING for w in windows) else (next_fire(trig, now))
     else:
         nxt = next_fire(trig, max(last, now) if missed else last)
+        done = nxt is None and trig.active_until is not None
     if spec.deadline_seconds is not None:
         windows = [
             replace(w, deadline_at=deadline_at(w.scheduled_for, w.reason, spec.deadline_seconds))
@@ -335,13 +356,22 @@ def plan_backfill(
     return BackfillPlan(create, requeue, left)
 
 
-def plan_coverage(windows: Sequence[datetime], runs: Mapping[datetime, Run]) -> list[Coverage]:
+def plan_coverage(
+    windows: Sequence[datetime],
+    runs: Mapping[datetime, Run],
+    excluded: Iterable[datetime] = (),
+) -> list[Coverage]:
     """Each of ``windows`` (oldest first) with the run kept for it, or none
-    (jobctl(1), jobctl coverage)."""
+    (jobctl(1), jobctl coverage); a
+    window of ``excluded`` without a row is ``skipped`` (``excluded``): it was never to
+    run, whether or not its row was written yet or kept."""
     out: list[Coverage] = []
+    out_of = set(excluded)
     for window in windows:
         run = runs.get(window)
-        if run is None:
+        if run is None and window in out_of:
+            out.append(Coverage(window, RunState.SKIPPED, None, SkipReason.EXCLUDED))
+        elif run is None:
             out.append(Coverage(window))
         else:
             out.append(Coverage(window, run.state, run.id, run.skip_reason))

@@ -11,7 +11,7 @@ import shlex
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from . import cronexpr, durations, notifications, zones
@@ -170,8 +170,10 @@ def join_command(args: Sequence[str]) -> str:
 
 @dataclass
 class TriggerOptions:
-    cron: str | None = None
-    every: str | None = None
+    """The trigger flags as given; ``cron`` and ``every`` may be repeated (a set)."""
+
+    cron: str | Sequence[str] | None = None
+    every: str | Sequence[str] | None = None
     after_completion: bool = False
     start: str | None = None
     at: str | None = None
@@ -179,12 +181,24 @@ class TriggerOptions:
     manual: bool = False
     tz: str | None = None
     after: str | None = None
+    active_from: str | None = None
+    active_until: str | None = None
 
     def given(self) -> bool:
         """Whether a trigger flag was given, an empty one too (``--cron ''`` is an empty
         expression, not an absent flag)."""
         texts = (self.cron, self.every, self.at, self.in_, self.after)
-        return self.manual or any(v is not None for v in texts)
+        # a repeatable flag not given is an empty tuple
+        return self.manual or any(v is not None and v != () for v in texts)
+
+    def range_given(self) -> bool:
+        return self.active_from is not None or self.active_until is not None
+
+
+def _texts(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def build_trigger(
@@ -194,26 +208,60 @@ def build_trigger(
     default_tz: str | None = None,
     name: str | None = None,
 ) -> Trigger:
-    """Exactly one of --cron/--every/--at/--in/--manual -> a validated Trigger, read in
-    ``opts.tz``, else ``default_tz``, else the machine's zone.
+    """One trigger (--cron/--every/--at/--in/--manual/--after), or a set of several --cron
+    and --every -> a validated Trigger, read in ``opts.tz``, else ``default_tz``, else the
+    machine's zone, within ``--active-from``/``--active-until`` when given.
 
     ``name`` is the job's: ``H`` in a cron expression and ``--start H`` are chosen from it
     (see jobctl(1), SPREADING THE LOAD). Without a name an ``H`` expression is only checked;
-    a JobSpec's trigger is resolved with :func:`jobctl.triggers.named`."""
-    for what, text in (
-        ("cron expression", opts.cron),
-        ("interval", opts.every),
-        ("time", opts.at),
-        ("delay", opts.in_),
-        ("--after job", opts.after),
+    a JobSpec's trigger is resolved with :func:`jobctl.triggers.named`. A set's members take
+    no ``H``."""
+    trigger = _build_trigger(opts, now, default_tz=default_tz, name=name)
+    return with_range(trigger, opts, now) if opts.range_given() else trigger
+
+
+def with_range(trigger: Trigger, opts: TriggerOptions, now: datetime) -> Trigger:
+    """``trigger`` with the active range given in ``opts`` (naive times in its zone; an
+    empty text clears that end). Raises UsageError for a range that ends before it starts
+    or a trigger without windows to bound."""
+    if trigger.kind not in (TriggerKind.CRON, TriggerKind.INTERVAL, TriggerKind.SET):
+        raise UsageError("--active-from and --active-until go with --cron or --every")
+
+    def bound(text: str | None, flag: str, current: datetime | None) -> datetime | None:
+        if text is None:
+            return current
+        text = check_text(text, flag).strip()
+        return durations.parse_time(text, trigger.tz, now) if text else None
+
+    out = replace(
+        trigger,
+        active_from=bound(opts.active_from, "--active-from", trigger.active_from),
+        active_until=bound(opts.active_until, "--active-until", trigger.active_until),
+    )
+    if out.active_from and out.active_until and out.active_until < out.active_from:
+        raise UsageError("--active-until is before --active-from")
+    return out
+
+
+def _build_trigger(
+    opts: TriggerOptions, now: datetime, *, default_tz: str | None, name: str | None
+) -> Trigger:
+    crons, everys = _texts(opts.cron), _texts(opts.every)
+    for what, given in (
+        ("cron expression", crons),
+        ("interval", everys),
+        ("time", _texts(opts.at)),
+        ("delay", _texts(opts.in_)),
+        ("--after job", _texts(opts.after)),
     ):
-        if text is not None and not text.strip():
-            raise UsageError(f"the {what} is empty")
+        for text in given:
+            if not text.strip():
+                raise UsageError(f"the {what} is empty")
     chosen = [
         flag
         for flag, v in (
-            ("--cron", opts.cron),
-            ("--every", opts.every),
+            ("--cron", crons),
+            ("--every", everys),
             ("--at", opts.at),
             ("--in", opts.in_),
             ("--manual", opts.manual),
@@ -221,19 +269,47 @@ def build_trigger(
         )
         if v
     ]
-    if len(chosen) != 1:
+    if len(crons) + len(everys) > 1:
+        if len(chosen) != len({"--cron", "--every"} & set(chosen)) or "@reboot" in [
+            c.strip() for c in crons
+        ]:
+            raise UsageError(
+                "--at, --in, --manual, --after and @reboot stand alone: several --cron and "
+                "--every make a set of their own"
+            )
+    elif len(chosen) != 1:
         raise UsageError(
             "give exactly one trigger: --cron, --every, --at, --in, --manual or --after"
             + (f" (got {', '.join(chosen)})" if chosen else "")
         )
     tz = check_zone(opts.tz) if opts.tz is not None else default_tz or zones.local_zone_name()
     zones.parse_zone(tz)
-    if opts.after_completion and not opts.every:
+    if opts.after_completion and not everys:
         raise UsageError("--after-completion goes with --every")
-    if opts.start and not opts.every:
+    if opts.start and not everys:
         raise UsageError("--start goes with --every")
-    if opts.cron is not None:
-        expr = check_text(opts.cron.strip(), "--cron")
+    if len(crons) + len(everys) > 1:
+        if opts.after_completion:
+            raise UsageError("--after-completion goes with one --every, not a set")
+        texts: list[str] = []
+        for given_expr in crons:
+            member = check_text(given_expr.strip(), "--cron")
+            if cronexpr.has_hash(member):
+                raise UsageError(f"--cron {member!r}: H goes with a lone --cron, not a set")
+            cronexpr.parse_cron(member)
+            texts.append(member)
+        for rate in everys:
+            texts.append("every " + durations.format_duration(durations.parse_duration(rate)))
+        anchor = durations.parse_time(opts.start, tz, now) if opts.start else now
+        return Trigger(
+            TriggerKind.SET,
+            tz=tz,
+            expr=" | ".join(dict.fromkeys(texts)),
+            anchor=anchor if everys else None,
+        )
+    every = everys[0] if everys else None
+    if crons:
+        expr = check_text(crons[0].strip(), "--cron")
         if expr == "@reboot":
             return Trigger(TriggerKind.REBOOT, tz=tz, expr="@reboot")
         if cronexpr.has_hash(expr):
@@ -241,8 +317,8 @@ def build_trigger(
             return Trigger(TriggerKind.CRON, tz=tz, expr=expr, resolved=resolved if name else None)
         cronexpr.parse_cron(expr)
         return Trigger(TriggerKind.CRON, tz=tz, expr=expr)
-    if opts.every is not None:
-        seconds = durations.parse_duration(opts.every)
+    if every is not None:
+        seconds = durations.parse_duration(every)
         if opts.start is not None and opts.start.strip().upper() == "H":
             if opts.after_completion:
                 raise UsageError("--start H goes with a fixed-rate --every")
@@ -333,14 +409,19 @@ def check_zone(name: str, flag: str = "--tz") -> str:
 
 def trigger_warnings(trigger: Trigger) -> list[str]:
     """What to tell a user about a valid trigger: a cron expression that can never fire."""
-    expr = trigger.expr
-    if (
-        trigger.kind is TriggerKind.CRON
-        and expr
-        and not cronexpr.parse_cron(trigger.resolved or cronexpr.resolve_hashes(expr, "")).can_fire
-    ):
-        return [f"cron expression {expr!r} can never fire (no date matches it)"]
-    return []
+    exprs = [trigger.expr] if trigger.kind is TriggerKind.CRON else []
+    if trigger.kind is TriggerKind.SET:
+        exprs = [t for t in (trigger.expr or "").split(" | ") if not t.startswith("every ")]
+    return [
+        f"cron expression {expr!r} can never fire (no date matches it)"
+        for expr in exprs
+        if expr
+        and not cronexpr.parse_cron(
+            trigger.resolved or cronexpr.resolve_hashes(expr, "")
+            if trigger.kind is TriggerKind.CRON
+            else expr
+        ).can_fire
+    ]
 
 
 def check_start_settings(cwd: str | None, shell: str | None) -> list[str]:
@@ -562,7 +643,39 @@ def policy_changes(p: dict[str, Any]) -> dict[str, Any]:
     if p.get("keep_for") is not None:
         out["keep_for_seconds"] = durations.parse_duration(p["keep_for"])
     out.update(notify_changes(p))
+    out.update(except_changes(p))
     return out
+
+
+def except_changes(p: dict[str, Any]) -> dict[str, Any]:
+    """``--except EXPR``... and ``--except-calendar NAME``... (each replaces the job's
+    list when given), ``--no-except`` (clears both) -> JobSpec field values. That each
+    calendar exists is checked by the store, in the job's own write."""
+    out: dict[str, Any] = {}
+    if p.get("no_except"):
+        if p.get("except_") or p.get("except_calendar"):
+            raise UsageError("give --except/--except-calendar or --no-except, not both")
+        return {"excepts": (), "except_calendars": ()}
+    if p.get("except_"):
+        out["excepts"] = tuple(dict.fromkeys(check_except(e) for e in p["except_"]))
+    if p.get("except_calendar"):
+        out["except_calendars"] = tuple(
+            dict.fromkeys(check_name(c, "calendar name") for c in p["except_calendar"])
+        )
+    return out
+
+
+def check_except(text: str) -> str:
+    """An ``--except`` value: a 5-field cron expression (macros too, not ``@reboot``).
+    Raises UsageError."""
+    expr = check_text(text, "--except").strip()
+    if expr == "@reboot":
+        raise UsageError("--except takes a cron expression, not @reboot")
+    try:
+        cronexpr.parse_cron(expr)
+    except UsageError as e:
+        raise UsageError(f"invalid --except: {e}") from None
+    return expr
 
 
 def notify_changes(p: dict[str, Any]) -> dict[str, Any]:
@@ -645,14 +758,24 @@ def edit_changes(
             and current.after_completion
         ):
             trig = replace(trig, after_completion=True)
-        # the job's zone stays unless a new one is given: a new expression is read in it
-        changes["trigger"] = build_trigger(
-            trig, now, default_tz=current.tz, name=rename or job.name
-        )
+        # the job's zone stays unless a new one is given: a new expression is read in it;
+        # the set is replaced whole, its active range kept unless one is given
+        new = _build_trigger(trig, now, default_tz=current.tz, name=rename or job.name)
+        if new.kind in (TriggerKind.CRON, TriggerKind.INTERVAL, TriggerKind.SET):
+            new = replace(new, active_from=current.active_from, active_until=current.active_until)
+        changes["trigger"] = with_range(new, trig, now) if trig.range_given() else new
     elif trig.tz is not None or trig.after_completion or trig.start:
-        if current.kind is not TriggerKind.CRON or trig.after_completion or trig.start:
+        if (
+            current.kind not in (TriggerKind.CRON, TriggerKind.SET)
+            or trig.after_completion
+            or trig.start
+        ):
             raise UsageError("--tz, --start and --after-completion need their trigger flag too")
         changes["trigger"] = replace(current, tz=check_zone(trig.tz or ""))
+        if trig.range_given():
+            changes["trigger"] = with_range(changes["trigger"], trig, now)
+    elif trig.range_given():
+        changes["trigger"] = with_range(current, trig, now)
     if command is not None:
         changes["command"] = join_command([command])
     if rename is not None:
@@ -731,7 +854,21 @@ def backfill_windows(job: Job, start: str, end: str, now: datetime) -> list[date
         raise UsageError(
             f"backfill: --to {iso(hi)} is in the future; windows to come run by themselves"
         )
-    return windows_between(job.trigger, lo, hi, MAX_HISTORY_WINDOWS)
+    windows = windows_between(job.trigger, lo, hi, MAX_HISTORY_WINDOWS)
+    out_of = excluded_windows(job, windows)
+    return [w for w in windows if w not in out_of] if out_of else windows
+
+
+def excluded_windows(job: Job, windows: Sequence[datetime]) -> set[datetime]:
+    """Those of ``windows`` that the job excludes (``--except``, its calendars' dates):
+    ``coverage`` shows them skipped, ``backfill`` never runs them."""
+    from .triggers import excluded
+
+    spec = job.spec
+    if not spec.excepts and not job.except_dates:
+        return set()
+    tz = job.trigger.tz
+    return {w for w in windows if excluded(spec.excepts, job.except_dates, tz, w)}
 
 
 def coverage_windows(job: Job, start: str | None, end: str | None, now: datetime) -> list[datetime]:
@@ -747,3 +884,19 @@ def coverage_windows(job: Job, start: str | None, end: str | None, now: datetime
         return windows_before(job.trigger, hi, DEFAULT_COVERAGE_WINDOWS)
     lo = durations.parse_time(check_text(start, "--from"), tz, now)
     return windows_between(job.trigger, lo, hi, MAX_HISTORY_WINDOWS, "coverage")
+
+
+# ---------------------------------------------------------------------- calendars
+
+
+def parse_dates(texts: Sequence[str], flag: str = "DATE") -> list[date]:
+    """ISO dates (``2026-12-25``) of ``calendar add|rm`` and a job file's calendars.
+    Raises UsageError naming the first that is not one."""
+    out = []
+    for text in texts:
+        check_text(text, flag)
+        try:
+            out.append(date.fromisoformat(text.strip()))
+        except ValueError:
+            raise UsageError(f"invalid {flag} {text!r}: give an ISO date like 2026-12-25") from None
+    return out

@@ -14,14 +14,17 @@ results are aware UTC. A cron expression is evaluated in the trigger's zone:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+import heapq
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from .clock import from_us, iso, to_us
 from .cronexpr import CronSchedule, has_hash, hash_value, parse_cron, resolve_hashes
-from .durations import format_duration
+from .durations import format_duration, parse_duration
 from .errors import UsageError
 from .models import Job, JobState, Trigger, TriggerKind
 from .zones import first_offset_change, parse_zone, utc_offset
@@ -139,6 +142,9 @@ def _anchor_us(trigger: Trigger) -> int:
 def next_fire(trigger: Trigger, after: datetime) -> datetime | None:
     """The first fire time strictly after ``after`` (aware, any zone), as aware UTC.
 
+    A set: the least of its members' next fire times. Outside the trigger's active range
+    nothing fires (None once ``active_until`` is passed).
+
     cron: read in zone ``trigger.tz`` with the DST rules in the module docstring; None
     when the expression can never match (``0 0 31 2 *``) or nothing matches within
     SEARCH_YEARS. interval (fixed rate): the first ``anchor + k*every`` (k >= 0) after
@@ -150,9 +156,18 @@ def next_fire(trigger: Trigger, after: datetime) -> datetime | None:
     or an incomplete trigger.
     """
     _require_aware("after", after)
+    if trigger.active_from is None and trigger.active_until is None:
+        return _next_fire(trigger, after)
+    return next(_iter_all(trigger, after), None)
+
+
+def _next_fire(trigger: Trigger, after: datetime) -> datetime | None:
     kind = trigger.kind
     if kind == TriggerKind.CRON:
         return next(_cron_iter(trigger, after), None)
+    if kind == TriggerKind.SET:
+        fires = [f for m in members(trigger) if (f := _next_fire(m, after)) is not None]
+        return min(fires) if fires else None
     if kind == TriggerKind.INTERVAL:
         every_us = _interval_us(trigger)
         after_us = to_us(after)
@@ -178,10 +193,11 @@ def next_fires(trigger: Trigger, after: datetime, count: int) -> list[datetime]:
     as next_fire.
     """
     _require_aware("after", after)
-    if trigger.kind is TriggerKind.CRON:
-        fires = _cron_iter(trigger, after)
-        return [fire for fire, _ in zip(fires, range(count), strict=False)]
-    out: list[datetime] = []
+    if has_windows(trigger) or trigger.active_from or trigger.active_until:
+        fires = _iter_all(trigger, after)
+        out = [fire for fire, _ in zip(fires, range(count), strict=False)]
+        return out[:1] if is_fixed_delay(trigger) else out
+    out = []
     t = after
     while len(out) < count:
         nt = next_fire(trigger, t)
@@ -194,19 +210,49 @@ def next_fires(trigger: Trigger, after: datetime, count: int) -> list[datetime]:
     return out
 
 
-def upcoming(job: Job, after: datetime, count: int) -> list[datetime]:
-    """The next ``count`` windows of a stored job after ``after`` (``next NAME``).
+#: how many excluded windows in a row ``upcoming`` passes over before it stops looking
+MAX_EXCLUDED_RUN = 100_000
 
-    A cancelled or done job has none; a paused one has those it would fire if resumed
-    now. An active fixed-delay job has only its stored next window, since each later one
-    is ``every`` after the run before it ends.
+
+def upcoming(
+    job: Job, after: datetime, count: int, *, with_excluded: bool = False
+) -> list[tuple[datetime, bool]]:
+    """The next ``count`` windows of a stored job after ``after`` (``next NAME``), each
+    with whether it is excluded (``--except``, a calendar's date).
+
+    With ``with_excluded`` the excluded windows are listed (and counted) among the others;
+    without, they are passed over (at most :data:`MAX_EXCLUDED_RUN` in a row). A
+    cancelled or done job has none; a paused one has those it would fire if resumed now.
+    An active fixed-delay job has only its stored next window, since each later one is
+    ``every`` after the run before it ends.
     """
-    if job.state in (JobState.CANCELLED, JobState.DONE):
+    if job.state in (JobState.CANCELLED, JobState.DONE) or count <= 0:
         return []
+    spec = job.spec
     if is_fixed_delay(job.trigger) and job.state is JobState.ACTIVE:
         nxt = job.next_run_at
-        return [nxt] if nxt is not None and nxt > after and count > 0 else []
-    return next_fires(job.trigger, after, count)
+        fires: Iterator[datetime] = iter([nxt] if nxt is not None and nxt > after else [])
+    elif has_windows(job.trigger):
+        fires = _iter_all(job.trigger, after)
+    else:
+        fires = iter(next_fires(job.trigger, after, count))
+    if not spec.excepts and not job.except_dates:
+        return [(f, False) for f, _ in zip(fires, range(count), strict=False)]
+    out: list[tuple[datetime, bool]] = []
+    passed = 0
+    tz = job.trigger.tz
+    for fire in fires:
+        out_of = excluded(spec.excepts, job.except_dates, tz, fire)
+        if out_of and not with_excluded:
+            passed += 1
+            if passed > MAX_EXCLUDED_RUN:
+                break
+            continue
+        passed = 0
+        out.append((fire, out_of))
+        if len(out) >= count:
+            break
+    return out
 
 
 def named(trigger: Trigger, name: str) -> Trigger:
@@ -252,10 +298,124 @@ def iter_fires(trigger: Trigger, after: datetime, until: datetime) -> Iterator[d
     """
     _require_aware("after", after)
     _require_aware("until", until)
+    return _iter_all(trigger, after, until)
+
+
+def _iter_all(
+    trigger: Trigger, after: datetime, until: datetime | None = None
+) -> Iterator[datetime]:
+    """Every fire time in (after, until] (no end: None) within the active range."""
+    lo, hi = trigger.active_from, trigger.active_until
+    if lo is not None and after < lo:
+        after = lo - _US
+    if hi is not None and (until is None or until > hi):
+        until = hi
+    if until is not None and until <= after:
+        return iter(())
+    return _fires(trigger, after, until)
+
+
+def _fires(trigger: Trigger, after: datetime, until: datetime | None) -> Iterator[datetime]:
     kind = trigger.kind
     if kind == TriggerKind.CRON:
         return _cron_iter(trigger, after, until)
+    if kind == TriggerKind.SET:
+        return _set_fires(trigger, after, until)
+    if until is None:
+        if is_fixed_rate(trigger):
+            return _rate_fires(trigger, after)
+        until = datetime.max.replace(tzinfo=UTC)
     return _other_fires(trigger, after, until)
+
+
+def _rate_fires(trigger: Trigger, after: datetime) -> Iterator[datetime]:
+    every_us = _interval_us(trigger)
+    anchor_us = _anchor_us(trigger)
+    k = max(0, (to_us(after) - anchor_us) // every_us + 1)
+    while True:
+        yield from_us(anchor_us + k * every_us)
+        k += 1
+
+
+def _set_fires(trigger: Trigger, after: datetime, until: datetime | None) -> Iterator[datetime]:
+    """The members' fire times merged; two members firing at one instant make one."""
+    last: datetime | None = None
+    for fire in heapq.merge(*(_fires(m, after, until) for m in members(trigger))):
+        if fire != last:
+            last = fire
+            yield fire
+
+
+@functools.lru_cache(maxsize=1024)
+def members(trigger: Trigger) -> tuple[Trigger, ...]:
+    """The triggers of a set, in the order given (a single trigger: itself). A member is
+    a cron expression or a fixed rate anchored at the set's anchor, in the set's zone;
+    neither carries the set's active range (the set applies it)."""
+    if trigger.kind is not TriggerKind.SET:
+        return (trigger,)
+    out: list[Trigger] = []
+    for text in split_set(trigger.expr or ""):
+        if text.startswith(EVERY_PREFIX):
+            seconds = parse_duration(text[len(EVERY_PREFIX) :])
+            out.append(
+                Trigger(
+                    TriggerKind.INTERVAL,
+                    tz=trigger.tz,
+                    expr=format_duration(seconds),
+                    every_seconds=seconds,
+                    anchor=trigger.anchor,
+                )
+            )
+        else:
+            out.append(Trigger(TriggerKind.CRON, tz=trigger.tz, expr=text))
+    return tuple(out)
+
+
+SET_SEPARATOR = " | "
+"""How a set's members are joined in its ``expr`` (and in job JSON's ``trigger.expr``)."""
+
+EVERY_PREFIX = "every "
+
+
+def split_set(expr: str) -> list[str]:
+    """A set's ``expr`` as its members' texts."""
+    return [t.strip() for t in expr.split("|") if t.strip()]
+
+
+def member_text(trigger: Trigger) -> str:
+    """A cron or fixed-rate trigger as a set writes it: the expression, or
+    ``every DURATION``."""
+    if trigger.kind is TriggerKind.INTERVAL:
+        return EVERY_PREFIX + format_duration(trigger.every_seconds or 0)
+    return trigger.expr or ""
+
+
+def named_by(ref: Mapping[str, Any] | None, window: datetime) -> str | None:
+    """``JOBCTL_TRIGGER`` of a run: the text of the trigger that made ``window``, from
+    what the run keeps of its job's trigger (see ``RunSettings.trigger``); None when it
+    keeps none."""
+    if not ref:
+        return None
+    if "text" in ref:
+        return str(ref["text"])
+    anchor = ref.get("anchor")
+    trigger = Trigger(
+        TriggerKind.SET,
+        tz=str(ref.get("tz") or "UTC"),
+        expr=str(ref.get("set") or ""),
+        anchor=None if anchor is None else datetime.fromisoformat(anchor),
+    )
+    return made_by(trigger, window)
+
+
+def made_by(trigger: Trigger, window: datetime) -> str | None:
+    """The text of the trigger that makes ``window`` (the first member given, when several
+    do); None when none does (a manual run's window)."""
+    before = window - _US
+    for m in members(trigger):
+        if _next_fire(m, before) == window:
+            return member_text(m)
+    return None
 
 
 def _other_fires(trigger: Trigger, after: datetime, until: datetime) -> Iterator[datetime]:
@@ -266,7 +426,7 @@ def _other_fires(trigger: Trigger, after: datetime, until: datetime) -> Iterator
         for j in range(k, last + 1):
             yield from_us(anchor_us + j * every_us)
     else:
-        fire = next_fire(trigger, after)
+        fire = _next_fire(trigger, after)
         if fire is not None and fire <= until:
             yield fire
 
@@ -287,6 +447,13 @@ def count_fires(trigger: Trigger, after: datetime, until: datetime) -> int:
     """
     _require_aware("after", after)
     _require_aware("until", until)
+    lo, hi = trigger.active_from, trigger.active_until
+    if lo is not None and after < lo:
+        after = lo - _US
+    if hi is not None and until > hi:
+        until = hi
+    if until <= after:
+        return 0
     if is_fixed_rate(trigger):
         first, last = _interval_k_range(
             _anchor_us(trigger), _interval_us(trigger), to_us(after), to_us(until)
@@ -303,6 +470,8 @@ def describe(trigger: Trigger) -> str:
     """
     kind = trigger.kind
     if kind == TriggerKind.CRON:
+        return f"{trigger.expr} ({trigger.tz})"
+    if kind == TriggerKind.SET:
         return f"{trigger.expr} ({trigger.tz})"
     if kind == TriggerKind.INTERVAL:
         text = f"every {format_duration(trigger.every_seconds or 0)}"
@@ -326,9 +495,9 @@ _US = timedelta(microseconds=1)
 
 def has_windows(trigger: Trigger) -> bool:
     """Whether the trigger's windows can be listed for a range (``backfill``, ``coverage``):
-    a cron expression or a fixed rate. Windows that depend on runs (after completion), a
-    one-shot, ``@reboot`` and manual jobs have none to list."""
-    return trigger.kind is TriggerKind.CRON or is_fixed_rate(trigger)
+    a cron expression, a fixed rate or a set of them. Windows that depend on runs (after
+    completion), a one-shot, ``@reboot`` and manual jobs have none to list."""
+    return trigger.kind in (TriggerKind.CRON, TriggerKind.SET) or is_fixed_rate(trigger)
 
 
 def _check_listable(trigger: Trigger, what: str) -> None:
@@ -391,11 +560,15 @@ def windows_before(trigger: Trigger, end: datetime, count: int) -> list[datetime
     if count <= 0:
         return []
     until = end - _US
+    if trigger.active_until is not None and until > trigger.active_until:
+        until = trigger.active_until
     if is_fixed_rate(trigger):
         every_us = _interval_us(trigger)
         anchor_us = _anchor_us(trigger)
         last = (to_us(until) - anchor_us) // every_us
         first = max(0, last - count + 1)
+        if trigger.active_from is not None:
+            first = max(first, -(-(to_us(trigger.active_from) - anchor_us) // every_us))
         return [from_us(anchor_us + k * every_us) for k in range(first, last + 1)]
     span = timedelta(minutes=count)  # a cron window is at least a minute after the last
     horizon = timedelta(days=366 * SEARCH_YEARS)
@@ -404,3 +577,19 @@ def windows_before(trigger: Trigger, end: datetime, count: int) -> list[datetime
         if len(found) >= count or span >= horizon:
             return found[-count:]
         span = min(span * 4, horizon)
+
+
+# ---------------------------------------------------------------------- exclusions
+
+
+def excluded(excepts: tuple[str, ...], dates: frozenset[date], tz: str, window: datetime) -> bool:
+    """Whether ``window`` (aware) is excluded (README, "Schedule sets"): its
+    minute, read in zone ``tz``, matches one of the cron expressions ``excepts``, or its
+    date there is one of ``dates``. A set lookup and one match per expression: no
+    calendar is read."""
+    if not excepts and not dates:
+        return False
+    wall = window.astimezone(parse_zone(tz)).replace(tzinfo=None)
+    if wall.date() in dates:
+        return True
+    return any(parse_cron(e).matches(wall) for e in excepts)

@@ -56,6 +56,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from . import triggers
 from .clock import iso
 from .models import (
     NO_LIMITS,
@@ -64,6 +65,7 @@ from .models import (
     IoClass,
     Limits,
     Run,
+    RunReason,
     RunSettings,
     StopReason,
 )
@@ -249,6 +251,13 @@ def build_env(
         env["JOBCTL_CATCHUP_FROM"] = iso(run.catchup_from) or ""
     else:
         env.pop("JOBCTL_CATCHUP_FROM", None)
+    made_by = None
+    if run.reason not in (RunReason.MANUAL, RunReason.AFTER):
+        made_by = triggers.named_by(settings.trigger, run.scheduled_for)
+    if made_by is not None:
+        env["JOBCTL_TRIGGER"] = made_by
+    else:
+        env.pop("JOBCTL_TRIGGER", None)
     if run.run_key is not None:
         env["JOBCTL_RUN_KEY"] = run.run_key
     else:

@@ -33,6 +33,7 @@ __all__ = ["Ctx", "cli", "completion_script", "main"]
 # registered after the others: the history commands (backfill, coverage), then `serve` last in help
 from . import history  # noqa: F401, I001
 from . import plan  # noqa: F401
+from . import calendars  # noqa: F401
 from . import serve  # noqa: F401
 
 # ---------------------------------------------------------------------- entry point

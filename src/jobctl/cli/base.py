@@ -261,11 +261,16 @@ def trigger_options(f: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
         click.option(
             "--cron",
+            multiple=True,
             metavar="EXPR",
-            help="5-field cron expression, a macro like @daily, or @reboot.",
+            help="5-field cron expression, a macro like @daily, or @reboot; repeatable, "
+            "with --every too (the windows of all of them).",
         ),
         click.option(
-            "--every", metavar="DURATION", help="Fixed rate: windows at start + k·DURATION."
+            "--every",
+            multiple=True,
+            metavar="DURATION",
+            help="Fixed rate: windows at start + k·DURATION; repeatable.",
         ),
         click.option(
             "--after-completion",
@@ -298,6 +303,16 @@ def trigger_options(f: Callable[..., Any]) -> Callable[..., Any]:
             shell_complete=_complete_jobs,
             help="Run when a run of JOB ends in STATES (comma list of succeeded, dead, "
             "cancelled; default succeeded), for that run's window.",
+        ),
+        click.option(
+            "--active-from",
+            metavar="TIME",
+            help="No window before TIME (ISO 8601, naive = the job's zone; '' clears it).",
+        ),
+        click.option(
+            "--active-until",
+            metavar="TIME",
+            help="No window after TIME; then the job is done ('' clears it).",
         ),
     ]
     for opt in reversed(opts):
@@ -458,6 +473,27 @@ def policy_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="Name no channel (the channels with --default are told).",
         ),
         click.option(
+            "--except",
+            "except_",
+            multiple=True,
+            metavar="EXPR",
+            help="A window whose minute matches this cron expression (in the job's zone) is "
+            "skipped (excluded); repeatable; on edit it replaces the list.",
+        ),
+        click.option(
+            "--except-calendar",
+            multiple=True,
+            metavar="NAME",
+            help="A window on a date of calendar NAME (in the job's zone) is skipped; "
+            "repeatable; on edit it replaces the list.",
+        ),
+        click.option(
+            "--no-except",
+            is_flag=True,
+            default=None,
+            help="Clear --except and --except-calendar.",
+        ),
+        click.option(
             "--grace",
             metavar="DURATION",
             help="A run not started by its window + DURATION is late.",
@@ -509,6 +545,9 @@ POLICY_KEYS = (
     "no_notify",
     "grace",
     "warn_after",
+    "except_",
+    "except_calendar",
+    "no_except",
 )
 TRIGGER_KEYS = (
     "cron",
@@ -520,6 +559,8 @@ TRIGGER_KEYS = (
     "manual",
     "tz",
     "after",
+    "active_from",
+    "active_until",
 )
 
 

@@ -35,7 +35,8 @@ def export(obj: Ctx, names: tuple[str, ...], fmt: str) -> None:
         jobs = [store.get_job(n) for n in dict.fromkeys(names)]
     else:
         jobs = store.list_jobs()
-    document = jobfile.export_document([jobfile.Definition.of(j) for j in jobs])
+    calendars = {name: days for name, days, _ in store.calendar_list()}
+    document = jobfile.export_document([jobfile.Definition.of(j) for j in jobs], calendars)
     click.echo(jobfile.dumps(document, fmt), nl=False)
 
 
@@ -115,7 +116,10 @@ def edit_in_editor(obj: Ctx, names: tuple[str, ...]) -> None:
 
     store = obj.store()
     jobs = [store.get_job(n) for n in dict.fromkeys(names)] if names else store.list_jobs()
-    text = jobfile.dumps(jobfile.export_document([jobfile.Definition.of(j) for j in jobs]))
+    calendars = {name: days for name, days, _ in store.calendar_list()}
+    text = jobfile.dumps(
+        jobfile.export_document([jobfile.Definition.of(j) for j in jobs], calendars)
+    )
     fd, path = tempfile.mkstemp(prefix="jobctl-edit-", suffix=".toml")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)

@@ -50,13 +50,13 @@ def coverage(obj: Ctx, name: str, from_: str | None, to: str | None, as_json: bo
     """Every window of the job's trigger in [--from, --to) with its run's state, or none
     where no row is kept, then a summary line. Default: the last 24 windows up to now."""
     from .. import output, planner
-    from ..specs import coverage_windows
+    from ..specs import coverage_windows, excluded_windows
 
     store = obj.reader()
     job = store.get_job(name)
     windows = coverage_windows(job, from_, to, obj.now())
     runs = store.window_runs(name, windows[0], windows[-1]) if windows else {}
-    entries = planner.plan_coverage(windows, runs)
+    entries = planner.plan_coverage(windows, runs, excluded_windows(job, windows))
     if as_json:
         output.print_json(output.coverage_json(entries))
     else:

@@ -196,9 +196,14 @@ def show(obj: Ctx, name: str, limit: int, as_json: bool) -> None:
 
 @cli.command("next")
 @click.argument("name", required=False, shell_complete=_complete_jobs)
-@click.option("--cron", metavar="EXPR", help="A cron expression instead of a job.")
 @click.option(
-    "--every", metavar="DURATION", help="An interval instead of a job (anchored at --from)."
+    "--cron", multiple=True, metavar="EXPR", help="A cron expression instead of a job; repeatable."
+)
+@click.option(
+    "--every",
+    multiple=True,
+    metavar="DURATION",
+    help="An interval instead of a job (anchored at --from); repeatable, with --cron too.",
 )
 @click.option(
     "--tz",
@@ -222,8 +227,8 @@ def show(obj: Ctx, name: str, limit: int, as_json: bool) -> None:
 def next_(
     obj: Ctx,
     name: str | None,
-    cron: str | None,
-    every: str | None,
+    cron: tuple[str, ...],
+    every: tuple[str, ...],
     tz: str | None,
     count: int,
     from_: str | None,
@@ -235,13 +240,15 @@ def next_(
     from ..specs import TriggerOptions, build_trigger, trigger_warnings
 
     now = obj.now()
-    if sum(x is not None for x in (name, cron, every)) != 1:
+    if (name is not None and (cron or every)) or (name is None and not (cron or every)):
         raise UsageError("give a job NAME, --cron EXPR or --every DURATION")
     if name is not None:
         job = obj.reader().get_job(name)
         trigger = job.trigger
         after = durations.parse_time(from_, trigger.tz, now) if from_ else now
-        times = triggers.upcoming(job, after, count)
+        marked = triggers.upcoming(job, after, count, with_excluded=not as_json)
+        times = [t for t, _ in marked]
+        excluded = {t for t, out in marked if out}
         if trigger.kind.value == "after":
             warn(f"job {job.name} follows {trigger.expr}: it runs when a run of that job ends")
         elif job.state.value == "paused":
@@ -257,6 +264,7 @@ def next_(
         warn_all(trigger_warnings(trigger))
         after = durations.parse_time(from_, trigger.tz, now) if from_ else now
         times = triggers.next_fires(trigger, after, count)
+        excluded = set()
     if as_json:
         output.print_json([iso(x) for x in times])
     elif trigger.kind.value == "after":
@@ -264,7 +272,12 @@ def next_(
     elif not times:
         output.print_lines(["no fire times"])
     else:
-        output.print_lines([output.local_time(x, trigger.tz) for x in times])
+        output.print_lines(
+            [
+                output.local_time(x, trigger.tz) + ("  excluded" if x in excluded else "")
+                for x in times
+            ]
+        )
 
 
 @cli.command()

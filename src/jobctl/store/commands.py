@@ -14,7 +14,7 @@ import json
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from .. import jobfile
@@ -35,7 +35,7 @@ from ..models import (
     Window,
     after_parts,
 )
-from . import outbox
+from . import calendars, outbox
 from .dialect import Dialect, retrying
 from .rows import (
     attempt_from_row,
@@ -381,6 +381,7 @@ class Commands(outbox.OutboxCommands, SecretCommands):
         paused: bool,
     ) -> int:
         cols = spec_columns(spec)
+        cols["except_dates"] = calendars.job_dates(c, self._q, spec.except_calendars, spec.name)
         cols.update(
             state=(JobState.PAUSED if paused else JobState.ACTIVE).value,
             paused_reason="user" if paused else None,
@@ -493,6 +494,10 @@ class Commands(outbox.OutboxCommands, SecretCommands):
                 raise Conflict(f"a job named {new_spec.name!r} already exists")
         cols = spec_columns(new_spec)
         cols["updated_at"] = to_us(now)
+        if "except_calendars" in changes:
+            cols["except_dates"] = calendars.job_dates(
+                c, self._q, new_spec.except_calendars, new_spec.name
+            )
         early = withdraw_early(self.db, c, job.id, now)
         if restart_schedule and job.state in (JobState.ACTIVE, JobState.DONE):
             # a new trigger starts from now; a one-shot that was done becomes active
@@ -571,6 +576,8 @@ class Commands(outbox.OutboxCommands, SecretCommands):
         (by name). A job changed by someone else since the plan read it is a Conflict:
         nothing is applied."""
         with self.db.write() as c:
+            for name, (_, days) in plan.calendars.items():
+                self._calendar_changed(calendars.set_dates(c, self._q, name, days))
             for job in plan.removed:
                 row = self._unchanged_row(c, job)
                 if c.execute(self.q.leased_of_job, (row["id"],)).fetchone()["n"]:
@@ -606,6 +613,29 @@ class Commands(outbox.OutboxCommands, SecretCommands):
                 job_id = self._upsert(c, d.spec, next_runs.get(d.spec.name), now, None, d.paused)
                 new = job_from_row(job_row(self.db, c, d.spec.name))
                 self._revise(c, job_id, None, new, now, source=source)
+
+    # ------------------------------------------------------------------ calendars
+
+    def calendar_add(self, name: str, days: Sequence[date]) -> None:
+        with self.db.write() as c:
+            self._calendar_changed(calendars.add_dates(c, self._q, name, days))
+
+    def calendar_set(self, items: Mapping[str, Sequence[date]]) -> None:
+        with self.db.write() as c:
+            for name, days in items.items():
+                self._calendar_changed(calendars.set_dates(c, self._q, name, days))
+
+    def calendar_rm(self, name: str, days: Sequence[date]) -> None:
+        with self.db.write() as c:
+            self._calendar_changed(calendars.remove(c, self._q, name, days))
+
+    def calendar_list(self, name: str | None = None) -> list[tuple[str, list[date], list[str]]]:
+        return calendars.listing(self.db.read, self._q, name)
+
+    def _calendar_changed(self, job_ids: Sequence[int]) -> None:
+        # the scheduler reads these jobs again: their next window may now be excluded
+        for job_id in job_ids:
+            self.db.announce(f"job:{job_id}")
 
     def _unchanged_row(self, c: Any, job: Job) -> Any:
         """The job's row, locked, when it is still at the revision ``job`` was read at."""

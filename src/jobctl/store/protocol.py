@@ -20,7 +20,7 @@ Rules that hold for every method of every backend:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Protocol
 
 from ..checks import CheckFacts
@@ -177,6 +177,27 @@ class CommandStore(Protocol):
     def rollback_job(self, name: str, revision: int, now: datetime) -> Job:
         """The job as it was at ``revision``, as a new revision. Raises NotFound for an
         unknown revision, UsageError when that definition is no longer valid."""
+        ...
+
+    # calendars (a job's --except-calendar) -----------------------------------------
+    def calendar_add(self, name: str, days: Sequence[date]) -> None:
+        """Create calendar ``name`` with ``days`` or add them to it; the jobs that name it
+        exclude them from their next window on."""
+        ...
+
+    def calendar_set(self, items: Mapping[str, Sequence[date]]) -> None:
+        """Make each calendar hold exactly its dates (created when missing), as ``apply``
+        does; one transaction for all."""
+        ...
+
+    def calendar_rm(self, name: str, days: Sequence[date]) -> None:
+        """Remove ``days`` from calendar ``name`` or, with none, the calendar. NotFound for
+        an unknown calendar; Conflict (naming them) while a job uses the calendar."""
+        ...
+
+    def calendar_list(self, name: str | None = None) -> list[tuple[str, list[date], list[str]]]:
+        """(name, dates, names of the jobs that use it) of every calendar by name, or of
+        the one named (NotFound when there is none). Reads only."""
         ...
 
     # runs --------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from ..clock import from_us, to_us
@@ -96,6 +96,8 @@ def _trigger(r: Any) -> Trigger:
         r["after_completion"],
         # H is chosen from the job's name: such a trigger is the job's own
         r["name"] if r["trigger_kind"] == "cron" and expr and has_hash(expr) else None,
+        r["active_from"],
+        r["active_until"],
     )
     trigger = _TRIGGERS.get(key)
     if trigger is None:
@@ -109,6 +111,8 @@ def _trigger(r: Any) -> Trigger:
             anchor=opt_dt(key[4]),
             at=opt_dt(key[5]),
             after_completion=bool(key[6]),
+            active_from=opt_dt(key[8]),
+            active_until=opt_dt(key[9]),
         )
         if key[7] is not None:
             trigger = _TRIGGERS[key] = named(trigger, key[7])
@@ -148,6 +152,8 @@ def job_from_row(r: Any) -> Job:
         secrets=env_from_json(r["secrets"]),
         env_file=r["env_file"],
         warn_after_seconds=r["warn_after_seconds"],
+        excepts=_texts(r["excepts"]),
+        except_calendars=_texts(r["except_calendars"]),
     )
     next_run_at = r["next_run_at"]
     paused_reason = r["paused_reason"]
@@ -161,7 +167,27 @@ def job_from_row(r: Any) -> Job:
         last_boot_id=r["last_boot_id"],
         paused_reason=None if paused_reason is None else _PAUSED_REASONS[paused_reason],
         revision=r["revision"],
+        except_dates=_dates(r["except_dates"]),
     )
+
+
+def _texts(text: str) -> tuple[str, ...]:
+    return () if text == "[]" else tuple(json.loads(text))
+
+
+#: a job's excluded dates by their text: the jobs of one calendar share it
+_DATES: dict[str, frozenset[date]] = {}
+
+
+def _dates(text: str) -> frozenset[date]:
+    if text == "[]":
+        return frozenset()
+    days = _DATES.get(text)
+    if days is None:
+        if len(_DATES) >= _SETTINGS_KEPT:
+            _DATES.clear()
+        days = _DATES[text] = frozenset(map(date.fromisoformat, json.loads(text)))
+    return days
 
 
 def run_from_row(r: Any) -> Run:
@@ -239,6 +265,7 @@ def settings_json(spec: JobSpec) -> str:
         spec.limits,
         tuple(sorted(spec.secrets.items())),
         spec.env_file,
+        spec.trigger,
     )
     text = _SETTINGS_TEXT.get(key)
     if text is None:
@@ -326,6 +353,10 @@ def spec_columns(spec: JobSpec) -> dict[str, Any]:
         "anchor_at": opt_us(t.anchor),
         "once_at": opt_us(t.at),
         "after_completion": int(t.after_completion),
+        "active_from": opt_us(t.active_from),
+        "active_until": opt_us(t.active_until),
+        "excepts": json.dumps(list(spec.excepts)),
+        "except_calendars": json.dumps(list(spec.except_calendars)),
         "command": spec.command,
         "stdin": spec.stdin,
         "env": json.dumps(spec.env, sort_keys=True),

@@ -291,7 +291,7 @@ async def backfill(web: Web, request: Request) -> Response:
 async def coverage(web: Web, request: Request) -> Response:
     """``GET /v1/jobs/{name}/coverage?from=&to=``: as ``coverage --json``."""
     from .. import planner
-    from ..specs import coverage_windows
+    from ..specs import coverage_windows, excluded_windows
 
     name = request.path_params["name"]
     q = request.query_params
@@ -299,9 +299,11 @@ async def coverage(web: Web, request: Request) -> Response:
     now = web.clock.now()
 
     def read(store: Store) -> list[dict[str, Any]]:
-        windows = coverage_windows(store.get_job(name), start, end, now)
+        job = store.get_job(name)
+        windows = coverage_windows(job, start, end, now)
         runs = store.window_runs(name, windows[0], windows[-1]) if windows else {}
-        return output.coverage_json(planner.plan_coverage(windows, runs))
+        entries = planner.plan_coverage(windows, runs, excluded_windows(job, windows))
+        return output.coverage_json(entries)
 
     return JSONResponse(await web.db(read))
 

@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 8).
+-- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 9).
 -- The numbered migrations beside this file (NNNN_*.sql), applied in order to an empty
 -- database, must give exactly this schema; tests/test_postgresql.py checks it.
 -- Everything lives in the schema "jobctl". Times are BIGINT microseconds since the Unix
@@ -18,7 +18,7 @@ CREATE TABLE jobctl.jobs (
     name TEXT COLLATE "C" NOT NULL UNIQUE,
     description TEXT,
     trigger_kind TEXT NOT NULL
-        CHECK (trigger_kind IN ('cron', 'interval', 'once', 'reboot', 'manual', 'after')),
+        CHECK (trigger_kind IN ('cron', 'interval', 'once', 'reboot', 'manual', 'after', 'set')),
     trigger_expr TEXT,
     trigger_tz TEXT NOT NULL,
     every_seconds DOUBLE PRECISION,
@@ -69,7 +69,13 @@ CREATE TABLE jobctl.jobs (
     paused_reason TEXT CHECK (paused_reason IN ('user', 'failures')),
     -- secrets (issue 42): {ENV: secret name} and an environment file read at each attempt
     secrets TEXT NOT NULL DEFAULT '{}',
-    env_file TEXT
+    env_file TEXT,
+    -- schedule sets: the active range, exclusions, and the dates of the calendars named
+    active_from BIGINT,
+    active_until BIGINT,
+    excepts TEXT NOT NULL DEFAULT '[]',
+    except_calendars TEXT NOT NULL DEFAULT '[]',
+    except_dates TEXT NOT NULL DEFAULT '[]'
 );
 
 CREATE INDEX jobs_next_run ON jobctl.jobs (next_run_at) WHERE state = 'active';
@@ -81,7 +87,7 @@ CREATE TABLE jobctl.runs (
     scheduled_for BIGINT NOT NULL,
     state TEXT NOT NULL
         CHECK (state IN ('pending', 'leased', 'succeeded', 'failed', 'dead', 'cancelled', 'skipped')),
-    skip_reason TEXT CHECK (skip_reason IN ('missed', 'overlap', 'deadline')),
+    skip_reason TEXT CHECK (skip_reason IN ('missed', 'overlap', 'deadline', 'excluded')),
     reason TEXT NOT NULL
         CHECK (reason IN ('schedule', 'catchup', 'manual', 'backfill', 'after')),
     catchup_from BIGINT,
@@ -458,4 +464,11 @@ CREATE TABLE jobctl.api_tokens (
     sha256 TEXT NOT NULL UNIQUE,
     created_at BIGINT NOT NULL,
     last_used_at BIGINT
+);
+
+-- named calendars of dates (schedule sets): a job's --except-calendar
+CREATE TABLE jobctl.calendars (
+    name TEXT COLLATE "C" PRIMARY KEY,
+    -- ISO dates, sorted, as a JSON array
+    dates TEXT NOT NULL DEFAULT '[]'
 );

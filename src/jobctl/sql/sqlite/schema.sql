@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database (user_version 10).
+-- The whole current schema of a jobctl database (user_version 11).
 -- Migrations in this folder (NNNN_*.sql) applied in order to an empty file must give
 -- exactly this schema; tests/test_store.py checks it.
 -- Times are INTEGER microseconds since the Unix epoch, UTC. Durations are REAL seconds.
@@ -10,7 +10,7 @@ CREATE TABLE jobs (
     name TEXT NOT NULL UNIQUE,
     description TEXT,
     trigger_kind TEXT NOT NULL
-        CHECK (trigger_kind IN ('cron', 'interval', 'once', 'reboot', 'manual', 'after')),
+        CHECK (trigger_kind IN ('cron', 'interval', 'once', 'reboot', 'manual', 'after', 'set')),
     trigger_expr TEXT,
     trigger_tz TEXT NOT NULL,
     every_seconds REAL,
@@ -59,9 +59,10 @@ CREATE TABLE jobs (
     no_retry_exit TEXT NOT NULL DEFAULT '[]',
     limits TEXT NOT NULL DEFAULT '{}',
     paused_reason TEXT CHECK (paused_reason IN ('user', 'failures'))
-, secrets TEXT NOT NULL DEFAULT '{}', env_file TEXT);
+, secrets TEXT NOT NULL DEFAULT '{}', env_file TEXT, active_from INTEGER, active_until INTEGER, excepts TEXT NOT NULL DEFAULT '[]', except_calendars TEXT NOT NULL DEFAULT '[]', except_dates TEXT NOT NULL DEFAULT '[]');
 -- (secrets and env_file as ALTER TABLE ADD COLUMN leaves them, migration 0010: a job's
--- {ENV: secret name} and the environment file read at each attempt, issue 42)
+-- {ENV: secret name} and the environment file read at each attempt, issue 42; the
+-- schedule sets' columns after them, migration 0011)
 
 CREATE INDEX jobs_next_run ON jobs (next_run_at) WHERE state = 'active';
 CREATE INDEX jobs_updated ON jobs (updated_at);
@@ -72,7 +73,7 @@ CREATE TABLE runs (
     scheduled_for INTEGER NOT NULL,
     state TEXT NOT NULL
         CHECK (state IN ('pending', 'leased', 'succeeded', 'failed', 'dead', 'cancelled', 'skipped')),
-    skip_reason TEXT CHECK (skip_reason IN ('missed', 'overlap', 'deadline')),
+    skip_reason TEXT CHECK (skip_reason IN ('missed', 'overlap', 'deadline', 'excluded')),
     reason TEXT NOT NULL
         CHECK (reason IN ('schedule', 'catchup', 'manual', 'backfill', 'after')),
     catchup_from INTEGER,
@@ -406,4 +407,11 @@ CREATE TABLE api_tokens (
     sha256 TEXT NOT NULL UNIQUE,
     created_at INTEGER NOT NULL,
     last_used_at INTEGER
+);
+
+-- named calendars of dates (schedule sets): a job's --except-calendar
+CREATE TABLE calendars (
+    name TEXT PRIMARY KEY,
+    -- ISO dates, sorted, as a JSON array
+    dates TEXT NOT NULL DEFAULT '[]'
 );

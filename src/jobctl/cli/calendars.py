@@ -1,0 +1,65 @@
+"""Named calendars of dates (``calendar add|rm|list``) that jobs exclude with
+``--except-calendar``."""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import UsageError
+from .base import Ctx, JobctlGroup, _completion_values, cli, pass_ctx
+
+
+def _complete_calendars(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:  # type: ignore[type-arg]
+    from click.shell_completion import CompletionItem
+
+    names = _completion_values(ctx, lambda store: [c[0] for c in store.calendar_list()])
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)]
+
+
+@cli.group(cls=JobctlGroup)
+def calendar() -> None:
+    """Named calendars of dates: a job's windows on them are skipped (--except-calendar)."""
+
+
+@calendar.command("add")
+@click.argument("name")
+@click.argument("dates", nargs=-1, required=True, metavar="DATE...")
+@pass_ctx
+def calendar_add(obj: Ctx, name: str, dates: tuple[str, ...]) -> None:
+    """Create calendar NAME with these ISO dates (2026-12-25), or add them to it. The jobs
+    that use it skip those dates from their next window on."""
+    from ..specs import check_name, parse_dates
+
+    days = parse_dates(dates)
+    obj.store().calendar_add(check_name(name, "calendar name"), days)
+    click.echo(f"calendar {name}: {len(set(days))} dates added")
+
+
+@calendar.command("rm")
+@click.argument("name", shell_complete=_complete_calendars)
+@click.argument("dates", nargs=-1, metavar="[DATE...]")
+@pass_ctx
+def calendar_rm(obj: Ctx, name: str, dates: tuple[str, ...]) -> None:
+    """Remove these dates from calendar NAME or, with none, the calendar (refused while a
+    job uses it)."""
+    from ..specs import parse_dates
+
+    obj.store().calendar_rm(name, parse_dates(dates))
+    click.echo(f"calendar {name}: {len(dates)} dates removed" if dates else f"removed {name}")
+
+
+@calendar.command("list")
+@click.argument("name", required=False, shell_complete=_complete_calendars)
+@click.option("--json", "as_json", is_flag=True, help="Print [{name, dates, used_by}].")
+@pass_ctx
+def calendar_list(obj: Ctx, name: str | None, as_json: bool) -> None:
+    """The calendars (or the one named): their dates and the jobs that use them."""
+    from .. import output
+
+    if name is not None and not name:
+        raise UsageError("the calendar name is empty")
+    rows = obj.reader().calendar_list(name)
+    if as_json:
+        output.print_json(output.calendars_json(rows))
+    else:
+        output.print_calendars(rows)
