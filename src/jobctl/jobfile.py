@@ -225,6 +225,7 @@ FIELDS: tuple[Field, ...] = (
     Field("on_failure", "str", lambda d: d.spec.on_failure),
     Field("stdin", "str", lambda d: d.spec.stdin),
     Field("locks", "strings", lambda d: list(d.spec.locks), [], "lock"),
+    Field("on", "strings", lambda d: list(d.spec.on_tags), [], "on"),
     # run policies (README, Run policies and what a run costs)
     Field("deadline", "duration", lambda d: _duration(d.spec.deadline_seconds)),
     Field("pause_after_failures", "int", lambda d: d.spec.pause_after_failures),

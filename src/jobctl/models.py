@@ -109,6 +109,8 @@ class SkipReason(str, Enum):
     DEADLINE = "deadline"
     #: the window matched an ``--except`` expression or a date of an ``--except-calendar``
     EXCLUDED = "excluded"
+    #: the window fell in a maintenance window (``pause --all``)
+    MAINTENANCE = "maintenance"
 
 
 class PausedReason(str, Enum):
@@ -426,6 +428,8 @@ class JobSpec:
     excepts: tuple[str, ...] = ()
     #: a window on a date of one of these calendars (in the job's zone) is skipped
     except_calendars: tuple[str, ...] = ()
+    #: ``--on TAG``: only a daemon carrying every one of these tags claims its runs
+    on_tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -668,6 +672,8 @@ class DaemonInfo:
     heartbeat_at: datetime
     wake_address: str | None = None
     boot_id: str | None = None
+    #: ``daemon --tag``, with the implicit ``host:HOSTNAME``
+    tags: tuple[str, ...] = ()
 
 
 class WaitReason(str, Enum):
@@ -681,6 +687,10 @@ class WaitReason(str, Enum):
     NO_DAEMON = "no_daemon"
     WORKERS = "workers"
     MAX_RUNNING = "max_running"
+    #: no live daemon carries every tag of the job's ``--on``
+    TAGS = "tags"
+    #: a maintenance window holds every start (``pause --all``)
+    MAINTENANCE = "maintenance"
 
 
 @dataclass(frozen=True)
@@ -773,3 +783,18 @@ class ApiToken:
     role: Role
     created_at: datetime
     last_used_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Maintenance:
+    """A maintenance window (``pause --all``): from ``since`` until ``until`` (None: until
+    ``resume --all``), no attempt starts and every window in it is recorded skipped."""
+
+    since: datetime
+    until: datetime | None
+    reason: str | None
+    who: str | None
+
+    def holds(self, now: datetime) -> bool:
+        """Whether it is in force at ``now``."""
+        return self.since <= now and (self.until is None or now < self.until)

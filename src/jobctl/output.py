@@ -22,6 +22,7 @@ from .models import (
     DaemonInfo,
     Job,
     Limits,
+    Maintenance,
     NotifyRule,
     Run,
     RunState,
@@ -134,6 +135,7 @@ def job_json(job: Job, last_run: Run | None) -> dict[str, Any]:
         "jitter": s.jitter_seconds,
         "on_failure": s.on_failure,
         "locks": list(s.locks),
+        "on": list(s.on_tags),
         "paused_reason": _paused_reason(job),
         "deadline": s.deadline_seconds,
         "pause_after_failures": s.pause_after_failures,
@@ -215,7 +217,23 @@ def daemon_json(d: DaemonInfo) -> dict[str, Any]:
         "leader": d.leader,
         "started_at": iso(d.started_at),
         "heartbeat_at": iso(d.heartbeat_at),
+        "tags": list(d.tags),
     }
+
+
+def maintenance_json(m: Maintenance | None) -> dict[str, Any] | None:
+    """``status --json``'s ``maintenance``: the window in force, or null."""
+    if m is None:
+        return None
+    return {"since": iso(m.since), "until": iso(m.until), "reason": m.reason, "who": m.who}
+
+
+def maintenance_line(m: Maintenance) -> str:
+    """One line for the window in force: ``maintenance since …, until …: reason (who)``."""
+    until = f"until {local_time(m.until)}" if m.until else "until resume --all"
+    why = f": {m.reason}" if m.reason else ""
+    who = f" ({m.who})" if m.who else ""
+    return f"maintenance since {local_time(m.since)}, {until}{why}{who}"
 
 
 def print_json(obj: Any) -> None:
@@ -394,6 +412,7 @@ def print_job(job: Job, runs: Sequence[Run]) -> None:
             format_duration(s.warn_after_seconds) if s.warn_after_seconds is not None else "-",
         ),
         ("locks", ", ".join(s.locks) or "-"),
+        ("on", ", ".join(s.on_tags) or "any daemon"),
         ("keeps", keep_text(s.keep_runs, s.keep_for_seconds)),
         ("missed", str(job.missed_total)),
     ]
@@ -512,13 +531,25 @@ def print_coverage(entries: Sequence[Coverage], zone: str) -> None:
 
 
 def print_status(
-    daemons: Sequence[DaemonInfo], counts: dict[str, int], next_due: datetime | None
+    daemons: Sequence[DaemonInfo],
+    counts: dict[str, int],
+    next_due: datetime | None,
+    maintenance: Maintenance | None = None,
 ) -> None:
+    if maintenance is not None:
+        sys.stdout.write(maintenance_line(maintenance) + "\n")
     if daemons:
         _table(
-            ["DAEMON", "PID", "HOST", "LEADER", "HEARTBEAT"],
+            ["DAEMON", "PID", "HOST", "LEADER", "HEARTBEAT", "TAGS"],
             [
-                [d.id, str(d.pid), d.host, "yes" if d.leader else "", local_time(d.heartbeat_at)]
+                [
+                    d.id,
+                    str(d.pid),
+                    d.host,
+                    "yes" if d.leader else "",
+                    local_time(d.heartbeat_at),
+                    ", ".join(d.tags) or "-",
+                ]
                 for d in daemons
             ],
         )

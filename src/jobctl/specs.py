@@ -7,6 +7,7 @@ one-line message, before anything is written.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 from collections.abc import Sequence
@@ -46,6 +47,10 @@ def check_text(value: str, what: str) -> str:
     if "\x00" in value:
         raise UsageError(f"{what} contains a NUL byte")
     return value
+
+
+#: a tag is spelled as a job name, with ``:`` besides (``host:db1``); a host name may be long
+_TAG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
 
 
 def check_name(name: str, what: str = "job name") -> str:
@@ -622,6 +627,12 @@ def policy_changes(p: dict[str, Any]) -> dict[str, Any]:
         out["description"] = check_text(p["description"], "--description")
     if p.get("lock"):
         out["locks"] = tuple(sorted({check_lock_name(lk) for lk in p["lock"]}))
+    if p.get("on") and p.get("anywhere"):
+        raise UsageError("give --on TAG or --anywhere, not both")
+    if p.get("on"):
+        out["on_tags"] = tuple(sorted({check_tag(t, "--on") for t in p["on"]}))
+    elif p.get("anywhere"):
+        out["on_tags"] = ()
     if p.get("deadline") is not None:
         out["deadline_seconds"] = durations.parse_duration(p["deadline"])
     if p.get("pause_after_failures") is not None:
@@ -791,6 +802,18 @@ def edit_changes(
     fields = {k: v for k, v in changes.items() if k in JobSpec.__dataclass_fields__}
     check_policies(replace(job.spec, **fields))
     return changes
+
+
+def check_tag(tag: str, flag: str = "--tag") -> str:
+    """A daemon tag (``--tag``, ``--on``): a job name's characters, and ``:`` (``host:db1``).
+    Raises UsageError."""
+    check_text(tag, flag)
+    if not _TAG_RE.fullmatch(tag):
+        raise UsageError(
+            f"invalid {flag} {tag!r}: use letters, digits, '.', '_', '-' and ':' "
+            "(at most 200), starting with a letter or digit"
+        )
+    return tag
 
 
 def check_lock_name(name: str) -> str:

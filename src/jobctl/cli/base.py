@@ -400,6 +400,15 @@ def policy_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--lock", multiple=True, metavar="NAME", help="Every run holds this lock (repeatable)."
         ),
         click.option(
+            "--on",
+            "on",
+            multiple=True,
+            metavar="TAG",
+            help="Only a daemon carrying this tag runs the job (repeatable: every tag; "
+            "host:NAME is each daemon's own; on edit it replaces the set).",
+        ),
+        click.option("--anywhere", is_flag=True, help="Clear --on: any daemon runs the job."),
+        click.option(
             "--deadline",
             metavar="DURATION",
             help="A run not started within DURATION of its window is skipped (manual runs "
@@ -529,6 +538,8 @@ POLICY_KEYS = (
     "stdin",
     "description",
     "lock",
+    "on",
+    "anywhere",
     "deadline",
     "pause_after_failures",
     "max_running",

@@ -280,24 +280,71 @@ def next_(
         )
 
 
-@cli.command()
-@click.argument("name", shell_complete=_complete_jobs)
-@pass_ctx
-def pause(obj: Ctx, name: str) -> None:
-    """Stop a job firing (its windows are neither run nor recorded)."""
-    job = obj.store().pause_job(name, obj.now())
-    click.echo(f"paused {job.name}")
+def _one_or_all(name: str | None, every: bool, flags: dict[str, object]) -> None:
+    from ..errors import UsageError
+
+    if every and name is not None:
+        raise UsageError("give a job name or --all, not both")
+    if not every and name is None:
+        raise UsageError("give a job name, or --all for a maintenance window")
+    given = [flag for flag, value in flags.items() if value is not None]
+    if given and not every:
+        raise UsageError(f"{given[0]} goes with --all")
 
 
 @cli.command()
-@click.argument("name", shell_complete=_complete_jobs)
+@click.argument("name", required=False, shell_complete=_complete_jobs)
+@click.option("--all", "every", is_flag=True, help="Start a maintenance window: nothing starts.")
+@click.option("--until", metavar="TIME", help="With --all: when the window ends by itself.")
+@click.option("--reason", metavar="TEXT", help="With --all: why, shown by status and check.")
 @pass_ctx
-def resume(obj: Ctx, name: str) -> None:
-    """Restart a paused job from its next future window."""
+def pause(obj: Ctx, name: str | None, every: bool, until: str | None, reason: str | None) -> None:
+    """Stop a job firing (its windows are neither run nor recorded).
+
+    --all starts a maintenance window instead: no daemon starts an attempt (running ones go
+    on; pending and manual runs wait), and every window of every job that falls in it is
+    recorded skipped (maintenance), so nothing catches up afterwards. It lasts until
+    --until or `resume --all`; a second `pause --all` moves its end.
+    """
+    from .. import output, zones
+    from ..durations import parse_time
+    from ..errors import UsageError
+    from ..specs import check_text
+
+    _one_or_all(name, every, {"--until": until, "--reason": reason})
+    if name is not None:
+        job = obj.store().pause_job(name, obj.now())
+        click.echo(f"paused {job.name}")
+        return
+    now = obj.now()
+    end = parse_time(until, zones.local_zone_name(), now) if until is not None else None
+    if end is not None and end <= now:
+        raise UsageError(f"--until {until!r} is not in the future")
+    text = check_text(reason, "--reason").strip() or None if reason is not None else None
+    held = obj.store().start_maintenance(end, text, now)
+    output.print_lines([output.maintenance_line(held)])
+
+
+@cli.command()
+@click.argument("name", required=False, shell_complete=_complete_jobs)
+@click.option("--all", "every", is_flag=True, help="End the maintenance window now.")
+@pass_ctx
+def resume(obj: Ctx, name: str | None, every: bool) -> None:
+    """Restart a paused job from its next future window; --all ends a maintenance window
+    (the windows that fell in it stay skipped)."""
     from .. import output
     from ..triggers import next_fire
 
+    _one_or_all(name, every, {})
     store, now = obj.store(), obj.now()
+    if name is None:
+        ended = store.end_maintenance(now)
+        output.print_lines(
+            ["no maintenance window was in force"]
+            if ended is None
+            else [f"maintenance ended (it began {output.local_time(ended.since)})"]
+        )
+        return
     job = store.resume_job(name, next_fire(store.get_job(name).trigger, now), now)
     obj.warn_if_no_daemon()
     output.print_lines([f"resumed {job.name}; next run: {output.local_time(job.next_run_at)}"])

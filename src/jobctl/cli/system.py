@@ -33,10 +33,11 @@ def status(obj: Ctx, as_json: bool) -> None:
                 "daemons": [output.daemon_json(d) for d in st.daemons],
                 "counts": st.counts,
                 "next_due_at": iso(st.next_due_at),
+                "maintenance": output.maintenance_json(st.maintenance),
             }
         )
     else:
-        output.print_status(st.daemons, st.counts, st.next_due_at)
+        output.print_status(st.daemons, st.counts, st.next_due_at, st.maintenance)
 
 
 @cli.command()

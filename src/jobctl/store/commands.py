@@ -28,6 +28,7 @@ from ..models import (
     Job,
     JobSpec,
     JobState,
+    Maintenance,
     Run,
     RunReason,
     RunState,
@@ -293,6 +294,19 @@ def daemon_info(r: Any) -> DaemonInfo:
         heartbeat_at=from_us(r["heartbeat_at"]),
         wake_address=r["wake_address"],
         boot_id=r["boot_id"],
+        tags=tuple(json.loads(r["tags"])) if r["tags"] != "[]" else (),
+    )
+
+
+def maintenance_of(r: Any) -> Maintenance:
+    """A ``maintenance`` row as the window in force: until its end (``ended_at`` when
+    ``resume --all`` ended it first, else ``until_at``)."""
+    end = r["ended_at"] if r["ended_at"] is not None else r["until_at"]
+    return Maintenance(
+        since=from_us(r["since"]),
+        until=None if end is None else from_us(end),
+        reason=r["reason"],
+        who=r["who"],
     )
 
 
@@ -926,7 +940,37 @@ class Commands(outbox.OutboxCommands, SecretCommands):
             self.db.read(self.q.next_due_run)[0]["t"],
         ]
         vals = [v for v in times if v is not None]
-        return Status(daemons, counts, from_us(min(vals)) if vals else None)
+        return Status(daemons, counts, from_us(min(vals)) if vals else None, self.maintenance(now))
+
+    def maintenance(self, now: datetime) -> Maintenance | None:
+        rows = self.db.read(self.q.maintenance_now, {"now": to_us(now)})
+        return maintenance_of(rows[0]) if rows else None
+
+    def start_maintenance(
+        self, until: datetime | None, reason: str | None, now: datetime
+    ) -> Maintenance:
+        now_us = to_us(now)
+        with self.db.write() as c:
+            held = c.execute(self.q.maintenance_now, {"now": now_us}).fetchone()
+            values = {"until": opt_us(until), "reason": reason, "who": self.who, "now": now_us}
+            if held is not None:
+                # a second pause --all moves the end of the one in force (and its reason)
+                c.execute(self.q.maintenance_update, {**values, "id": held["id"]})
+            else:
+                c.execute(self.q.maintenance_insert, values)
+            self.db.announce("all")
+            row = c.execute(self.q.maintenance_now, {"now": now_us}).fetchone()
+        return maintenance_of(row)
+
+    def end_maintenance(self, now: datetime) -> Maintenance | None:
+        now_us = to_us(now)
+        with self.db.write() as c:
+            held = c.execute(self.q.maintenance_now, {"now": now_us}).fetchone()
+            if held is None:
+                return None
+            c.execute(self.q.maintenance_end, {"now": now_us, "id": held["id"]})
+            self.db.announce("all")
+        return replace(maintenance_of(held), until=now)
 
     def live_daemons(self, now: datetime) -> list[DaemonInfo]:
         return [daemon_info(r) for r in self.db.read(self.q.live_daemons, {"now": to_us(now)})]

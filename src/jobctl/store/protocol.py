@@ -32,6 +32,7 @@ from ..models import (
     Job,
     JobSpec,
     JobState,
+    Maintenance,
     Role,
     Run,
     RunState,
@@ -321,6 +322,23 @@ class CommandStore(Protocol):
         ...
 
     def live_daemons(self, now: datetime) -> list[DaemonInfo]: ...
+
+    def maintenance(self, now: datetime) -> Maintenance | None:
+        """The maintenance window in force at ``now`` (``pause --all``), or None."""
+        ...
+
+    def start_maintenance(
+        self, until: datetime | None, reason: str | None, now: datetime
+    ) -> Maintenance:
+        """``pause --all``: a maintenance window from ``now`` until ``until`` (None: until
+        ``resume --all``); one already in force gets the new end and reason. Wakes every
+        daemon. Returns the window in force."""
+        ...
+
+    def end_maintenance(self, now: datetime) -> Maintenance | None:
+        """``resume --all``: end the window in force at ``now`` (None when there was none);
+        the window's row stays, so the windows that fell in it stay skipped."""
+        ...
 
     def info(self) -> DbInfo: ...
 

@@ -114,6 +114,10 @@ class Queries:
     run_counters: str
     duration_tallies: str
     failing_jobs: str
+    maintenance_now: str
+    maintenance_insert: str
+    maintenance_update: str
+    maintenance_end: str
     recent_durations: str
     last_attempted_run: str
     window_runs: str
@@ -308,6 +312,17 @@ SELECT jobs.id FROM jobs WHERE
     OR EXISTS (SELECT 1 FROM runs r WHERE r.job_id = jobs.id AND r.state = 'leased'
                AND r.attempt > r.attempt_base + 1)
 """,
+        # the maintenance window in force at :now (pause --all), the newest if two overlap
+        maintenance_now="""
+SELECT * FROM maintenance WHERE since <= :now AND ended_at IS NULL
+    AND (until_at IS NULL OR until_at > :now)
+ORDER BY id DESC LIMIT 1
+""",
+        maintenance_insert="INSERT INTO maintenance (since, until_at, reason, who) "
+        "VALUES (:now, :until, :reason, :who)",
+        maintenance_update="UPDATE maintenance SET until_at = :until, reason = :reason, "
+        "who = :who WHERE id = :id",
+        maintenance_end="UPDATE maintenance SET ended_at = :now WHERE id = :id",
         # plan: how long a job's newest succeeded runs took (their last attempt)
         recent_durations="""
 SELECT a.finished_at - a.started_at AS us FROM runs

@@ -15,6 +15,7 @@ from ..models import (
     Decision,
     Job,
     JobState,
+    Maintenance,
     Plan,
     Run,
     RunState,
@@ -55,6 +56,8 @@ class Status:
     daemons: list[DaemonInfo]
     counts: dict[str, int]
     next_due_at: datetime | None
+    #: the maintenance window in force (``pause --all``), if any
+    maintenance: Maintenance | None = None
 
 
 @dataclass(frozen=True)

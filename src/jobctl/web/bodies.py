@@ -64,6 +64,7 @@ _POLICY_FIELDS: dict[str, str] = {
     "stdin": "str",
     "description": "str",
     "locks": "locks",
+    "on": "tags",
     "deadline": "duration",
     "pause_after_failures": "int",
     "max_running": "int",
@@ -217,6 +218,12 @@ def _policies(body: Mapping[str, Any]) -> dict[str, Any]:
                 out["no_env_file"] = True
         elif kind == "locks":
             out["lock"] = _str_list(value, field)
+        elif kind == "tags":
+            tags = _str_list(value, field)
+            if tags:
+                out["on"] = tags
+            else:
+                out["anywhere"] = True
         elif kind == "codes":
             out[field] = _codes(value, field)
         elif kind == "limits":

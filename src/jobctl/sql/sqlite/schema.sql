@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database (user_version 11).
+-- The whole current schema of a jobctl database (user_version 12).
 -- Migrations in this folder (NNNN_*.sql) applied in order to an empty file must give
 -- exactly this schema; tests/test_store.py checks it.
 -- Times are INTEGER microseconds since the Unix epoch, UTC. Durations are REAL seconds.
@@ -59,10 +59,11 @@ CREATE TABLE jobs (
     no_retry_exit TEXT NOT NULL DEFAULT '[]',
     limits TEXT NOT NULL DEFAULT '{}',
     paused_reason TEXT CHECK (paused_reason IN ('user', 'failures'))
-, secrets TEXT NOT NULL DEFAULT '{}', env_file TEXT, active_from INTEGER, active_until INTEGER, excepts TEXT NOT NULL DEFAULT '[]', except_calendars TEXT NOT NULL DEFAULT '[]', except_dates TEXT NOT NULL DEFAULT '[]');
+, secrets TEXT NOT NULL DEFAULT '{}', env_file TEXT, active_from INTEGER, active_until INTEGER, excepts TEXT NOT NULL DEFAULT '[]', except_calendars TEXT NOT NULL DEFAULT '[]', except_dates TEXT NOT NULL DEFAULT '[]', on_tags TEXT NOT NULL DEFAULT '[]');
 -- (secrets and env_file as ALTER TABLE ADD COLUMN leaves them, migration 0010: a job's
 -- {ENV: secret name} and the environment file read at each attempt, issue 42; the
--- schedule sets' columns after them, migration 0011)
+-- schedule sets' columns after them, migration 0011; on_tags, migration 0012: the tags a
+-- daemon must carry to claim the job's runs)
 
 CREATE INDEX jobs_next_run ON jobs (next_run_at) WHERE state = 'active';
 CREATE INDEX jobs_updated ON jobs (updated_at);
@@ -73,7 +74,7 @@ CREATE TABLE runs (
     scheduled_for INTEGER NOT NULL,
     state TEXT NOT NULL
         CHECK (state IN ('pending', 'leased', 'succeeded', 'failed', 'dead', 'cancelled', 'skipped')),
-    skip_reason TEXT CHECK (skip_reason IN ('missed', 'overlap', 'deadline', 'excluded')),
+    skip_reason TEXT CHECK (skip_reason IN ('missed', 'overlap', 'deadline', 'maintenance', 'excluded')),
     reason TEXT NOT NULL
         CHECK (reason IN ('schedule', 'catchup', 'manual', 'backfill', 'after')),
     catchup_from INTEGER,
@@ -146,7 +147,7 @@ CREATE TABLE daemons (
     expires_at INTEGER NOT NULL,
     wake_address TEXT,
     boot_id TEXT
-, workers INTEGER, reserved INTEGER NOT NULL DEFAULT 0, reserved_priority INTEGER);
+, workers INTEGER, reserved INTEGER NOT NULL DEFAULT 0, reserved_priority INTEGER, tags TEXT NOT NULL DEFAULT '[]');
 
 CREATE TABLE scheduler_lease (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -414,4 +415,15 @@ CREATE TABLE calendars (
     name TEXT PRIMARY KEY,
     -- ISO dates, sorted, as a JSON array
     dates TEXT NOT NULL DEFAULT '[]'
+);
+
+-- maintenance windows (jobctl pause --all): in force from since until until_at, or until
+-- ended_at when resume --all ends it first
+CREATE TABLE maintenance (
+    id INTEGER PRIMARY KEY,
+    since INTEGER NOT NULL,
+    until_at INTEGER,
+    ended_at INTEGER,
+    reason TEXT,
+    who TEXT
 );
