@@ -109,3 +109,27 @@ def test_bad_usage_of_check_is_unknown_on_stdout_exit_3(
     assert line.startswith("JOBCTL UNKNOWN - ") and words in line
     r = cli("check", "--json", *args)
     assert r.code == 3 and r.json()["state"] == "UNKNOWN" and words in r.json()["summary"]
+
+
+# ---------------------------------------------------------------------- 4: long, manual run
+
+
+def test_long_is_told_for_a_manual_run_when_nothing_else_wakes_the_scheduler(
+    cli: Jobctl, start_daemon: Any
+) -> None:
+    from receivers import http_receiver
+
+    with http_receiver() as rec:
+        cli.ok("notify", "add", "hook", "--webhook", rec.url)
+        cli.ok(
+            "add", "slow", "--manual", "--warn-after", "1s", "--notify", "hook:long",
+            "--", "sleep 6",
+        )  # fmt: skip
+        # a long lease: the next heartbeat (a third of it) is long after the warning is due
+        start_daemon("--lease", "60s")
+        run_id = cli.json("run", "slow")["id"]
+        wait_until(lambda: rec.requests, 4.5, what="the long notification")
+        [body] = rec.bodies()
+        assert cli.json("inspect", str(run_id))["state"] == "leased"
+    assert (body["event"], body["run"]["id"], body["attempt"]["attempt"]) == ("long", run_id, 1)
+    assert body["detail"]["warn_after"] == 1.0

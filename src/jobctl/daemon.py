@@ -249,6 +249,7 @@ class Daemon:
         messages = self.waker.drain()
         self.executor.wake(cancels=True)
         self.notifier.wake()
+        self.notifier.attempts_started(now)  # another daemon's claim, maybe
         self.scheduler.on_wake(messages, now)
 
     def _on_signal(self, now: datetime, mono: float) -> None:
@@ -380,7 +381,10 @@ class Daemon:
             self.notifier.time_passed()
         self.executor.tick(now, mono)
         if running and self.executor.wants_claim(now):
+            held = len(self.executor.held)
             self.executor.claim(now, mono)
+            if len(self.executor.held) > held:
+                self.notifier.attempts_started(now)
         elif self.executor.unrecorded(mono):
             self.executor.record(now, mono)
         self._runs_ended(mono)

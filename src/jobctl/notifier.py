@@ -50,6 +50,9 @@ DELIVERY_THREADS = 4
 DELIVERY_LEASE_SECONDS = 90.0
 #: after a store error, the notifier tries again this much later
 RETRY_STORE_SECONDS = 1.0
+#: the shortest --warn-after (a DURATION is a whole number of seconds, at least 1): an
+#: attempt started now is ``long`` no sooner than this
+MIN_WARN_AFTER_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,15 @@ class Notifier:
         """Runs were recorded or started: look for late and long ones again (leader)."""
         self._overdue_look = True
 
+    def attempts_started(self, now: datetime) -> None:
+        """Attempts may have started (claimed here, or hinted from another daemon): a
+        ``long`` among them falls due no sooner than the shortest ``--warn-after``, so the
+        leader looks again then, and the look says when the next one is due. A burst of
+        starts costs one look, not one each."""
+        soon = now + timedelta(seconds=MIN_WARN_AFTER_SECONDS)
+        if self._overdue_at is None or soon < self._overdue_at:
+            self._overdue_at = soon
+
     def on_renewal(self, leader: bool) -> None:
         """A heartbeat: whether this daemon holds the scheduler lease (it then notes late
         runs and long attempts), and the safety net for a lost wake-up hint."""
@@ -184,6 +196,7 @@ class Notifier:
             self._overdue_look or (self._overdue_at is not None and now >= self._overdue_at)
         ):
             self._overdue_look = False
+            self._look = True  # what it noted is due at once
             try:
                 self._overdue_at = self.store.note_overdue(now)
             except StoreError as e:
