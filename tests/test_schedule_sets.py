@@ -497,3 +497,17 @@ def test_a_daemon_runs_a_two_trigger_job_once_per_window(
     assert seen[start + timedelta(seconds=9)] == "every 3s"
     runs = [r for r in jobctl.json("runs", "pair", "--limit", "100")]
     assert len({r["scheduled_for"] for r in runs}) == len(runs)
+
+
+def test_plan_counts_every_trigger_of_a_set_and_no_excluded_window(jobctl: Any) -> None:
+    jobctl(
+        "add", "s", "--cron", "0 3 * * *", "--cron", "0 5 * * *", "--cron", "0 3 * * *",
+        "--every", "12h", "--start", "2027-01-01T01:00Z", "--tz", "UTC",
+        "--except", "0 5 * * *", "--", "true",
+    )  # fmt: skip
+    out = jobctl.json("plan", "--from", "2027-01-01T00:00:00Z", "--hours", "24", "--by", "hour")
+    assert [(s["at"], s["starts"]) for s in out["slots"]] == [
+        ("2027-01-01T01:00:00Z", 1),
+        ("2027-01-01T03:00:00Z", 1),  # given twice: one window
+        ("2027-01-01T13:00:00Z", 1),  # 05:00 is excluded
+    ]

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from .clock import from_us, to_us
 from .cronexpr import expand_macro, has_hash
 from .models import Job, JobState, TriggerKind
-from .triggers import is_fixed_delay, iter_fires, named
+from .triggers import excluded, is_fixed_delay, iter_fires, named
 
 SLOT_SECONDS = {"minute": 60, "hour": 3600}
 #: how many succeeded runs a job's median duration is taken from
@@ -49,7 +49,12 @@ def _windows(job: Job, after: datetime, until: datetime) -> list[datetime]:
     if is_fixed_delay(trigger):
         nxt = job.next_run_at
         return [nxt] if nxt is not None and after < nxt <= until else []
-    return list(iter_fires(trigger, after, until))
+    fires = iter_fires(trigger, after, until)
+    spec = job.spec
+    if not spec.excepts and not job.except_dates:
+        return list(fires)
+    # an excluded window never runs (README, Schedule sets)
+    return [w for w in fires if not excluded(spec.excepts, job.except_dates, trigger.tz, w)]
 
 
 def plan_slots(
