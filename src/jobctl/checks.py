@@ -33,6 +33,9 @@ class CheckFacts:
     late: int
     dead: int
     failed_notifications: int
+    #: when a maintenance window in force (``pause --all``) ends: it holds every run, so
+    #: none is late; None when there is none, ``"resume --all"`` when it has no end
+    maintenance_until: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,12 +89,17 @@ def judge(facts: CheckFacts, *, late_text: str, since_text: str) -> CheckResult:
         warning.append(
             f"{facts.failed_notifications} failed notification(s) in the last {since_text}"
         )
+    # a maintenance window is said, never judged: it is what someone asked for
+    note = (
+        [] if facts.maintenance_until is None else [f"maintenance until {facts.maintenance_until}"]
+    )
     if critical:
-        return CheckResult(CheckState.CRITICAL, "; ".join(critical + warning), facts)
+        return CheckResult(CheckState.CRITICAL, "; ".join(critical + warning + note), facts)
     if warning:
-        return CheckResult(CheckState.WARNING, "; ".join(warning), facts)
+        return CheckResult(CheckState.WARNING, "; ".join(warning + note), facts)
     leader = f", leader on {facts.leader}" if facts.leader else ""
-    return CheckResult(CheckState.OK, f"{facts.daemons} daemon(s){leader}", facts)
+    summary = "; ".join([f"{facts.daemons} daemon(s){leader}", *note])
+    return CheckResult(CheckState.OK, summary, facts)
 
 
 def unknown(reason: str) -> CheckResult:

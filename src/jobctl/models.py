@@ -724,6 +724,12 @@ class WaitFacts:
     #: the job's ``--max-running`` (None: no cap) and its runs leased right now
     max_running: int | None = None
     job_leased: int = 0
+    #: the job's ``--on`` tags (a daemon must carry every one)
+    on_tags: tuple[str, ...] = ()
+    #: a maintenance window (``pause --all``) is in force, and when it ends (None: at
+    #: ``resume --all``)
+    maintenance: bool = False
+    maintenance_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -737,6 +743,8 @@ class DaemonLoad:
     reserved_priority: int | None
     leased: int
     low_leased: int
+    #: its tags (``daemon --tag`` and ``host:HOSTNAME``)
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from .models import (
     BackfillPlan,
     Catchup,
     Coverage,
+    DaemonLoad,
     Decision,
     Job,
     Overlap,
@@ -107,6 +108,7 @@ def plan_due(
     rng: random.Random,
     has_leased_run: bool = False,
     has_waiting_run: bool = False,
+    maintenance: Sequence[tuple[datetime, datetime | None]] = (),
 ) -> Plan | None:
     """Decide the rows for a job whose next window is due (``job.next_run_at <= now``).
 
@@ -120,8 +122,10 @@ def plan_due(
     most (``has_waiting_run``: one already does); with ``replace`` the plan asks for the
     job's open runs to make way. A window excluded by ``--except`` or a calendar is
     recorded skipped (``excluded``) whatever else applies; it is neither run nor missed.
-    After the last window of an active range the job is done. Returns None when nothing
-    is due.
+    A window inside one of the ``maintenance`` windows (``[since, end)``, end None: still
+    in force) and not excluded is recorded skipped (``maintenance``) whatever the catch-up
+    policy, and is not counted missed. After the last window of an active range the job is
+    done. Returns None when nothing is due.
     """
     spec = job.spec
     keep = MAX_SKIPPED_ROWS + max(spec.catchup_limit, 1)
@@ -194,10 +198,40 @@ def plan_due(
             else w
             for w in windows
         ]
+    if maintenance:
+        held = [
+            w.skip_reason is not SkipReason.EXCLUDED
+            and in_maintenance(w.scheduled_for, maintenance)
+            for w in windows
+        ]
+        missed_increment -= sum(
+            1
+            for w, h in zip(windows, held, strict=True)
+            if h and w.skip_reason is SkipReason.MISSED
+        )
+        windows = [_skipped_maintenance(w) if h else w for w, h in zip(windows, held, strict=True)]
     windows, replace_open = apply_overlap(
         windows, spec.overlap, has_leased_run, has_waiting_run=has_waiting_run
     )
-    return Plan(windows, nxt, last, missed_increment, done, replace_open)
+    return Plan(windows, nxt, last, max(missed_increment, 0), done, replace_open)
+
+
+def in_maintenance(
+    instant: datetime, maintenance: Sequence[tuple[datetime, datetime | None]]
+) -> bool:
+    """Whether ``instant`` falls in one of the maintenance windows ``[since, end)``."""
+    return any(since <= instant and (end is None or instant < end) for since, end in maintenance)
+
+
+def _skipped_maintenance(w: Window) -> Window:
+    return replace(
+        w,
+        state=RunState.SKIPPED,
+        skip_reason=SkipReason.MAINTENANCE,
+        catchup_from=None,
+        not_before=None,
+        deadline_at=None,
+    )
 
 
 def apply_overlap(
@@ -401,8 +435,18 @@ def waiting_reason(facts: WaitFacts | None) -> Waiting | None:
         return None
     if facts.paused:
         return Waiting(WaitReason.PAUSED, f"job {facts.job_name} is paused (jobctl resume)")
+    if facts.maintenance:
+        end = facts.maintenance_until
+        return Waiting(
+            WaitReason.MAINTENANCE,
+            f"maintenance until {iso(end)}" if end else "maintenance until resume --all",
+            until=end,
+        )
     if facts.live_daemons == 0:
         return Waiting(WaitReason.NO_DAEMON, "no daemon is running; start one with jobctl daemon")
+    if facts.on_tags and not _tagged(facts):
+        tags = ", ".join(facts.on_tags)
+        return Waiting(WaitReason.TAGS, f"no live daemon carries every tag of --on {tags}")
     if facts.claimable:
         return _workers(facts)
     if not facts.due:
@@ -430,11 +474,18 @@ def waiting_reason(facts: WaitFacts | None) -> Waiting | None:
     return _workers(facts)  # not reached while the store's facts agree
 
 
+def _tagged(facts: WaitFacts) -> list[DaemonLoad]:
+    """The live daemons that may claim the run: those carrying every tag of its job."""
+    need = set(facts.on_tags)
+    return [d for d in facts.daemons if need <= set(d.tags)]
+
+
 def _workers(facts: WaitFacts) -> Waiting:
     """A claimable run waits for a worker: every one is busy, or the free ones are
     reserved for runs of a higher priority than this one's (``daemon --reserved K
-    --reserved-priority P``) and the runs below P hold all the others."""
-    free = [d for d in facts.daemons if d.workers is None or d.leased < d.workers]
+    --reserved-priority P``) and the runs below P hold all the others. Only the daemons
+    that carry the job's ``--on`` tags count."""
+    free = [d for d in _tagged(facts) if d.workers is None or d.leased < d.workers]
     quota = [
         d
         for d in free

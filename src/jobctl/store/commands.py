@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import jobfile
 from ..checks import CheckFacts
-from ..clock import from_us, to_us
+from ..clock import from_us, iso, to_us
 from ..errors import Conflict, NameTaken, NotFound, StoreError, UsageError
 from ..models import (
     Attempt,
@@ -747,6 +747,7 @@ class Commands(outbox.OutboxCommands, SecretCommands):
         if state not in (RunState.PENDING, RunState.FAILED):
             return None
         claimable = bool(r["claimable"])
+        on_tags = tuple(json.loads(r["on_tags"])) if r["on_tags"] != "[]" else ()
         loads = (
             tuple(
                 DaemonLoad(
@@ -755,12 +756,14 @@ class Commands(outbox.OutboxCommands, SecretCommands):
                     d["reserved_priority"],
                     d["leased"],
                     d["low_leased"],
+                    tuple(json.loads(d["tags"])),
                 )
                 for d in self.db.read(self.q.daemon_loads, {"now": to_us(now)})
             )
-            if claimable
+            if claimable or on_tags
             else ()
         )
+        held = self.maintenance(now)
         return WaitFacts(
             run_id=run_id,
             job_name=r["job_name"],
@@ -777,6 +780,9 @@ class Commands(outbox.OutboxCommands, SecretCommands):
             daemons=loads,
             max_running=r["max_running"],
             job_leased=int(r["job_leased"] or 0),
+            on_tags=on_tags,
+            maintenance=held is not None,
+            maintenance_until=held.until if held is not None else None,
         )
 
     def enqueue_run(
@@ -926,9 +932,15 @@ class Commands(outbox.OutboxCommands, SecretCommands):
     # ------------------------------------------------------------------ the system
 
     def check_facts(self, now: datetime, late_seconds: float, since_seconds: float) -> CheckFacts:
-        return outbox.check_counts(
+        facts = outbox.check_counts(
             self._reader(), self._q, now, late_seconds, since_seconds, self.q.check_late
         )
+        held = self.maintenance(now)
+        if held is None:
+            return facts
+        # a maintenance window holds every run that waits: none of them is late
+        until = iso(held.until) if held.until is not None else "resume --all"
+        return replace(facts, late=0, maintenance_until=until)
 
     def status(self, now: datetime) -> Status:
         daemons = self.live_daemons(now)

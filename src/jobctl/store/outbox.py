@@ -687,7 +687,9 @@ def check_counts(
     p = {"now": now_us}
     daemons = c.execute(q(CHECK_DAEMONS), p).fetchone()["n"]
     leader = c.execute(q(CHECK_LEADER), p).fetchone()
-    late = c.execute(late_sql, {"cutoff": now_us - int(late_seconds * 1e6)}).fetchone()
+    late = c.execute(
+        late_sql, {"cutoff": now_us - int(late_seconds * 1e6), "now": now_us}
+    ).fetchone()
     since = {"since": now_us - int(since_seconds * 1e6)}
     dead = c.execute(q(CHECK_DEAD), since).fetchone()
     failed = c.execute(q(CHECK_FAILED), since).fetchone()

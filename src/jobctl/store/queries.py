@@ -29,6 +29,12 @@ class Fragments:
     #: after ``FROM runs``: each run's attempts as ``a`` (run_id, attempt, started_at,
     #: finished_at), looked up by the run, so no plan reads every attempt to join them
     attempts_of_each_run: str = "JOIN attempts a ON a.run_id = runs.id"
+    #: whether the JSON array of text ``have`` holds every element of ``need`` (a daemon's
+    #: tags against a job's ``--on``)
+    tags_within: Callable[[str, str], str] = lambda need, have: (
+        f"NOT EXISTS (SELECT 1 FROM json_each({need}) t "
+        f"WHERE t.value NOT IN (SELECT value FROM json_each({have})))"
+    )
 
 
 # The claim's rules (SPEC §5, §9), one named piece each, over the row ``runs`` (and, in the
@@ -239,9 +245,13 @@ WHERE runs.state IN ('pending', 'failed') AND jobs.state <> 'paused'""",
         # jobctl check: due before the cutoff and free by the claim's own rules (a run held
         # back by a lock, its job's overlap or --max-running, or a paused job, waits as it
         # should and is not late)
+        # a run of a job --on tags no live daemon carries waits for one: not late for check
         check_late=f"""
 SELECT COUNT(*) AS n FROM runs
-WHERE {RUN_OPEN} AND runs.not_before < :cutoff AND {LOCKS_FREE} AND {JOB_FREE}""",
+WHERE {RUN_OPEN} AND runs.not_before < :cutoff AND {LOCKS_FREE} AND {JOB_FREE}
+    AND NOT EXISTS (SELECT 1 FROM jobs jt WHERE jt.id = runs.job_id AND jt.on_tags <> '[]'
+        AND NOT EXISTS (SELECT 1 FROM daemons d WHERE d.expires_at >= :now
+            AND {d.tags_within("jt.on_tags", "d.tags")}))""",
         count_jobs="SELECT COUNT(*) AS n FROM jobs",
         count_runs="SELECT COUNT(*) AS n FROM runs",
         live_daemons="""
@@ -259,7 +269,7 @@ SELECT runs.state, runs.not_before, runs.priority, j.name AS job_name,
     (SELECT holder.id {LOCK_HOLDERS} ORDER BY other.name, holder.id LIMIT 1) AS lock_holder,
     CASE WHEN {OVERLAP_GUARDED}
          THEN (SELECT sib.id {OVERLAP_HOLDERS} ORDER BY sib.id LIMIT 1) END AS overlap_run,
-    j.max_running,
+    j.max_running, j.on_tags,
     CASE WHEN j.max_running IS NOT NULL THEN (SELECT COUNT(*) {OVERLAP_HOLDERS}) END
         AS job_leased,
     ({RUN_OPEN} AND {RUN_DUE} AND {LOCKS_FREE} AND {JOB_FREE}) AS claimable,
@@ -271,7 +281,7 @@ WHERE runs.id = :run_id
         # each live daemon's workers and the runs it holds, all and below its quota's
         # priority (few rows: leased runs only)
         daemon_loads="""
-SELECT d.workers, d.reserved, d.reserved_priority,
+SELECT d.workers, d.reserved, d.reserved_priority, d.tags,
     (SELECT COUNT(*) FROM runs r WHERE r.state = 'leased' AND r.leased_by = d.id) AS leased,
     (SELECT COUNT(*) FROM runs r WHERE r.state = 'leased' AND r.leased_by = d.id
         AND r.priority < d.reserved_priority) AS low_leased

@@ -24,6 +24,7 @@ QUERIES = queries(
         lines_of=lambda column: f"string_agg({column}, E'\\n' ORDER BY {column})",
         for_update=" FOR UPDATE",
         given_ids=" OVERRIDING SYSTEM VALUE",
+        tags_within=lambda need, have: f"({have})::jsonb @> ({need})::jsonb",
         # a lateral subquery the planner cannot flatten (OFFSET 0): a nested loop over the
         # attempts' primary key, never a hash of every attempt (which it picked for some
         # pages of jobs at 1 million runs: 300 ms, and more with every run kept)
