@@ -816,6 +816,18 @@ def check_tag(tag: str, flag: str = "--tag") -> str:
     return tag
 
 
+def maintenance_window(
+    until: str | None, reason: str | None, tz: str, now: datetime
+) -> tuple[datetime | None, str | None]:
+    """``pause --all``'s ``--until`` (read in ``tz``; it must be in the future) and
+    ``--reason`` (blank: none). Raises UsageError."""
+    end = durations.parse_time(until, tz, now) if until is not None else None
+    if end is not None and end <= now:
+        raise UsageError(f"--until {until!r} is not in the future")
+    text = check_text(reason, "--reason").strip() if reason is not None else ""
+    return end, text or None
+
+
 def check_lock_name(name: str) -> str:
     """Lock names are freer than job names (``host:example.org``): printable, ≤ 200."""
     check_text(name, "lock name")

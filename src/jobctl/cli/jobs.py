@@ -307,9 +307,7 @@ def pause(obj: Ctx, name: str | None, every: bool, until: str | None, reason: st
     --until or `resume --all`; a second `pause --all` moves its end.
     """
     from .. import output, zones
-    from ..durations import parse_time
-    from ..errors import UsageError
-    from ..specs import check_text
+    from ..specs import maintenance_window
 
     _one_or_all(name, every, {"--until": until, "--reason": reason})
     if name is not None:
@@ -317,10 +315,7 @@ def pause(obj: Ctx, name: str | None, every: bool, until: str | None, reason: st
         click.echo(f"paused {job.name}")
         return
     now = obj.now()
-    end = parse_time(until, zones.local_zone_name(), now) if until is not None else None
-    if end is not None and end <= now:
-        raise UsageError(f"--until {until!r} is not in the future")
-    text = check_text(reason, "--reason").strip() or None if reason is not None else None
+    end, text = maintenance_window(until, reason, zones.local_zone_name(), now)
     held = obj.store().start_maintenance(end, text, now)
     output.print_lines([output.maintenance_line(held)])
 

@@ -26,6 +26,7 @@ from .bodies import (
     backfill_request_from_body,
     job_changes_from_body,
     job_spec_from_body,
+    maintenance_request_from_body,
     parse_json_object,
     query_bool,
     query_int,
@@ -320,9 +321,30 @@ async def status(web: Web, request: Request) -> Response:
             "daemons": [output.daemon_json(d) for d in st.daemons],
             "counts": st.counts,
             "next_due_at": iso(st.next_due_at),
+            "maintenance": output.maintenance_json(st.maintenance),
         }
 
     return JSONResponse(await web.db(read))
+
+
+async def start_maintenance(web: Web, request: Request) -> Response:
+    """As ``pause --all [--until] [--reason]``: 200 with the window in force."""
+    from .. import zones
+    from ..specs import maintenance_window
+
+    until, reason = maintenance_request_from_body(await _json_body(web, request))
+    now = web.clock.now()
+    end, text = maintenance_window(until, reason, zones.local_zone_name(), now)
+    held = await web.db(lambda store: store.start_maintenance(end, text, now))
+    return JSONResponse(output.maintenance_json(held))
+
+
+async def end_maintenance(web: Web, request: Request) -> Response:
+    """As ``resume --all``: 204, whether or not a window was in force."""
+    await _no_body(web, request)
+    now = web.clock.now()
+    await web.db(lambda store: store.end_maintenance(now))
+    return Response(status_code=204)
 
 
 # ---------------------------------------------------------------------- notifications
@@ -421,6 +443,8 @@ ROUTES: list[tuple[str, str, Handler]] = [
     ("POST", "/v1/runs/{run_id:int}/cancel", cancel_run),
     ("POST", "/v1/runs/{run_id:int}/retry", retry_run),
     ("GET", "/v1/status", status),
+    ("POST", "/v1/maintenance", start_maintenance),
+    ("DELETE", "/v1/maintenance", end_maintenance),
     ("GET", "/v1/notifications", list_notifications),
     ("GET", "/v1/channels", list_channels),
     ("POST", "/v1/channels/{name}/test", test_channel),

@@ -445,6 +445,17 @@ def backfill_request_from_body(body: Mapping[str, Any]) -> tuple[str, str, bool]
     )
 
 
+def maintenance_request_from_body(body: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """``{until?, reason?}`` (``POST /v1/maintenance``) -> (until text, reason). Raises
+    UsageError (422)."""
+    _check_fields(body, frozenset({"until", "reason"}))
+    until, reason = body.get("until"), body.get("reason")
+    return (
+        _str(until, "until") if until is not None else None,
+        _str(reason, "reason") if reason is not None else None,
+    )
+
+
 def query_notification_state(value: str | None) -> NotificationState | None:
     """``?state=`` with the message of ``notifications --state``."""
     if value is None:
