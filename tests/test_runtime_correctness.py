@@ -133,3 +133,24 @@ def test_long_is_told_for_a_manual_run_when_nothing_else_wakes_the_scheduler(
         assert cli.json("inspect", str(run_id))["state"] == "leased"
     assert (body["event"], body["run"]["id"], body["attempt"]["attempt"]) == ("long", run_id, 1)
     assert body["detail"]["warn_after"] == 1.0
+
+
+# ---------------------------------------------------------------------- 5: the deadline skip
+
+
+def test_a_deadline_skip_is_recorded_at_its_deadline(cli: Jobctl, start_daemon: Any) -> None:
+    # every 5 s, one at a time (queue), 1 s to start: the second window waits behind the
+    # first run and is skipped at its window + 1 s, not at the next window or heartbeat
+    start_daemon("--lease", "60s")
+    cli.ok(
+        "add", "q", "--every", "5s", "--overlap", "queue", "--deadline", "1s", "--", "sleep 30"
+    )  # fmt: skip
+
+    def skipped() -> Any:
+        got = [r for r in cli.json("runs", "q") if r["skip_reason"] == "deadline"]
+        return got and got[-1]
+
+    run = wait_until(skipped, 20, what="a window skipped for its deadline")
+    late = (_z(run["finished_at"]) - _z(run["scheduled_for"])).total_seconds()
+    assert 1.0 <= late < 2.0, run
+    cli.ok("cancel", "q")

@@ -604,8 +604,9 @@ class DaemonStore(Protocol):
         ...
 
     def next_claim_at(self, now: datetime) -> datetime | None:
-        """The earliest future time a run may become claimable (a ``not_before`` or the
-        expiry of another daemon's lease); None when nothing waits."""
+        """The earliest future time a claim has something to do: a run may become
+        claimable (a ``not_before`` or the expiry of another daemon's lease) or an open
+        run's ``--deadline`` passes (the claim skips it); None when nothing waits."""
         ...
 
     def held_status(self, held: Sequence[tuple[int, int]]) -> tuple[frozenset[int], frozenset[int]]:

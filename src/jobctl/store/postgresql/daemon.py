@@ -819,10 +819,12 @@ class PgDaemonStore(outbox.OutboxDaemon):
 
     def next_claim_at(self, now: datetime) -> datetime | None:
         now_us = to_us(now)
+        # the next run due, or the next open run past its --deadline (see SQLite's)
         a = self.db.scalar(
-            "SELECT MIN(not_before) FROM runs WHERE state IN ('pending', 'failed') "
-            "AND not_before > %s",
-            (now_us,),
+            "SELECT LEAST((SELECT MIN(not_before) FROM runs WHERE state IN ('pending', 'failed') "
+            "AND not_before > %(now)s), (SELECT MIN(deadline_at) + 1000 FROM runs "
+            "WHERE deadline_at IS NOT NULL AND deadline_at >= %(now)s))",
+            {"now": now_us},
         )
         b = self.db.scalar(
             "SELECT MIN(lease_until) FROM runs WHERE state = 'leased' AND leased_by <> %s "

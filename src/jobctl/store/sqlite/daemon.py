@@ -533,7 +533,7 @@ class SqliteDaemonStore(outbox.OutboxDaemon):
 
     def next_claim_at(self, now: datetime) -> datetime | None:
         now_us = to_us(now)
-        a = self.db.read(sql.NEXT_NOT_BEFORE, (now_us,))[0][0]
+        a = self.db.read(sql.NEXT_NOT_BEFORE, (now_us, now_us))[0][0]
         b = self.db.read(sql.NEXT_LEASE_EXPIRY, (self.identity.id, now_us))[0][0]
         return next_claim_time(a, b)
 

@@ -129,9 +129,14 @@ WHERE id = :job_id AND state = 'active' AND next_run_at IS NULL
 
 # ---------------------------------------------------------------------------- claims
 
-NEXT_NOT_BEFORE = (
-    "SELECT MIN(not_before) FROM runs WHERE state IN ('pending', 'failed') AND not_before > ?"
-)
+# the next run due, or the next open run past its --deadline (a claim skips it: 1 ms after
+# the deadline, which is passed once it is behind); only open runs keep a deadline_at
+NEXT_NOT_BEFORE = """
+SELECT MIN(t) FROM (
+    SELECT MIN(not_before) AS t FROM runs WHERE state IN ('pending', 'failed') AND not_before > ?
+    UNION ALL
+    SELECT MIN(deadline_at) + 1000 FROM runs WHERE deadline_at IS NOT NULL AND deadline_at >= ?
+)"""
 NEXT_LEASE_EXPIRY = (
     "SELECT MIN(lease_until) FROM runs WHERE state = 'leased' AND leased_by != ? "
     "AND lease_until > ?"
