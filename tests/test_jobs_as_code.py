@@ -274,17 +274,18 @@ def test_every_error_is_listed_with_its_line() -> None:
         'tz = "Mars/Olympus"\n'  # 10
     )
     parsed = parse(text)
+    # every invalid key: a bad zone hides no bad interval (issue 40)
     assert [(p.line, p.message.split(":")[0:2]) for p in parsed.problems] == [
+        (6, ["job bad", " every"]),
         (8, ["job bad", " retries"]),
         (9, ["job bad", " colour"]),
         (10, ["job bad", " tz"]),
     ]
-    assert "unknown key" in parsed.problems[1].message
+    assert "invalid duration '5x'" in parsed.problems[0].message
+    assert "unknown key" in parsed.problems[2].message
     assert list(parsed.jobs) == ["good"]
-    # the duration is reported once the zone is right
     parsed = parse(text.replace("Mars/Olympus", "UTC"))
     assert [p.line for p in parsed.problems] == [6, 8, 9]
-    assert "invalid duration '5x'" in parsed.problems[0].message
 
 
 @pytest.mark.parametrize(
@@ -561,6 +562,112 @@ def test_apply_with_errors_applies_nothing_and_lists_them_all(jobctl: Any, tmp_p
     assert missing.exit_code == 2 and missing.stderr.startswith("Error: cannot read")
 
 
+def test_apply_reports_every_invalid_key_of_every_job(jobctl: Any) -> None:
+    """A bad tz hid a bad cron, a bad start a bad every: each invalid key is its own error,
+    and --json prints them on stdout as import-crontab --json does."""
+    text = (
+        "[jobs.a]\n"  # 1
+        'cron = "61 * * * *"\n'  # 2
+        'tz = "Nowhere/Land"\n'  # 3
+        'command = "true"\n'  # 4
+        "retries = -1\n"  # 5
+        "[jobs.b]\n"  # 6
+        'every = "5q"\n'  # 7
+        'start = "zz"\n'  # 8
+        'command = "true"\n'  # 9
+        "[jobs.c]\n"  # 10
+        'cron = "@daily"\n'  # 11
+        'start = "2026-01-01"\n'  # 12
+        'tz = "Bad/Zone"\n'  # 13
+        'command = "true"\n'  # 14
+    )
+    result = jobctl("apply", "-", stdin=text, ok=False)
+    assert result.exit_code == 2 and result.stdout == ""
+    expected = [
+        (2, "job a: cron: invalid cron expression '61 * * * *'"),
+        (3, "job a: tz: unknown time zone 'Nowhere/Land'"),
+        (5, "job a: retries: invalid --retries -1"),
+        (7, "job b: every: invalid duration '5q'"),
+        (8, "job b: start: invalid time 'zz'"),
+        (12, "job c: start: goes with every"),
+        (13, "job c: tz: unknown time zone 'Bad/Zone'"),
+    ]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == len(expected), result.stderr
+    for got, (line, words) in zip(errors, expected, strict=True):
+        assert got.startswith(f"Error: line {line}: {words}"), (got, line, words)
+    as_json = jobctl("apply", "--json", "-", stdin=text, ok=False)
+    assert as_json.exit_code == 2
+    listed = json.loads(as_json.stdout)["errors"]
+    assert len(listed) == len(expected)
+    got = [(e["line"], e["message"][: len(w)]) for e, (_, w) in zip(listed, expected, strict=True)]
+    assert got == expected
+    assert set(json.loads(as_json.stdout)) == {"errors"}
+    assert revisions(jobctl) == {}
+
+
+def test_apply_prune_of_a_file_that_deletes_every_job_needs_force(jobctl: Any) -> None:
+    jobctl("add", "a", "--manual", "--", "true")
+    jobctl("add", "b", "--every", "1h", "--", "true")
+    for text in ("", "# nothing yet\n"):
+        for dry in ([], ["--dry-run"]):
+            result = jobctl("apply", "--prune", *dry, "-", stdin=text, ok=False)
+            assert result.exit_code == 1 and result.stdout == ""
+            assert result.stderr.startswith(
+                "Error: --prune would delete every job (2) and add none; nothing was applied: "
+                "give --force"
+            ), result.stderr
+    assert sorted(revisions(jobctl)) == ["a", "b"]
+    # a file that keeps one job, or adds one, is a prune like any other
+    kept = jobctl("apply", "--prune", "--dry-run", "-", stdin=export(jobctl, "a"))
+    assert kept.stdout == "- b\n"
+    # without --prune an empty file changes nothing; with --force it deletes every job
+    assert jobctl("apply", "-", stdin="").stdout == ""
+    assert jobctl("apply", "--prune", "--force", "-", stdin="").stdout == "- a\n- b\n"
+    assert revisions(jobctl) == {}
+    # and an empty database with an empty file is no refusal
+    assert jobctl("apply", "--prune", "-", stdin="").stdout == ""
+
+
+def test_a_job_others_follow_is_deleted_only_with_them(jobctl: Any) -> None:
+    """rm of an --after upstream left its followers dangling, and the export then no
+    longer applied to an empty database."""
+    jobctl("add", "up", "--every", "1h", "--", "true")
+    jobctl("add", "down", "--after", "up", "--", "true")
+    jobctl("add", "down2", "--after", "up:dead", "--", "true")
+    jobctl("add", "other", "--manual", "--", "true")
+    refused = jobctl("rm", "up", ok=False)
+    assert refused.exit_code == 1
+    assert refused.stderr == (
+        "Error: job 'up' is followed by down, down2 (--after): delete them first, or give "
+        "them another trigger\n"
+    )
+    assert sorted(revisions(jobctl)) == ["down", "down2", "other", "up"]
+    # apply --prune: refused while a follower stays, all or nothing
+    text = export(jobctl, "down") + export(jobctl, "other").replace('"true"', '"echo changed"')
+    pruned = jobctl("apply", "--prune", "-", stdin=text, ok=False)
+    assert pruned.exit_code == 1
+    assert "(down follows up)" in pruned.stderr and "nothing was applied" in pruned.stderr
+    assert jobctl.store().get_job("other").spec.command == "true"
+    # the same change deleting the followers (or giving them another trigger) is fine
+    text = export(jobctl, "other") + export(jobctl, "down2").replace(
+        'after = "up:dead"', "manual = true"
+    )
+    assert jobctl("apply", "--prune", "-", stdin=text).stdout.splitlines() == [
+        '~ down2: after "up:dead" -> none; manual none -> true',
+        "- down",
+        "- up",
+    ] or sorted(revisions(jobctl)) == ["down2", "other"]
+    assert sorted(revisions(jobctl)) == ["down2", "other"]
+    # so an export applies to an empty database
+    assert jobctl.store().get_job("down2").spec.trigger.kind is TriggerKind.MANUAL
+    jobctl("add", "up", "--every", "1h", "--", "true")
+    jobctl("edit", "down2", "--after", "up")
+    jobctl("rm", "down2")
+    jobctl("rm", "up")
+    assert sorted(revisions(jobctl)) == ["other"]
+
+
 def test_apply_checks_after_jobs_across_the_file(jobctl: Any) -> None:
     jobctl("add", "up", "--manual", "--", "true")
     cycle = '[jobs.a]\nafter = "b"\ncommand = "x"\n[jobs.b]\nafter = "a"\ncommand = "x"\n'
@@ -664,6 +771,51 @@ def test_edit_in_editor_keeps_invalid_text(
     # and options beside -e are refused
     assert jobctl("edit", "-e", "a", "--retries", "3", ok=False).exit_code == 2
     assert jobctl("edit", ok=False).exit_code == 2
+
+
+def test_edit_in_editor_refuses_a_text_made_before_another_change(
+    jobctl: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone sets retries 9 while the editor is open on retries 2: applying the text
+    would put 2 back. Nothing is applied; the error names the job and both revisions, and
+    the text is kept."""
+    jobctl("add", "a", "--manual", "--", "true")
+    jobctl("add", "b", "--manual", "--", "true")
+    meanwhile = (
+        "import subprocess\n"
+        f"subprocess.run([{sys.executable!r}, '-m', 'jobctl', '--db', {str(jobctl.db)!r}, "
+        "'edit', 'a', '--retries', '9'], check=True, capture_output=True)\n"
+        "t = t.replace('[jobs.b]', '[jobs.b]\\ndescription = \"mine\"')"
+    )
+    monkeypatch.setenv("EDITOR", editor(tmp_path, "meanwhile", meanwhile))
+    result = jobctl("edit", "-e", ok=False)
+    assert result.exit_code == 1 and result.stdout == ""
+    errors = result.stderr.splitlines()
+    assert errors[0] == (
+        "Error: job a changed since the text was made: it was at revision 1, it is at revision 2"
+    )
+    assert errors[1].startswith("nothing was applied; the edited text is kept in ")
+    kept = Path(errors[1].rsplit(" ", 1)[1])
+    try:
+        assert 'description = "mine"' in kept.read_text()
+    finally:
+        kept.unlink()
+    assert jobctl.store().get_job("a").spec.retries == 9  # the other change stands
+    assert jobctl.store().get_job("b").spec.description is None  # and nothing was applied
+    assert revisions(jobctl) == {"a": 2, "b": 1}
+    # a job deleted meanwhile is said too
+    gone = (
+        "import subprocess\n"
+        f"subprocess.run([{sys.executable!r}, '-m', 'jobctl', '--db', {str(jobctl.db)!r}, "
+        "'rm', 'b'], check=True, capture_output=True)\n"
+        "t = t.replace('command', 'description = \"x\"\\ncommand', 1)"
+    )
+    monkeypatch.setenv("EDITOR", editor(tmp_path, "gone", gone))
+    result = jobctl("edit", "-e", "a", "b", ok=False)
+    assert result.exit_code == 1
+    assert "job b was deleted since the text was made (at revision 1)" in result.stderr
+    Path(result.stderr.strip().rsplit(" ", 1)[1]).unlink()
+    assert jobctl.store().get_job("a").spec.description is None
 
 
 # ---------------------------------------------------------------------- revisions

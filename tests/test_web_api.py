@@ -230,6 +230,55 @@ def test_a_method_a_path_does_not_take_is_405_with_every_method_it_takes(
     assert page.headers["content-type"].startswith("text/html")
 
 
+def test_get_gives_the_revision_as_etag_and_patch_honours_if_match(
+    server: Server, jobctl: Jobctl
+) -> None:
+    """A PATCH made from a GET's answer names the revision it read (If-Match): a change
+    written meanwhile is not undone, it is 412 and nothing changes."""
+    jobctl("add", "j", "--every", "1h", "--", "true")
+    got = server.request("GET", "/v1/jobs/j")
+    assert got.headers["etag"] == '"1"' and got.json()["revision"] == 1
+    jobctl("edit", "j", "--retries", "9")  # someone else, meanwhile
+    stale = server.request("PATCH", "/v1/jobs/j", {"retries": 2}, headers={"If-Match": '"1"'})
+    assert stale.status == 412, stale.text
+    assert stale.json() == {
+        "error": "job 'j' is at revision 2, not 1: it changed since it was read; nothing was "
+        "changed"
+    }
+    assert jobctl.json("show", "j")["retries"] == 9
+    fresh = server.request("GET", "/v1/jobs/j").headers["etag"]
+    assert fresh == '"2"'
+    ok = server.request("PATCH", "/v1/jobs/j", {"retries": 2}, headers={"If-Match": fresh})
+    assert ok.status == 200 and ok.json()["retries"] == 2
+    assert ok.headers["etag"] == '"3"' and ok.json()["revision"] == 3
+    # a list with the revision in it matches; * matches any; a weak tag never does
+    listed = server.request("PATCH", "/v1/jobs/j", {"retries": 3}, headers={"If-Match": '"1", "3"'})
+    assert listed.status == 200 and listed.headers["etag"] == '"4"'
+    assert (
+        server.request("PATCH", "/v1/jobs/j", {"retries": 4}, headers={"If-Match": "*"}).status
+        == 200
+    )
+    weak = server.request("PATCH", "/v1/jobs/j", {"retries": 5}, headers={"If-Match": 'W/"5"'})
+    assert weak.status == 412
+    # without If-Match a PATCH applies as before
+    assert server.request("PATCH", "/v1/jobs/j", {"retries": 6}).status == 200
+    assert [h["revision"] for h in jobctl.json("history", "j")] == [1, 2, 3, 4, 5, 6]
+    assert jobctl.json("show", "j")["retries"] == 6
+
+
+def test_delete_of_a_job_others_follow_is_409(server: Server, jobctl: Jobctl) -> None:
+    jobctl("add", "up", "--every", "1h", "--", "true")
+    jobctl("add", "down", "--after", "up", "--", "true")
+    a = server.request("DELETE", "/v1/jobs/up")
+    assert a.status == 409
+    assert a.json() == {
+        "error": "job 'up' is followed by down (--after): delete it first, or give it another "
+        "trigger"
+    }
+    assert server.request("DELETE", "/v1/jobs/down").status == 204
+    assert server.request("DELETE", "/v1/jobs/up").status == 204
+
+
 def test_no_cors(server: Server) -> None:
     origin = {"Origin": "http://evil.example"}
     a = server.request("GET", "/v1/jobs", headers=origin)

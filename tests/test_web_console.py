@@ -400,6 +400,50 @@ def test_edit_the_definition_as_toml_in_the_page(
     shot("job-edited")
 
 
+def test_the_editor_refuses_a_text_made_before_another_change(
+    browser: Any, server: Server, jobctl: Jobctl
+) -> None:
+    """retries 9 set from the command line while the page's editor was open on retries 2:
+    applying the page's text would put 2 back. It is refused, naming both revisions, the
+    text stays in the editor, and a text made after the change applies."""
+    from selenium.webdriver.common.by import By
+
+    jobctl("add", "tick", "--cron", "0 3 * * *", "--tz", "UTC", "--", "echo tick")
+    sign_in(browser, server)
+    browser.get(server.url + "/jobs/tick")
+    browser.find_element(By.CSS_SELECTOR, "details#definition summary").click()
+    text = browser.find_element(By.ID, "toml").get_attribute("value")
+    jobctl("edit", "tick", "--retries", "9")  # someone else, meanwhile
+
+    def submit(new_text: str) -> None:
+        area = browser.find_element(By.ID, "toml")
+        browser.execute_script("arguments[0].value = arguments[1]", area, new_text)
+        browser.find_element(By.ID, "apply").click()
+
+    mine = text.replace('cron = "0 3 * * *"', 'cron = "30 4 * * *"')
+    submit(mine)
+    wait_until(lambda: text_of(browser, "#edit-errors"), 15, what="the refusal")
+    assert text_of(browser, "#edit-errors") == (
+        "job tick changed since the text was made: it was at revision 1, it is at revision 2"
+    )
+    assert browser.find_element(By.ID, "toml").get_attribute("value") == mine
+    shown = jobctl.json("show", "tick")
+    assert (shown["retries"], shown["trigger"]["expr"]) == (9, "0 3 * * *")
+    # sent again from the same page, it is still the text of revision 1: refused again
+    submit(mine + "\n")
+    wait_until(lambda: "revision 1" in text_of(browser, "#edit-errors"), 15, what="again")
+    assert jobctl.json("show", "tick")["retries"] == 9
+    # a fresh page holds revision 2: its text applies, keeping retries 9
+    browser.get(server.url + "/jobs/tick")
+    browser.find_element(By.CSS_SELECTOR, "details#definition summary").click()
+    fresh = browser.find_element(By.ID, "toml").get_attribute("value")
+    assert "retries = 9" in fresh
+    submit(fresh.replace('cron = "0 3 * * *"', 'cron = "30 4 * * *"'))
+    wait_until(lambda: "applied" in text_of(browser, "#applied"), 15, what="the applied notice")
+    shown = jobctl.json("show", "tick")
+    assert (shown["retries"], shown["trigger"]["expr"]) == (9, "30 4 * * *")
+
+
 def test_notifications_page_with_test_buttons(
     browser: Any, server: Server, jobctl: Jobctl, shot: Any
 ) -> None:

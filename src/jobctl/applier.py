@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from . import jobfile, specs, triggers
-from .errors import UsageError
+from .errors import Conflict, RevisionChanged, UsageError
 from .jobfile import ApplyPlan, FileErrors, Problem
 from .models import Job, JobSpec, JobState
 
@@ -26,11 +26,13 @@ def plan_text(
     now: datetime,
     *,
     prune: bool = False,
+    force: bool = False,
     scope: Sequence[str] | None = None,
 ) -> ApplyPlan:
     """What applying ``text`` to the store's jobs would do. Raises FileErrors listing
     every problem of the file (each with its line where it has one), and the start
-    settings ``add`` checks (``cwd``, ``shell``) of each job it adds or changes."""
+    settings ``add`` checks (``cwd``, ``shell``) of each job it adds or changes; Conflict
+    for a ``prune`` that would delete every job and add none, unless ``force``."""
     jobs = store.list_jobs()
     parsed = jobfile.parse_text(text, now, {j.name: j for j in jobs})
     if parsed.problems:
@@ -44,6 +46,12 @@ def plan_text(
         calendars=parsed.calendars,
         stored_calendars=stored_calendars,
     )
+    if prune and not force and not plan.added and jobs and len(plan.removed) == len(jobs):
+        # an empty file (or a wrong one) given to --prune is more often a slip than a wish
+        raise Conflict(
+            f"--prune would delete every job ({len(jobs)}) and add none; nothing was "
+            "applied: give --force if that is what you want"
+        )
     problems = []
     known = set(stored_calendars) | set(parsed.calendars)
     touched = [d.spec for d in plan.added] + [c.new.spec for c in plan.changed]
@@ -64,6 +72,27 @@ def plan_text(
     if problems:
         raise FileErrors(problems)
     return plan
+
+
+def check_unchanged(base: Sequence[Job], current: Sequence[Job]) -> None:
+    """Refuse a text made from the jobs ``base`` when one of them is no longer at the
+    revision it had then (``current`` are the jobs now): applying it would silently undo
+    the other change. Raises RevisionChanged naming each job and both revisions."""
+    now_by_id = {j.id: j for j in current}
+    problems = []
+    for job in base:
+        cur = now_by_id.get(job.id)
+        if cur is None:
+            problems.append(
+                f"job {job.name} was deleted since the text was made (at revision {job.revision})"
+            )
+        elif cur.revision != job.revision:
+            problems.append(
+                f"job {job.name} changed since the text was made: it was at revision "
+                f"{job.revision}, it is at revision {cur.revision}"
+            )
+    if problems:
+        raise RevisionChanged("; ".join(problems))
 
 
 def _as_job(spec: JobSpec, now: datetime) -> Job:

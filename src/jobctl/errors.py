@@ -23,6 +23,11 @@ class Conflict(JobctlError):
     """The operation conflicts with the current state, e.g. a name in use (exit 1)."""
 
 
+class RevisionChanged(Conflict):
+    """A job is no longer at the revision a change was made from (exit 1; HTTP 412 for a
+    PATCH with If-Match): someone else changed it meanwhile, and applying would undo that."""
+
+
 class NameTaken(Conflict):
     """A job of that name exists already (exit 1); each caller says how to replace it."""
 

@@ -580,7 +580,7 @@ def _definition(
             problem("command", str(e))
     trigger = None
     try:
-        trigger = _trigger(given, table, now, existing, name)
+        trigger = _trigger(given, table, now, existing, name, problem)
     except _KeyProblem as e:
         problem(e.key, e.message)
     if problems or trigger is None or command is None:
@@ -612,9 +612,12 @@ def _trigger(
     now: datetime,
     existing: Job | None,
     name: str,
+    problem: Callable[[str | None, str], None],
 ) -> Trigger | None:
     """The trigger keys of a table -> a validated Trigger (None when a key's type was
-    already reported). Raises _KeyProblem."""
+    already reported). A bad ``tz`` or a misplaced ``start``/``after_completion`` is
+    reported through ``problem`` and the trigger's own key is still checked (in UTC), so
+    a bad zone does not hide a bad expression. Raises _KeyProblem."""
     chosen = [k for k in TRIGGER_KEYS if k in table and table[k] is not False]
     if chosen == ["cron", "every"] or (
         len(chosen) == 1 and chosen[0] in ("cron", "every") and isinstance(table[chosen[0]], list)
@@ -631,7 +634,9 @@ def _trigger(
     checked = ("tz", "start", "after_completion", "active_from", "active_until", "cron", "every")
     if any(k in table and k not in given for k in checked):
         return None  # a type error, already reported
-    trigger = _trigger_kind(chosen[0], given, now, existing, name)
+    trigger = _trigger_kind(chosen[0], given, now, existing, name, problem)
+    if trigger is None:
+        return None
     if "active_from" in given or "active_until" in given:
         try:
             trigger = specs.with_range(
@@ -648,16 +653,42 @@ def _trigger(
 
 
 def _trigger_kind(
-    kind: str, given: Mapping[str, Any], now: datetime, existing: Job | None, name: str
-) -> Trigger:
-    value: Any = given.get(kind)
+    kind: str,
+    given: Mapping[str, Any],
+    now: datetime,
+    existing: Job | None,
+    name: str,
+    problem: Callable[[str | None, str], None],
+) -> Trigger | None:
+    """The trigger of one trigger kind; a bad zone or a misplaced key goes to
+    ``problem`` (None is returned) after the kind's own key was checked too. Raises
+    _KeyProblem."""
+    reported = False
     try:
         tz = specs.check_zone(given["tz"]) if "tz" in given else zones.local_zone_name()
     except UsageError as e:
-        raise _KeyProblem("tz", str(e)) from None
+        problem("tz", str(e))
+        tz, reported = "UTC", True
     for key in ("after_completion", "start"):
         if key in given and kind != "every" and not (kind == "set" and "every" in given):
-            raise _KeyProblem(key, "goes with every")
+            problem(key, "goes with every")
+            reported = True
+    trigger = _build_trigger(kind, given, tz, now, existing, name, problem)
+    return None if reported else trigger
+
+
+def _build_trigger(
+    kind: str,
+    given: Mapping[str, Any],
+    tz: str,
+    now: datetime,
+    existing: Job | None,
+    name: str,
+    problem: Callable[[str | None, str], None],
+) -> Trigger:
+    """The trigger of one trigger kind, read in ``tz``. Raises _KeyProblem (a second
+    problem, a bad ``start`` beside a bad ``every``, goes to ``problem``)."""
+    value: Any = given.get(kind)
     old = existing.trigger if existing is not None else None
     if kind == "set":
         start = given.get("start")
@@ -695,14 +726,15 @@ def _trigger_kind(
         ):
             start = old.anchor.isoformat()  # a file without start keeps the job's phase
         hashed = isinstance(start, str) and start.strip().upper() == "H"
+        bad_start: _KeyProblem | None = None
         try:
             anchor = (
                 durations.parse_time(start, tz, now) if start is not None and not hashed else None
             )
         except UsageError as e:
-            raise _KeyProblem("start", str(e)) from None
+            bad_start, anchor = _KeyProblem("start", str(e)), None
         try:
-            return specs.build_trigger(
+            trigger = specs.build_trigger(
                 specs.TriggerOptions(
                     every=value,
                     after_completion=after_completion,
@@ -713,7 +745,12 @@ def _trigger_kind(
                 name=name,
             )
         except UsageError as e:
+            if bad_start is not None:  # a bad start hides no bad interval: both are said
+                problem("start", bad_start.message)
             raise _KeyProblem("every", str(e)) from None
+        if bad_start is not None:
+            raise bad_start
+        return trigger
     try:
         at = durations.parse_time(value, tz, now)
     except UsageError as e:

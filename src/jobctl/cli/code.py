@@ -75,14 +75,26 @@ def _show_plan(plan: Any, as_json: bool) -> None:
 @cli.command()
 @click.argument("source", metavar="FILE|-")
 @click.option("--prune", is_flag=True, help="Delete the jobs that are not in the file.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --prune: delete every job even when the file adds none (an empty file).",
+)
 @click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print {added, changed, removed} as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print {added, changed, removed} as JSON ({errors: [{line, message}]} on errors).",
+)
 @pass_ctx
-def apply(obj: Ctx, source: str, prune: bool, dry_run: bool, as_json: bool) -> None:
+def apply(obj: Ctx, source: str, prune: bool, force: bool, dry_run: bool, as_json: bool) -> None:
     """Make the jobs match a job file (as `export` writes it), all or nothing.
 
     Prints `+ NAME`, `~ NAME: FIELD OLD -> NEW; ...` and `- NAME` (nothing for unchanged
-    jobs). With any error every one is listed, nothing is applied, and it exits 2.
+    jobs). With any error every one is listed (every invalid key of every job), nothing is
+    applied, and it exits 2. A --prune that would delete every job and add none is refused
+    (exit 1) unless --force is given.
     """
     from .. import applier
     from ..jobfile import FileErrors
@@ -91,8 +103,14 @@ def apply(obj: Ctx, source: str, prune: bool, dry_run: bool, as_json: bool) -> N
     now = obj.now()
     store = obj.reader() if dry_run else obj.store()
     try:
-        plan = applier.plan_text(store, text, now, prune=prune)
+        plan = applier.plan_text(store, text, now, prune=prune, force=force)
     except FileErrors as e:
+        if as_json:
+            from .. import output
+
+            output.print_json(
+                {"errors": [{"line": p.line, "message": p.message} for p in e.problems]}
+            )
         _file_errors(e)
     warn_all(applier.warnings(plan))
     if not dry_run:
@@ -112,7 +130,7 @@ def edit_in_editor(obj: Ctx, names: tuple[str, ...]) -> None:
     import tempfile
 
     from .. import applier, jobfile
-    from ..errors import JobctlError
+    from ..errors import Conflict, JobctlError
 
     store = obj.store()
     jobs = [store.get_job(n) for n in dict.fromkeys(names)] if names else store.list_jobs()
@@ -142,20 +160,35 @@ def edit_in_editor(obj: Ctx, names: tuple[str, ...]) -> None:
         return
     now = obj.now()
     try:
+        # a job changed by someone else while the editor was open: applying the text would
+        # undo that change, so nothing is applied and the text is kept
+        applier.check_unchanged(jobs, store.list_jobs())
         plan = applier.plan_text(store, edited, now, scope=[j.name for j in jobs])
     except jobfile.FileErrors as e:
         for problem in e.problems:
             click.echo(f"Error: {_one_line(str(problem))}", err=True)
         click.echo(f"nothing was changed; the edited text is kept in {path}", err=True)
         sys.exit(2)
+    except Conflict as e:
+        _kept(e, path)
     warn_all(applier.warnings(plan))
-    applier.apply_plan(store, plan, now, source="cli")
+    try:
+        applier.apply_plan(store, plan, now, source="cli")
+    except Conflict as e:  # changed between the check and the write
+        _kept(e, path)
     os.unlink(path)
     if plan.empty():
         click.echo("no changes")
         return
     _show_plan(plan, False)
     obj.warn_if_no_daemon()
+
+
+def _kept(e: Exception, path: str) -> NoReturn:
+    """``edit -e`` refused for a conflict: the reason, where the text is kept; exit 1."""
+    click.echo(f"Error: {_one_line(str(e))}", err=True)
+    click.echo(f"nothing was applied; the edited text is kept in {path}", err=True)
+    sys.exit(1)
 
 
 @cli.command()

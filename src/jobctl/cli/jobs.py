@@ -87,7 +87,9 @@ def add(
     "--editor",
     "in_editor",
     is_flag=True,
-    help="Edit the jobs named (all when none is) as a job file in $VISUAL or $EDITOR.",
+    help="Edit the jobs named (all when none is) as a job file in $VISUAL or $EDITOR. "
+    "A job changed by someone else while the editor was open refuses the text (exit 1, "
+    "naming both revisions; the text is kept).",
 )
 @trigger_options
 @policy_options
@@ -350,6 +352,10 @@ def resume(obj: Ctx, name: str | None, every: bool) -> None:
 @click.option("--force", is_flag=True, help="Delete even while a run is leased.")
 @pass_ctx
 def rm(obj: Ctx, name: str, force: bool) -> None:
-    """Delete a job and its whole history."""
+    """Delete a job and its whole history.
+
+    Refused (exit 1) while other jobs follow it with --after: delete them first, or give
+    them another trigger.
+    """
     job = obj.store().delete_job(name, force=force)
     click.echo(f"removed {job.name}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import getpass
 import json
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import date, datetime
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 from .. import jobfile
 from ..checks import CheckFacts
 from ..clock import from_us, iso, to_us
-from ..errors import Conflict, NameTaken, NotFound, StoreError, UsageError
+from ..errors import Conflict, NameTaken, NotFound, RevisionChanged, StoreError, UsageError
 from ..models import (
     Attempt,
     DaemonInfo,
@@ -480,9 +480,16 @@ class Commands(outbox.OutboxCommands, SecretCommands):
         *,
         next_run_at: datetime | None = None,
         restart_schedule: bool = False,
+        if_revision: Collection[int] | None = None,
     ) -> Job:
         with self.db.write() as c:
             job = job_from_row(job_row(self.db, c, name, lock=True))
+            if if_revision is not None and job.revision not in if_revision:
+                wanted = " or ".join(str(r) for r in sorted(if_revision)) or "none given"
+                raise RevisionChanged(
+                    f"job {name!r} is at revision {job.revision}, not {wanted}: it changed "
+                    "since it was read; nothing was changed"
+                )
             if job.state is JobState.CANCELLED:  # stopped for good (SPEC §7)
                 raise Conflict(f"job {name!r} is cancelled: it is stopped for good")
             new = self._edit_tx(c, job, changes, now, next_run_at, restart_schedule)
@@ -555,8 +562,26 @@ class Commands(outbox.OutboxCommands, SecretCommands):
             if not force and c.execute(self.q.leased_of_job, (row["id"],)).fetchone()["n"]:
                 raise Conflict(f"job {name!r} has a running run; cancel it first or use --force")
             c.execute(self.q.delete_job, (row["id"],))
+            left = [f for f, _ in self._followers(c, {name})]
+            if left:
+                them = "them" if len(left) > 1 else "it"
+                raise Conflict(
+                    f"job {name!r} is followed by {', '.join(left)} (--after): delete {them} "
+                    f"first, or give {them} another trigger"
+                )
             self.db.announce(f"job:{row['id']}")
             return job_from_row(row)
+
+    def _followers(self, c: Any, removed: set[str]) -> list[tuple[str, str]]:
+        """(job, the job it follows) of each job left following one of ``removed`` with
+        ``--after`` (README, Run policies): a deletion that leaves one is refused, so an
+        export always applies to an empty database."""
+        out = []
+        for r in c.execute(self.q.all_after_jobs).fetchall():
+            upstream = after_parts(r["trigger_expr"] or "")[0]
+            if r["name"] not in removed and upstream in removed:
+                out.append((str(r["name"]), upstream))
+        return out
 
     def cancel_job(self, name: str, now: datetime) -> tuple[Job, list[int]]:
         with self.db.write() as c:
@@ -587,8 +612,8 @@ class Commands(outbox.OutboxCommands, SecretCommands):
         deletes (Conflict while one has a leased run), changed as ``edit`` changes (runs
         already created keep their settings; ``paused`` pauses or resumes), added as
         ``add`` adds. ``next_runs`` holds the first window of each added or changed job
-        (by name). A job changed by someone else since the plan read it is a Conflict:
-        nothing is applied."""
+        (by name). A job changed by someone else since the plan read it is a Conflict, and
+        so is a job left following a deleted one (``--after``): nothing is applied."""
         with self.db.write() as c:
             for name, (_, days) in plan.calendars.items():
                 self._calendar_changed(calendars.set_dates(c, self._q, name, days))
@@ -627,6 +652,14 @@ class Commands(outbox.OutboxCommands, SecretCommands):
                 job_id = self._upsert(c, d.spec, next_runs.get(d.spec.name), now, None, d.paused)
                 new = job_from_row(job_row(self.db, c, d.spec.name))
                 self._revise(c, job_id, None, new, now, source=source)
+            left = self._followers(c, {j.name for j in plan.removed}) if plan.removed else []
+            if left:
+                said = ", ".join(f"{f} follows {u}" for f, u in left)
+                them = "them" if len(left) > 1 else "it"
+                raise Conflict(
+                    f"a deleted job is followed with --after ({said}); nothing was applied: "
+                    f"delete {them} in the same change, or give {them} another trigger"
+                )
 
     # ------------------------------------------------------------------ calendars
 

@@ -19,7 +19,7 @@ Rules that hold for every method of every backend:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any, Protocol
 
@@ -124,8 +124,10 @@ class CommandStore(Protocol):
         *,
         next_run_at: datetime | None = None,
         restart_schedule: bool = False,
+        if_revision: Collection[int] | None = None,
     ) -> Job:
-        """Change fields of a job's spec (JobSpec field names). With ``restart_schedule``
+        """Change fields of a job's spec (JobSpec field names); with ``if_revision``, only
+        while the job is at one of those revisions (else RevisionChanged). With ``restart_schedule``
         the schedule starts again at ``next_run_at`` (a one-shot that was done becomes
         active). Runs already created keep their settings, but for a window recorded ahead
         of its time that has not come yet: that one is taken back, and the job gets its

@@ -159,6 +159,7 @@ class Queries:
     recent_final_states: str
     after_jobs: str
     any_after_job: str
+    all_after_jobs: str
     after_upstream_runs: str
     after_cursor: str
     job_pause_rule: str
@@ -431,6 +432,9 @@ ORDER BY jobs.id LIMIT ?
         "ORDER BY id",
         any_after_job="SELECT 1 FROM jobs WHERE trigger_kind = 'after' AND state = 'active' "
         "LIMIT 1",
+        # every job that follows another, whatever its state (an export holds them all)
+        all_after_jobs="SELECT name, trigger_expr FROM jobs WHERE trigger_kind = 'after' "
+        "ORDER BY name",
         after_upstream_runs="SELECT id, scheduled_for, state, finished_at FROM runs "
         "WHERE job_id = ? AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at > ? "
         "ORDER BY finished_at, id",

@@ -24,6 +24,7 @@ from .auth import CSRF_HEADER
 from .bodies import (
     INT64_MAX,
     backfill_request_from_body,
+    if_match_revisions,
     job_changes_from_body,
     job_spec_from_body,
     maintenance_request_from_body,
@@ -124,11 +125,20 @@ async def get_job(web: Web, request: Request) -> Response:
         data["runs"] = [output.run_json(r) for r in store.list_runs(name, limit=limit)]
         return data
 
-    return JSONResponse(await web.db(read))
+    data = await web.db(read)
+    return JSONResponse(data, headers={"ETag": etag(data["revision"])})
+
+
+def etag(revision: int) -> str:
+    """A job's entity tag: its revision, which every change to it raises."""
+    return f'"{revision}"'
 
 
 async def patch_job(web: Web, request: Request) -> Response:
+    """``edit`` over HTTP; with ``If-Match: "REV"`` (the ETag of a GET) only while the job
+    is still at that revision, else 412 and nothing changes."""
     name = request.path_params["name"]
+    wanted = if_match_revisions(request.headers.get("if-match"))
     body = await _json_body(web, request)
     now = web.clock.now()
 
@@ -138,10 +148,13 @@ async def patch_job(web: Web, request: Request) -> Response:
             check_after(changes.get("name", name), changes["trigger"], store.list_jobs())
         restart = "trigger" in changes
         nxt = next_fire(changes["trigger"], now) if restart else None
-        job = store.edit_job(name, changes, now, next_run_at=nxt, restart_schedule=restart)
+        job = store.edit_job(
+            name, changes, now, next_run_at=nxt, restart_schedule=restart, if_revision=wanted
+        )
         return job_out(store, job)
 
-    return JSONResponse(await web.db(write))
+    data = await web.db(write)
+    return JSONResponse(data, headers={"ETag": etag(data["revision"])})
 
 
 async def delete_job(web: Web, request: Request) -> Response:

@@ -400,6 +400,21 @@ def query_int(value: str | None, what: str, *, minimum: int | None = None) -> in
     return n
 
 
+def if_match_revisions(header: str | None) -> frozenset[int] | None:
+    """``If-Match`` (RFC 9110) -> the job revisions it matches (``ETag: "REV"``): None
+    when absent or ``*`` (any revision); a weak or foreign tag matches none (strong
+    comparison), so it leaves the set empty and the change is refused (412)."""
+    if header is None or header.strip() == "*":
+        return None
+    found = set()
+    for tag in header.split(","):
+        tag = tag.strip()
+        inner = tag[1:-1] if len(tag) >= 2 and tag[0] == tag[-1] == '"' else ""
+        if inner.isascii() and inner.isdigit() and len(inner) <= 19:
+            found.add(int(inner))
+    return frozenset(found)
+
+
 def query_bool(value: str | None, what: str) -> bool:
     if value is None or value.lower() in ("false", "0", "no", ""):
         return False

@@ -10,6 +10,7 @@ change (marked ``data-refresh``) are re-read by the page's script every few seco
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
@@ -21,12 +22,12 @@ from starlette.routing import BaseRoute, Route
 from .. import applier, jobfile
 from ..clock import from_us, to_us
 from ..durations import parse_since
-from ..errors import JobctlError, UsageError
+from ..errors import JobctlError, RevisionChanged, UsageError
 from ..models import JobState, RunState, natural_key
 from ..zones import parse_zone
 from . import charts, triage
 from .api import SHOW_RUNS_LIMIT
-from .bodies import query_int, query_state
+from .bodies import BadRequest, query_int, query_state
 from .context import Web
 from .pages import login_page, page_error, read_form, render, zone_name
 
@@ -221,16 +222,29 @@ async def edit_definition(request: Request) -> Response:
     try:
         fields = await read_form(web, request)
         text = fields.get("toml", "")
+        made_at = _revision_field(fields.get("revision"))
 
         def write(store: Store, reads: DashboardReads) -> dict[str, Any]:
-            store.get_job(name)
+            job = store.get_job(name)
+
+            def refused(errors: list[str], status: int) -> dict[str, Any]:
+                context = _job_context(store, reads, name)
+                context.update(definition=text, edit_errors=errors, made_at=made_at, status=status)
+                return context
+
             try:
+                # the text was made at one revision: applied to another, it would undo
+                # what changed in between (as edit -e, the text stays in the page)
+                applier.check_unchanged([replace(job, revision=made_at)], [job])
                 plan = applier.plan_text(store, text, now, scope=[name])
             except jobfile.FileErrors as e:
-                context = _job_context(store, reads, name)
-                context.update(definition=text, edit_errors=[str(p) for p in e.problems])
-                return context
-            applier.apply_plan(store, plan, now, source="api")
+                return refused([str(p) for p in e.problems], 422)
+            except RevisionChanged as e:
+                return refused([str(e)], 409)
+            try:
+                applier.apply_plan(store, plan, now, source="api")
+            except RevisionChanged as e:
+                return refused([str(e)], 409)
             gone = any(j.name == name for j in plan.removed)
             return {"target": "/" if gone else f"/jobs/{quote(name)}", "lines": plan.lines()}
 
@@ -238,11 +252,21 @@ async def edit_definition(request: Request) -> Response:
     except Exception as e:
         return page_error(request, e)
     if "target" not in result:
-        return render(request, "job.html", 422, show_runs=SHOW_RUNS_LIMIT, applied=None, **result)
+        status = result.pop("status")
+        return render(
+            request, "job.html", status, show_runs=SHOW_RUNS_LIMIT, applied=None, **result
+        )
     applied = "; ".join(result["lines"]) or "no changes"
     target = result["target"]
     key = "deleted" if target == "/" else "applied"
     return RedirectResponse(_link(target, {key: name if key == "deleted" else applied[:500]}), 303)
+
+
+def _revision_field(value: str | None) -> int:
+    """The editor form's ``revision``: the job's revision when its text was made."""
+    if value is None or not value.isascii() or not value.isdigit() or len(value) > 19:
+        raise BadRequest("the form lacks the revision its text was made from")
+    return int(value)
 
 
 async def delete_page(request: Request) -> Response:

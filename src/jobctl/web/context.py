@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.types import Scope
 
 from ..clock import FakeClock, SystemClock
-from ..errors import Conflict, JobctlError, NotFound, UsageError
+from ..errors import Conflict, JobctlError, NotFound, RevisionChanged, UsageError
 from .auth import SESSION_COOKIE, Sessions, bearer, same_secret
 from .bodies import BadRequest
 
@@ -121,6 +121,8 @@ def error_status(exc: BaseException) -> int | None:
         return 403
     if isinstance(exc, NotFound):
         return 404
+    if isinstance(exc, RevisionChanged):  # If-Match named another revision
+        return 412
     if isinstance(exc, Conflict):
         return 409
     if isinstance(exc, BodyTooLarge):
