@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -151,6 +151,27 @@ def test_an_active_range_bounds_the_windows() -> None:
     got = next_fires(trigger, datetime(2026, 6, 1, tzinfo=UTC), 50)
     assert got[0] == lo and got[-1] == hi and len(got) == 7
     assert next_fire(trigger, hi) is None
+
+
+def test_a_calendar_day_whose_midnight_dst_skips_starts_at_the_change() -> None:
+    from jobctl.triggers import excluded
+
+    # Santiago moves from 00:00 (-04) to 01:00 (-03) on 6 September 2026
+    days = frozenset({date(2026, 9, 6)})
+    zone = "America/Santiago"
+
+    def out(*hm: int) -> bool:
+        return excluded((), days, zone, datetime(*hm, tzinfo=UTC))
+
+    assert not out(2026, 9, 6, 3, 59)  # 5 Sep 23:59 -04
+    assert out(2026, 9, 6, 4, 0)  # 6 Sep 01:00 -03, the day's first instant
+    assert out(2026, 9, 7, 2, 59)  # 6 Sep 23:59 -03
+    assert not out(2026, 9, 7, 3, 0)  # 7 Sep 00:00 -03
+    # an --except expression is read in the zone too
+    assert excluded(("59 23 * * *",), frozenset(), zone, datetime(2026, 9, 7, 2, 59, tzinfo=UTC))
+    assert not excluded(
+        ("59 23 * * *",), frozenset(), zone, datetime(2026, 9, 6, 23, 59, tzinfo=UTC)
+    )
 
 
 # ---------------------------------------------------------------------- the CLI
