@@ -532,3 +532,18 @@ def test_plan_counts_every_trigger_of_a_set_and_no_excluded_window(jobctl: Any) 
         ("2027-01-01T03:00:00Z", 1),  # given twice: one window
         ("2027-01-01T13:00:00Z", 1),  # 05:00 is excluded
     ]
+
+
+def test_db_copy_takes_the_calendars_and_the_sets(jobctl: Any, tmp_path: Path, capsys: Any) -> None:
+    _setup_sets(jobctl)
+    target = tmp_path / "copy.db"
+    jobctl("db", "copy", "--to", str(target))
+    other = Cli(target, capsys)
+    try:
+        assert other.json("calendar", "list") == jobctl.json("calendar", "list")
+        assert other("export").stdout == jobctl("export").stdout
+        frm = ["-n", "40", "--from", "2026-12-20T00:00Z"]
+        assert other.json("next", "report", *frm) == jobctl.json("next", "report", *frm)
+        assert "2026-12-25" not in " ".join(other.json("next", "report", *frm))
+    finally:
+        other.close()

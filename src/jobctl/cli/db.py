@@ -95,7 +95,10 @@ def db_copy(obj: Ctx, target: str, history: bool, force: bool) -> None:
         if dest.location == source.location and dest.backend == source.backend:
             raise UsageError("--to names the database being copied")
         secrets = source.commands.secrets_for_copy()
-        count = dest.commands.load_copy(jobs, obj.now(), history=history, secrets=secrets)
+        calendars = {name: days for name, days, _ in source.commands.calendar_list()}
+        count = dest.commands.load_copy(
+            jobs, obj.now(), history=history, secrets=secrets, calendars=calendars
+        )
     finally:
         dest.close()
     runs = sum(len(j.runs) for j in jobs)

@@ -1039,12 +1039,21 @@ class Commands(outbox.OutboxCommands, SecretCommands):
         *,
         history: bool,
         secrets: Sequence[tuple[str, bytes, datetime]] = (),
+        calendars: Mapping[str, Sequence[date]] | None = None,
     ) -> int:
         """``db copy`` into this database (see :func:`.transfer.load_copy`), with the
-        source's secrets."""
+        source's secrets and calendars."""
         from .transfer import load_copy
 
-        return load_copy(self.db, jobs, now, history=history, secrets=secrets, q=self._q)
+        return load_copy(
+            self.db,
+            jobs,
+            now,
+            history=history,
+            secrets=secrets,
+            calendars=calendars,
+            q=self._q,
+        )
 
     # ---------------------------------------------------------------- used by jobctl serve
     # the dashboard's run strips and the /metrics scrape

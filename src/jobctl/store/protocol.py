@@ -351,9 +351,11 @@ class CommandStore(Protocol):
         *,
         history: bool,
         secrets: Sequence[tuple[str, bytes, datetime]] = (),
+        calendars: Mapping[str, Sequence[date]] | None = None,
     ) -> int:
         """``db copy``: insert every copied job (with ``history`` its runs and attempts) with
-        new ids, and the ``secrets`` (name, value, when set), all or nothing. Raises
+        new ids, the ``secrets`` (name, value, when set) and the ``calendars`` (name,
+        dates), all or nothing. Raises
         Conflict when this database holds any job."""
         ...
 

@@ -5,13 +5,14 @@ transaction of its dialect."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime
 from typing import Any, Protocol
 
 from ..clock import to_us
 from ..errors import Conflict
 from ..models import Attempt, Job, Run
+from .calendars import dates_text, set_dates
 from .dialect import Dialect
 from .outbox import Sql
 from .rows import spec_columns
@@ -65,6 +66,7 @@ def job_columns(copied: CopiedJob, now: datetime, *, history: bool) -> dict[str,
     job = copied.job
     cols = spec_columns(job.spec)
     cols.update(
+        except_dates=dates_text(job.except_dates),
         state=job.state.value,
         schedule_from=to_us(now),
         next_run_at=None if job.next_run_at is None else to_us(job.next_run_at),
@@ -208,6 +210,7 @@ def load_copy(
     *,
     history: bool,
     secrets: Sequence[tuple[str, bytes, datetime]] = (),
+    calendars: Mapping[str, Sequence[date]] | None = None,
     q: Sql | None = None,
 ) -> int:
     """Insert every job (and its runs and attempts) with new ids, in one transaction.
@@ -221,6 +224,10 @@ def load_copy(
         if secrets:
             assert q is not None, "secrets are loaded with the backend's statements"
             load_secrets(c, q, secrets)
+        if calendars:
+            assert q is not None, "calendars are loaded with the backend's statements"
+            for name, days in calendars.items():
+                set_dates(c, q, name, days)
         for copied in jobs:
             cols = job_columns(copied, now, history=history)
             job_id = _insert(db, c, "jobs", cols, returning=True)
