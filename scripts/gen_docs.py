@@ -314,7 +314,8 @@ read it.
 
 `jobctl token add NAME --role read|operate|admin` prints a token for `jobctl serve` once;
 only its SHA-256 is kept. read: every GET and `/metrics`; operate: also run, cancel,
-retry, pause, resume, backfill and test a channel; admin: everything. A request beyond the
+retry, pause, resume (a job, or all of them), backfill and test a channel; admin:
+everything. A request beyond the
 role answers 403 and changes nothing; a change made with a token is recorded in its
 revision as `token:NAME`.
 """

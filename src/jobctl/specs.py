@@ -131,6 +131,13 @@ def check_secret_value(value: bytes) -> bytes:
     return value
 
 
+def hash_token(token: str) -> str:
+    """The SHA-256 (hex) of an API token's text: all that is kept of it."""
+    import hashlib
+
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
+
+
 def check_env_file(path: str) -> str:
     """An ``--env-file`` path, made absolute (``~`` expanded): the daemon reads it from
     wherever it runs. Its content is read by the daemon, never here."""

@@ -109,7 +109,7 @@ def token_add(obj: Ctx, name: str, role: str) -> None:
     import secrets as random_tokens
 
     from ..models import Role
-    from ..specs import check_name
+    from ..specs import check_name, hash_token
 
     check_name(name, "token name")
     try:
@@ -117,7 +117,7 @@ def token_add(obj: Ctx, name: str, role: str) -> None:
     except ValueError:
         raise UsageError(f"invalid --role {role!r}: use read, operate or admin") from None
     text = "jobctl_" + random_tokens.token_urlsafe(32)
-    obj.store().add_token(name, chosen, text, obj.now())  # a taken name: exit 1
+    obj.store().add_token(name, chosen, hash_token(text), obj.now())  # a taken name: exit 1
     click.echo(text)
 
 

@@ -87,7 +87,8 @@ def serve(obj: Ctx, listen: str, token_file: str | None) -> None:
     """Serve the HTTP API, /metrics and the web dashboard over the database.
 
     Needs the web extra (pip install 'jobctl[web]'); no daemon needed. Every request but
-    GET /healthz needs the token (Authorization: Bearer TOKEN, or the dashboard's sign-in).
+    GET /healthz needs the token (Authorization: Bearer TOKEN, or the dashboard's sign-in),
+    which may do everything, or a token of `jobctl token add`, limited to its role.
     """
     from ..paths import default_db_path
     from ..web.auth import resolve_token

@@ -377,8 +377,8 @@ class CommandStore(Protocol):
         """Every secret with its value, for ``db copy`` alone."""
         ...
 
-    def add_token(self, name: str, role: Role, token: str, now: datetime) -> ApiToken:
-        """Keep the SHA-256 of a new token. Raises NameTaken."""
+    def add_token(self, name: str, role: Role, sha256: str, now: datetime) -> ApiToken:
+        """Keep the SHA-256 (hex) of a new token, never the token. Raises NameTaken."""
         ...
 
     def list_tokens(self) -> list[ApiToken]: ...
@@ -387,8 +387,9 @@ class CommandStore(Protocol):
         """Raises NotFound."""
         ...
 
-    def token_for(self, token: str, now: datetime) -> ApiToken | None:
-        """The kept token whose text this is (its ``last_used_at`` set to ``now``)."""
+    def token_for(self, sha256: str, now: datetime) -> ApiToken | None:
+        """The kept token of that SHA-256 (its ``last_used_at`` moved to ``now`` at most
+        once a minute), else None."""
         ...
 
     # used by jobctl serve

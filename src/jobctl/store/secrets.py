@@ -38,6 +38,8 @@ TOKEN_BY_HASH = "SELECT name, role, created_at, last_used_at FROM api_tokens WHE
 INSERT_TOKEN = "INSERT INTO api_tokens (name, role, sha256, created_at) VALUES (?, ?, ?, ?)"
 DELETE_TOKEN = "DELETE FROM api_tokens WHERE name = ?"
 TOUCH_TOKEN = "UPDATE api_tokens SET last_used_at = ? WHERE name = ?"
+#: a token's ``last_used_at`` is written again after this long
+TOUCH_EVERY_SECONDS = 60
 
 
 def _users(db: Dialect, q: Sql, c: Any = None) -> dict[str, list[str]]:
@@ -67,13 +69,6 @@ def secret_values(db: Dialect, q: Sql, names: Iterable[str]) -> dict[str, bytes]
         return {}
     rows = db.read(q(SECRET_VALUES.format(marks=db.marks(len(wanted)))), wanted)
     return {r["name"]: bytes(r["value"]) for r in rows}
-
-
-def hash_token(token: str) -> str:
-    """The SHA-256 of a token's text, as it is kept (hex)."""
-    import hashlib
-
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 def _token(r: Any) -> ApiToken:
@@ -126,12 +121,12 @@ class SecretCommands:
 
     # ------------------------------------------------------------------ tokens
 
-    def add_token(self, name: str, role: Role, token: str, now: datetime) -> ApiToken:
-        """Keep a new token's SHA-256 under ``name``. NameTaken when the name is."""
+    def add_token(self, name: str, role: Role, sha256: str, now: datetime) -> ApiToken:
+        """Keep a new token's SHA-256 (hex) under ``name``. NameTaken when the name is."""
         with self.db.write() as c:
             if c.execute(self._q(TOKEN_BY_NAME), (name,)).fetchone() is not None:
                 raise NameTaken(f"a token named {name!r} already exists")
-            c.execute(self._q(INSERT_TOKEN), (name, role.value, hash_token(token), to_us(now)))
+            c.execute(self._q(INSERT_TOKEN), (name, role.value, sha256, to_us(now)))
         return ApiToken(name, role, from_us(to_us(now)), None)
 
     def list_tokens(self) -> list[ApiToken]:
@@ -143,15 +138,18 @@ class SecretCommands:
                 raise NotFound(f"no token named {name!r}")
             c.execute(self._q(DELETE_TOKEN), (name,))
 
-    def token_for(self, token: str, now: datetime) -> ApiToken | None:
-        """The token whose text is ``token`` (its use noted as ``last_used_at``), else
-        None."""
-        rows = self.db.read(self._q(TOKEN_BY_HASH), (hash_token(token),))
+    def token_for(self, sha256: str, now: datetime) -> ApiToken | None:
+        """The token whose text has this SHA-256 (hex), else None. Its ``last_used_at``
+        is moved to ``now`` when it is a minute old or more (a write at most once a
+        minute a token, not one a request)."""
+        rows = self.db.read(self._q(TOKEN_BY_HASH), (sha256,))
         if not rows:
             return None
         found = _token(rows[0])
-        with self.db.write() as c:
-            c.execute(self._q(TOUCH_TOKEN), (to_us(now), found.name))
+        last = found.last_used_at
+        if last is None or (now - last).total_seconds() >= TOUCH_EVERY_SECONDS:
+            with self.db.write() as c:
+                c.execute(self._q(TOUCH_TOKEN), (to_us(now), found.name))
         return found
 
     def secrets_for_copy(self) -> list[tuple[str, bytes, datetime]]:

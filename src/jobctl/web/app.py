@@ -26,6 +26,7 @@ from ..clock import SystemClock
 from . import api as api_routes
 from . import console, deliveries, pages
 from .context import AnyClock, Web, error_status, error_text
+from .roles import CURRENT, refusal
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -86,12 +87,21 @@ def api(
 class Guard:
     """Pure ASGI middleware: the token check (401), the security headers on every answer,
     and ``Server-Timing: app;dur=MS``, the milliseconds the server took to answer. Sets
-    ``request.state.auth`` to ``"bearer"``, ``"cookie"`` or None."""
+    ``request.state.auth`` to ``"bearer"``, ``"cookie"`` or None and
+    ``request.state.principal`` to who it is; a request beyond that token's role (README
+    "Tokens") is 403 and reaches no handler."""
 
-    def __init__(self, app: ASGIApp, web: Web, login_page: Callable[[Request], Response]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        web: Web,
+        login_page: Callable[[Request], Response],
+        forbidden_page: Callable[[Request, str], Response],
+    ) -> None:
         self.app = app
         self.web = web
         self.login_page = login_page
+        self.forbidden_page = forbidden_page
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -116,15 +126,28 @@ class Guard:
                 message["headers"] = headers
             await send(message)
 
-        auth = self.web.authenticate(scope)
-        scope.setdefault("state", {})["auth"] = auth
-        if auth is None and not _is_public(scope["method"], scope["path"]):
-            if wants_json(scope["path"]):
-                response: Response = json_error(401, "missing or wrong token")
+        auth, principal = await self.web.identify(scope)
+        state = scope.setdefault("state", {})
+        state["auth"], state["principal"] = auth, principal
+        method, path = scope["method"], scope["path"]
+        response: Response
+        if auth is None and not _is_public(method, path):
+            if wants_json(path):
+                response = json_error(401, "missing or wrong token")
             else:
                 response = self.login_page(Request(scope))
             await response(scope, receive, send_with_headers)
             return
+        if principal is not None and not self.web.may(principal, method, path):
+            # beyond the token's role: refused before any handler runs, so nothing changes
+            message = refusal(principal, method, path)
+            if wants_json(path):
+                response = json_error(403, message)
+            else:
+                response = self.forbidden_page(Request(scope), message)
+            await response(scope, receive, send_with_headers)
+            return
+        CURRENT.set(principal)
         await self.app(scope, receive, send_with_headers)
 
 
@@ -176,8 +199,16 @@ def create_app(
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, web=web, login_page=lambda r: pages.login_page(web, r))],
+        middleware=[
+            Middleware(
+                Guard,
+                web=web,
+                login_page=lambda r: pages.login_page(web, r),
+                forbidden_page=lambda r, message: pages.error_page(web, r, 403, message),
+            )
+        ],
         exception_handlers={HTTPException: http_error, Exception: server_error},
     )
     app.state.web = web
+    web.routes = app.router.routes
     return app

@@ -136,7 +136,9 @@ def bearer(authorization: str | None) -> str | None:
 
 
 class Sessions:
-    """Dashboard sessions in memory: a random id (the HttpOnly cookie) -> its CSRF token.
+    """Dashboard sessions in memory: a random id (the HttpOnly cookie) -> its CSRF token
+    and the token it was opened with (None: the server's own; else the SHA-256 of a named
+    token, looked up again at each request, so a removed token ends its sessions).
 
     A restart of ``serve`` signs everyone out. Thread-safe.
     """
@@ -144,10 +146,10 @@ class Sessions:
     def __init__(self, lifetime_seconds: float = SESSION_SECONDS) -> None:
         self._lifetime = lifetime_seconds
         self._lock = threading.Lock()
-        self._by_id: dict[str, tuple[str, float]] = {}
+        self._by_id: dict[str, tuple[str, float, str | None]] = {}
 
-    def create(self) -> tuple[str, str]:
-        """A new session: (session id, CSRF token)."""
+    def create(self, key: str | None = None) -> tuple[str, str]:
+        """A new session opened with the token ``key`` names: (session id, CSRF token)."""
         sid, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
         now = time.monotonic()
         with self._lock:
@@ -156,11 +158,11 @@ class Sessions:
                 if len(self._by_id) >= MAX_SESSIONS:  # drop the oldest
                     oldest = min(self._by_id, key=lambda k: self._by_id[k][1])
                     del self._by_id[oldest]
-            self._by_id[sid] = (csrf, now + self._lifetime)
+            self._by_id[sid] = (csrf, now + self._lifetime, key)
         return sid, csrf
 
-    def csrf_for(self, sid: str | None) -> str | None:
-        """The CSRF token of a live session, else None."""
+    def lookup(self, sid: str | None) -> tuple[str, str | None] | None:
+        """(CSRF token, token key) of a live session, else None."""
         if not sid:
             return None
         with self._lock:
@@ -170,12 +172,17 @@ class Sessions:
             if entry[1] < time.monotonic():
                 del self._by_id[sid]
                 return None
-            return entry[0]
+            return entry[0], entry[2]
+
+    def csrf_for(self, sid: str | None) -> str | None:
+        """The CSRF token of a live session, else None."""
+        found = self.lookup(sid)
+        return None if found is None else found[0]
 
     def end(self, sid: str | None) -> None:
         with self._lock:
             self._by_id.pop(sid or "", None)
 
     def _expire(self, now: float) -> None:
-        for k in [k for k, (_, exp) in self._by_id.items() if exp < now]:
+        for k in [k for k, (_, exp, _) in self._by_id.items() if exp < now]:
             del self._by_id[k]

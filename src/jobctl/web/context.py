@@ -8,17 +8,20 @@ Below :mod:`.app` (the application that routes to the handlers) and above :mod:`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
+from starlette.routing import BaseRoute
 from starlette.types import Scope
 
 from ..clock import FakeClock, SystemClock
 from ..errors import Conflict, JobctlError, NotFound, RevisionChanged, UsageError
+from ..specs import hash_token
 from .auth import SESSION_COOKIE, Sessions, bearer, same_secret
 from .bodies import BadRequest
+from .roles import ADMIN, CURRENT, Principal, needed_role
 
 if TYPE_CHECKING:
     from ..store import CommandStore, Store
@@ -47,19 +50,50 @@ class Web:
         self.token = token
         self.clock = clock
         self.sessions = Sessions()
+        #: the application's route table (set when it is built): what each role may use
+        self.routes: Sequence[BaseRoute] = ()
+
+    def may(self, principal: Principal | None, method: str, path: str) -> bool:
+        """Whether ``principal`` may make the request ``method path`` (README "Tokens")."""
+        if principal is None:
+            return False
+        return principal.role.allows(needed_role(self.routes, method, path))
 
     # ---------------------------------------------------------------- auth
 
-    def authenticate(self, scope: Scope) -> str | None:
-        """``"bearer"``, ``"cookie"`` (a live dashboard session) or None.
-
-        A bearer token that is given but wrong is refused even with a good cookie."""
+    async def identify(self, scope: Scope) -> tuple[str | None, Principal | None]:
+        """How the request is signed (``"bearer"``, ``"cookie"`` or None) and who it is:
+        the server's own token (admin), or a named token of ``jobctl token add`` with its
+        role. A bearer token that is given but wrong is refused even with a good cookie."""
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         given = bearer(headers.get("authorization"))
         if given is not None:
-            return "bearer" if same_secret(given, self.token) else None
-        sid = Request(scope).cookies.get(SESSION_COOKIE)
-        return "cookie" if self.sessions.csrf_for(sid) is not None else None
+            if same_secret(given, self.token):
+                return "bearer", ADMIN
+            principal = await self.named_token(hash_token(given))
+            return ("bearer", principal) if principal is not None else (None, None)
+        session = self.sessions.lookup(Request(scope).cookies.get(SESSION_COOKIE))
+        if session is None:
+            return None, None
+        if session[1] is None:
+            return "cookie", ADMIN
+        principal = await self.named_token(session[1])
+        return ("cookie", principal) if principal is not None else (None, None)
+
+    async def named_token(self, key: str) -> Principal | None:
+        """The named token whose SHA-256 is ``key``, as a principal (None: no such token,
+        or it was removed)."""
+        now = self.clock.now()
+
+        def find() -> Principal | None:
+            handle = self.open_store()
+            try:
+                found = handle.commands.token_for(key, now)
+            finally:
+                handle.close()
+            return None if found is None else Principal(found.role, found.name, key)
+
+        return await run_in_threadpool(find)
 
     def check_csrf(self, request: Request, given: str | None) -> None:
         """State changes over the session cookie must carry the session's CSRF token (the
@@ -82,8 +116,10 @@ class Web:
 
         def work() -> T:
             handle = self.open_store()
-            # every change made through the server is the API's (jobctl(1), jobctl history)
-            handle.commands.who = handle.commands.source = "api"
+            # every change made through the server is the API's, by its token (revisions)
+            principal = CURRENT.get()
+            handle.commands.who = "api" if principal is None else principal.who
+            handle.commands.source = "api"
             try:
                 return fn(handle.commands, handle.dashboard)
             finally:

@@ -25,6 +25,7 @@ from .. import output
 from ..durations import format_duration
 from ..errors import JobctlError, NotFound
 from ..models import FINISHED_RUN_STATES, RunState
+from ..specs import hash_token
 from ..zones import local_zone_name, zone_exists
 from .api import pause_or_resume, run_detail, run_id_of
 from .auth import CSRF_FIELD, SESSION_COOKIE, SESSION_SECONDS, same_secret
@@ -104,11 +105,15 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
     web: Web = request.app.state.web
     sid = request.cookies.get(SESSION_COOKIE)
     csrf = web.sessions.csrf_for(sid) if request.state.auth == "cookie" else None
+    principal = getattr(request.state, "principal", None)
     page = _env.get_template(template).render(
         request=request,
         csrf=csrf,
         csrf_field=CSRF_FIELD,
         signed_in=request.state.auth is not None,
+        # only the buttons and forms the token's role may use are shown (README "Tokens")
+        may=lambda method, path: web.may(principal, method, path),
+        principal=principal,
         now=web.clock.now(),
         tz=zone_name(request),
         **context,
@@ -178,9 +183,15 @@ async def login(request: Request) -> Response:
     except Exception as e:
         return page_error(request, e)
     target = _safe_next(fields.get("next", "/"))
-    if not same_secret(fields.get("token", "").strip(), web.token):
-        return login_page(web, request, 401, "wrong token", target)
-    sid, _ = web.sessions.create()
+    given = fields.get("token", "").strip()
+    key = None
+    if not same_secret(given, web.token):
+        # a named token of `jobctl token add`: the session keeps its role
+        named = await web.named_token(hash_token(given)) if given else None
+        if named is None:
+            return login_page(web, request, 401, "wrong token", target)
+        key = named.key
+    sid, _ = web.sessions.create(key)
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         SESSION_COOKIE,
