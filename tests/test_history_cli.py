@@ -152,6 +152,57 @@ def test_backfill_creates_each_window_once_and_a_second_call_creates_nothing(
     assert len(jobctl.json("runs", "b", "--limit", "100")) == 6
 
 
+def test_backfill_dry_run_json_gives_windows_not_run_ids(jobctl: Jobctl) -> None:
+    """With --dry-run no run has an id yet: the windows that would get one are
+    ``windows``, the runs that would be requeued ``requeued`` (ids)."""
+    add_hourly(jobctl)
+    span = ("--from", z("2026-01-05T00:00:00"), "--to", z("2026-01-05T03:00:00"))
+    dry = jobctl.json("backfill", "b", *span, "--dry-run")
+    assert dry == {
+        "windows": [z(f"2026-01-05T0{h}:00:00") for h in range(3)],
+        "requeued": [],
+        "left": 0,
+        "dry_run": True,
+    }
+    assert jobctl.json("runs", "b") == []
+    done = jobctl.json("backfill", "b", *span)
+    assert set(done) == {"created", "requeued", "left", "dry_run"} and done["dry_run"] is False
+    assert sorted(done["created"]) == sorted(r["id"] for r in jobctl.json("runs", "b"))
+    assert jobctl.json("backfill", "b", *span, "--dry-run") == {
+        "windows": [],
+        "requeued": [],
+        "left": 3,
+        "dry_run": True,
+    }
+
+
+def test_a_fixed_rate_jobs_add_instant_is_no_window(jobctl: Jobctl) -> None:
+    """Added at T without --start, an --every 1h job's first window is T + 1h (as next
+    says): T is neither shown by coverage nor backfilled. A --start given is a window."""
+    from jobctl.models import JobSpec
+    from jobctl.specs import TriggerOptions, build_trigger
+
+    added = T0 + timedelta(microseconds=250_000)  # an add instant is no round time
+    with jobctl.store() as store:
+        trigger = build_trigger(TriggerOptions(every="1h"), added)
+        store.add_job(JobSpec(name="rate", trigger=trigger, command="true"), added)
+        later = build_trigger(TriggerOptions(every="1h", start=z("2026-01-05T02:00:00")), added)
+        store.add_job(JobSpec(name="starts", trigger=later, command="true"), added)
+    assert jobctl.json("show", "rate")["trigger"]["start"] == "2026-01-05T00:00:00.250000Z"
+    expected = [f"2026-01-05T0{h}:00:00.250000Z" for h in (1, 2, 3)]
+    span = ("--from", z("2026-01-04T22:00:00"), "--to", z("2026-01-05T03:30:00"))
+    cov = jobctl.json("coverage", "rate", *span)
+    assert [w["scheduled_for"] for w in cov] == expected
+    assert len(jobctl.json("coverage", "rate", "--to", z("2026-01-05T03:30:00"))) == 3
+    assert jobctl.json("backfill", "rate", *span, "--dry-run")["windows"] == expected
+    created = jobctl.json("backfill", "rate", *span)["created"]
+    assert sorted(r["scheduled_for"] for r in jobctl.json("runs", "rate")) == expected
+    assert len(created) == 3
+    # a --start given is a window, after the add (here) or before it (the next test)
+    starts = [w["scheduled_for"] for w in jobctl.json("coverage", "starts", *span)]
+    assert starts == [z("2026-01-05T02:00:00"), z("2026-01-05T03:00:00")]
+
+
 def test_backfill_requeues_skipped_and_dead_windows_and_leaves_the_rest(jobctl: Jobctl, db) -> None:
     add_hourly(jobctl)
     with jobctl.store() as store:
@@ -192,8 +243,8 @@ def test_backfill_dry_run_counts_and_writes_nothing(jobctl: Jobctl) -> None:
     data = jobctl.json(
         "backfill", "b", "--from", "2026-01-05", "--to", "2026-01-05T04:00", "--dry-run"
     )
-    assert data["created"] == [z(f"2026-01-05T0{h}:00:00") for h in range(4)]
-    assert data["dry_run"] is True
+    assert data["windows"] == [z(f"2026-01-05T0{h}:00:00") for h in range(4)]
+    assert data["dry_run"] is True and "created" not in data
     assert jobctl.json("runs", "b") == []
 
 

@@ -478,13 +478,22 @@ def keep_text(keep_runs: int, keep_for_seconds: float | None) -> str:
     return text + (f", at most {format_duration(keep_for_seconds)}" if keep_for_seconds else "")
 
 
-def backfill_json(created: Sequence[Any], requeued: Sequence[int], left: int) -> dict[str, Any]:
-    """``backfill --json``: the ids of the runs created and requeued, the windows left
-    alone (with ``--dry-run``, ``created`` holds the windows that would get a run)."""
+def backfill_json(created: Sequence[int], requeued: Sequence[int], left: int) -> dict[str, Any]:
+    """``backfill --json``: the ids of the runs created and requeued, and how many windows
+    were left alone."""
+    return {"created": list(created), "requeued": list(requeued), "left": left, "dry_run": False}
+
+
+def backfill_dry_run_json(
+    windows: Sequence[datetime], requeued: Sequence[int], left: int
+) -> dict[str, Any]:
+    """``backfill --dry-run --json``: the windows that would get a new run (no run has an
+    id yet), the ids of the runs that would be made pending, how many would be left."""
     return {
-        "created": [iso(c) if isinstance(c, datetime) else c for c in created],
+        "windows": [iso(w) for w in windows],
         "requeued": list(requeued),
         "left": left,
+        "dry_run": True,
     }
 
 

@@ -896,9 +896,20 @@ def backfill_windows(job: Job, start: str, end: str, now: datetime) -> list[date
         raise UsageError(
             f"backfill: --to {iso(hi)} is in the future; windows to come run by themselves"
         )
-    windows = windows_between(job.trigger, lo, hi, MAX_HISTORY_WINDOWS)
+    windows = without_anchor(job, windows_between(job.trigger, lo, hi, MAX_HISTORY_WINDOWS))
     out_of = excluded_windows(job, windows)
     return [w for w in windows if w not in out_of] if out_of else windows
+
+
+def without_anchor(job: Job, windows: list[datetime]) -> list[datetime]:
+    """``windows`` less a fixed-rate job's anchor when that is no window: the instant it was
+    added without ``--start`` (its anchor is that instant to the microsecond) only sets the
+    phase, its first window is one interval later, as ``next`` says. A ``--start`` given is
+    a window, past or to come."""
+    anchor = job.trigger.anchor
+    if job.trigger.kind is not TriggerKind.INTERVAL or anchor != job.created_at:
+        return windows
+    return [w for w in windows if w != anchor]
 
 
 def excluded_windows(job: Job, windows: Sequence[datetime]) -> set[datetime]:
@@ -923,9 +934,13 @@ def coverage_windows(job: Job, start: str | None, end: str | None, now: datetime
     tz = job.trigger.tz
     hi = durations.parse_time(check_text(end, "--to"), tz, now) if end is not None else now
     if start is None:
-        return windows_before(job.trigger, hi, DEFAULT_COVERAGE_WINDOWS)
+        # one more: the anchor, when it is no window, leaves the default count whole
+        found = windows_before(job.trigger, hi, DEFAULT_COVERAGE_WINDOWS + 1)
+        return without_anchor(job, found)[-DEFAULT_COVERAGE_WINDOWS:]
     lo = durations.parse_time(check_text(start, "--from"), tz, now)
-    return windows_between(job.trigger, lo, hi, MAX_HISTORY_WINDOWS, "coverage")
+    return without_anchor(
+        job, windows_between(job.trigger, lo, hi, MAX_HISTORY_WINDOWS, "coverage")
+    )
 
 
 # ---------------------------------------------------------------------- calendars

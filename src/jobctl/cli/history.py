@@ -12,7 +12,12 @@ from .base import Ctx, _complete_jobs, cli, pass_ctx
 @click.option("--from", "from_", required=True, metavar="TIME", help="First window (included).")
 @click.option("--to", "to", required=True, metavar="TIME", help="End of the range (excluded).")
 @click.option("--dry-run", is_flag=True, help="Count what would be done; write nothing.")
-@click.option("--json", "as_json", is_flag=True, help="Print the runs created and requeued.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print {created, requeued, left} (run ids); with --dry-run {windows, requeued, left}.",
+)
 @pass_ctx
 def backfill(obj: Ctx, name: str, from_: str, to: str, dry_run: bool, as_json: bool) -> None:
     """Run the windows of [--from, --to) that did not run: a window with no run gets one,
@@ -30,13 +35,15 @@ def backfill(obj: Ctx, name: str, from_: str, to: str, dry_run: bool, as_json: b
     done = store.backfill(name, windows, now, planner.plan_backfill, dry_run=dry_run)
     if not dry_run and (done.created or done.requeued):
         obj.warn_if_no_daemon()
-    created = done.plan.create if dry_run else done.created
     if as_json:
-        data = output.backfill_json(created, done.requeued, done.plan.left)
-        data["dry_run"] = dry_run
+        if dry_run:
+            data = output.backfill_dry_run_json(done.plan.create, done.requeued, done.plan.left)
+        else:
+            data = output.backfill_json(done.created, done.requeued, done.plan.left)
         output.print_json(data)
     else:
-        line = output.backfill_line(name, len(created), len(done.requeued), done.plan.left)
+        created = len(done.plan.create) if dry_run else len(done.created)
+        line = output.backfill_line(name, created, len(done.requeued), done.plan.left)
         output.print_lines([line + (" (dry run: nothing written)" if dry_run else "")])
 
 

@@ -294,10 +294,9 @@ async def backfill(web: Web, request: Request) -> Response:
     def write(store: Store) -> dict[str, Any]:
         windows = backfill_windows(store.get_job(name), start, end, now)
         done = store.backfill(name, windows, now, planner.plan_backfill, dry_run=dry_run)
-        created = done.plan.create if dry_run else done.created
-        data = output.backfill_json(created, done.requeued, done.plan.left)
-        data["dry_run"] = dry_run
-        return data
+        if dry_run:
+            return output.backfill_dry_run_json(done.plan.create, done.requeued, done.plan.left)
+        return output.backfill_json(done.created, done.requeued, done.plan.left)
 
     return JSONResponse(await web.db(write))
 
