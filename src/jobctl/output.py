@@ -11,10 +11,9 @@ import json
 import sys
 from collections.abc import Sequence
 from datetime import date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .clock import iso
-from .durations import format_duration
 from .models import (
     ApiToken,
     Attempt,
@@ -31,8 +30,9 @@ from .models import (
     TriggerKind,
     Waiting,
 )
-from .notifications import Channel, Notification
-from .triggers import members
+
+if TYPE_CHECKING:  # the listing commands' start imports neither
+    from .notifications import Channel, Notification
 
 # ---------------------------------------------------------------------- JSON
 
@@ -48,6 +48,10 @@ def trigger_json(job: Job) -> dict[str, Any]:
 
 def triggers_json(job: Job) -> list[dict[str, Any]]:
     """The job's ``triggers``: each trigger of its set, or its one trigger."""
+    if job.trigger.kind is not TriggerKind.SET:
+        return [_trigger_obj(job.trigger)]
+    from .triggers import members  # a set's parser: a listing of plain jobs never loads it
+
     return [_trigger_obj(t) for t in members(job.trigger)]
 
 
@@ -383,6 +387,8 @@ def print_runs(runs: Sequence[Run]) -> None:
 
 
 def print_job(job: Job, runs: Sequence[Run]) -> None:
+    from .durations import format_duration
+
     s = job.spec
     from rich.text import Text
 
@@ -454,6 +460,7 @@ def notify_text(rules: Sequence[NotifyRule]) -> str:
 
 def limits_text(limits: Limits) -> str:
     """``nice 5, io idle, memory 1G, cpu 1m, files 64`` (only those set)."""
+    from .durations import format_duration
     from .specs import format_size
 
     parts = []

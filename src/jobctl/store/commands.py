@@ -15,10 +15,8 @@ import socket
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import jobfile
-from ..checks import CheckFacts
 from ..clock import from_us, iso, to_us
 from ..errors import Conflict, NameTaken, NotFound, RevisionChanged, StoreError, UsageError
 from ..models import (
@@ -49,6 +47,10 @@ from .rows import (
 )
 from .secrets import SecretCommands, check_secrets
 from .values import Backfilled, BackfillFn, CopiedJob, DbInfo, Revision, Status
+
+if TYPE_CHECKING:  # imported where used: a listing never needs them
+    from .. import jobfile
+    from ..checks import CheckFacts
 
 #: the upper bounds (seconds) of the duration histogram's buckets, fixed by the schema's
 #: duration_tallies (bucket i counts attempts at most bound i, and above the one before)
@@ -148,6 +150,8 @@ def write_revision(
     ``changes`` says it; nothing when nothing changed. Every change to a job calls this in
     its own transaction (a daemon's too: ``who`` and ``source`` ``daemon``). Returns the
     revision written."""
+    from .. import jobfile
+
     diff = dict(changes) if changes is not None else jobfile.changes(old, new)
     if not diff:
         return None
@@ -257,6 +261,8 @@ def pause_after_failures(
         return None
     withdraw_early(db, c, job_id, now)
     name = str(paused["name"])
+    from .. import jobfile
+
     job = job_from_row(job_row(db, c, name))
     was = jobfile.Definition(job.spec, paused=False)
     write_revision(db, c, job_id, was, jobfile.Definition.of(job), now, "daemon", "daemon")
@@ -339,6 +345,8 @@ class Commands(outbox.OutboxCommands, SecretCommands):
     ) -> Job:
         """Write the revision of a change from ``old`` to ``new``; ``new`` with its
         revision number."""
+        from .. import jobfile
+
         revision = write_revision(
             self.db,
             c,
@@ -710,6 +718,7 @@ class Commands(outbox.OutboxCommands, SecretCommands):
         """Make the job as it was at ``revision`` (itself a new revision; nothing when it
         is already so). Raises NotFound for an unknown job or revision, UsageError when
         that definition is no longer valid (a one-shot time now past)."""
+        from .. import jobfile
         from ..triggers import next_fire
 
         job = self.get_job(name)

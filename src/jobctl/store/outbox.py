@@ -22,9 +22,8 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..checks import CheckFacts
 from ..clock import from_us, to_us
 from ..errors import Conflict, NotFound, UsageError
 from ..models import Attempt, Event, Job, NotifyRule, Plan, Run, RunState, SkipReason
@@ -42,6 +41,9 @@ from ..notifications import (
     finish_events,
     rules_from_json,
 )
+
+if TYPE_CHECKING:  # only jobctl check builds one
+    from ..checks import CheckFacts
 
 
 class Sql:
@@ -683,6 +685,8 @@ def check_counts(
     """What ``jobctl check`` judges, at ``now``. ``late_sql`` counts the runs due before
     ``:cutoff`` that the claim would take (the caller's, in its dialect: the claim's rules
     belong to the queries)."""
+    from ..checks import CheckFacts
+
     now_us = to_us(now)
     p = {"now": now_us}
     daemons = c.execute(q(CHECK_DAEMONS), p).fetchone()["n"]

@@ -21,46 +21,48 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from datetime import date, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..checks import CheckFacts
-from ..jobfile import ApplyPlan
-from ..models import (
-    ApiToken,
-    Attempt,
-    DaemonInfo,
-    Job,
-    JobSpec,
-    JobState,
-    Maintenance,
-    Role,
-    Run,
-    RunState,
-    SecretInfo,
-    WaitFacts,
-)
-from ..notifications import Channel, Notification, NotificationState, Outcome, Outgoing
-from .values import (
-    Backfilled,
-    BackfillFn,
-    CopiedJob,
-    DaemonIdentity,
-    DbInfo,
-    ExpiredFn,
-    FinishItem,
-    Fired,
-    Heads,
-    IdleFixedDelay,
-    JobFacts,
-    PlanFn,
-    Renewal,
-    Revision,
-    Status,
-    StripRun,
-    TimelineBar,
-    TurnResult,
-    Waker,
-)
+if TYPE_CHECKING:  # names for the annotations only: a command's start imports none of them
+    from ..checks import CheckFacts
+    from ..jobfile import ApplyPlan
+    from ..models import (
+        ApiToken,
+        Attempt,
+        DaemonInfo,
+        Job,
+        JobSpec,
+        JobState,
+        Maintenance,
+        Role,
+        Run,
+        RunState,
+        SecretInfo,
+        WaitFacts,
+    )
+    from ..notifications import Channel, Notification, NotificationState, Outcome, Outgoing
+    from .values import (
+        Backfilled,
+        BackfillFn,
+        CopiedJob,
+        DaemonIdentity,
+        DbInfo,
+        ExpiredFn,
+        FinishItem,
+        Fired,
+        Heads,
+        IdleFixedDelay,
+        JobFacts,
+        PlanFn,
+        Renewal,
+        Revision,
+        Status,
+        StripRun,
+        TimelineBar,
+        TurnResult,
+        Waker,
+    )
+
 
 # ------------------------------------------------------------------------- protocols
 

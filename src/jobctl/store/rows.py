@@ -120,6 +120,9 @@ def _trigger(r: Any) -> Trigger:
 
 
 def job_from_row(r: Any) -> Job:
+    if not isinstance(r, dict):
+        # an sqlite3.Row finds a column by name in a scan of its ~45 names: a dict once
+        r = dict(zip(r.keys(), r, strict=True))
     spec = JobSpec(
         name=r["name"],
         trigger=_trigger(r),

@@ -10,13 +10,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..commands import Commands
 from ..dashboard import Dashboard
 from ..values import DaemonIdentity
-from .daemon import SqliteDaemonStore
 from .db import Db
 from .schema import SCHEMA_VERSION, check_ownership, migrations, schema_sql, split_statements
+
+if TYPE_CHECKING:
+    from .daemon import SqliteDaemonStore
 
 
 class SqliteStore:
@@ -31,6 +34,8 @@ class SqliteStore:
         self.dashboard = Dashboard(db)
 
     def open_daemon(self, identity: DaemonIdentity) -> SqliteDaemonStore:
+        from .daemon import SqliteDaemonStore  # off the commands' path, as on PostgreSQL
+
         return SqliteDaemonStore(self.db, identity)
 
     @classmethod
@@ -52,7 +57,6 @@ class SqliteStore:
 __all__ = [
     "SCHEMA_VERSION",
     "Db",
-    "SqliteDaemonStore",
     "SqliteStore",
     "check_ownership",
     "migrations",
