@@ -30,7 +30,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .clock import iso
-from .delivery import DeliveryError, deliver
 from .errors import StoreError
 from .models import Attempt, Job, Run
 from .notifications import (
@@ -269,6 +268,9 @@ class Notifier:
         text = email_text(body, output[-EMAIL_OUTPUT_BYTES:])
         if self._pool is None:
             self._pool = DeliveryPool(self.threads)
+        # the senders (ssl, http, email, smtp: some 4 MiB) only once there is one to send
+        from .delivery import DeliveryError, deliver
+
         self._in_flight[note.id] = out
         channel = out.channel
         tries = note.tries + 1
