@@ -65,14 +65,6 @@ JOB_FREE = f"""NOT EXISTS (
             OR ({OVERLAP_GUARDED} AND EXISTS (SELECT 1 {OVERLAP_HOLDERS}))
             OR {JOB_FULL})
     )"""
-#: SPEC §14 --deadline, decided where a run would start: the runs not started by their
-#: deadline are skipped (``deadline``) by the claim, in its transaction, before it picks
-SKIP_PAST_DEADLINE = """
-UPDATE runs SET state = 'skipped', skip_reason = 'deadline', finished_at = :now,
-    deadline_at = NULL
-WHERE deadline_at IS NOT NULL AND deadline_at < :now AND state IN ('pending', 'failed')
-RETURNING id, job_id, scheduled_for
-"""
 
 
 _NOT_SKIPPED = "r.state <> 'skipped'"

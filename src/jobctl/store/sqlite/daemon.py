@@ -30,7 +30,6 @@ from ..commands import (
     pause_after_failures,
     run_by_id,
 )
-from ..queries import SKIP_PAST_DEADLINE
 from ..rows import (
     attempt_from_row,
     finish_params,
@@ -498,7 +497,7 @@ class SqliteDaemonStore(outbox.OutboxDaemon):
             if decision.state is RunState.DEAD:
                 pause_after_failures(self.db, c, self._q, lease.job_id, now)
         # runs past their --deadline never start: skipped here, before any is picked
-        skipped = c.execute(SKIP_PAST_DEADLINE, {"now": now_us}).fetchall()
+        skipped = c.execute(sql.SKIP_PAST_DEADLINE, {"now": now_us}).fetchall()
         for r in skipped:
             self.db.announce(f"job:{r['job_id']}")
         note_deadline_skips(c, self._q, skipped, now)

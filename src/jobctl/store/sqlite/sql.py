@@ -158,6 +158,16 @@ UPDATE runs SET state = :state, last_error = :error, leased_by = NULL, lease_unt
 WHERE id = :run_id AND state = 'leased'
 """
 
+#: SPEC §14 --deadline, decided where a run would start: the runs not started by their
+#: deadline are skipped (``deadline``) by the claim, in its transaction, before it picks.
+#: Through runs_deadline (only runs with a deadline): the planner would otherwise walk
+#: every pending run on each claim (O(n²) in a burst)
+SKIP_PAST_DEADLINE = """
+UPDATE runs INDEXED BY runs_deadline
+SET state = 'skipped', skip_reason = 'deadline', finished_at = :now, deadline_at = NULL
+WHERE deadline_at IS NOT NULL AND deadline_at < :now AND state IN ('pending', 'failed')
+RETURNING id, job_id, scheduled_for
+"""
 # The claim's rules are the pieces of jobctl.store.queries (shared with ``inspect``).
 # the reserved-worker quota: runs of priority < :rp only while :low_ok (per daemon)
 WITHIN_QUOTA = "(:low_ok OR runs.priority >= :rp)"
