@@ -9,7 +9,6 @@ from datetime import date, datetime
 from typing import Any
 
 from ..clock import from_us, to_us
-from ..cronexpr import has_hash
 from ..models import (
     OUTPUT_LIMIT_BYTES,
     Attempt,
@@ -28,7 +27,6 @@ from ..models import (
     Trigger,
     TriggerKind,
 )
-from ..triggers import named
 from .outbox import rules_of, rules_text
 from .values import FinishItem
 
@@ -84,6 +82,16 @@ _TRIGGERS: dict[tuple[Any, ...], Trigger] = {}
 _TRIGGERS_KEPT = 4096
 
 
+def _cron_named(expr: str | None) -> bool:
+    """Whether a cron expression uses ``H`` (cron's parser is imported for cron jobs only:
+    a listing of interval jobs never loads it)."""
+    if not expr:
+        return False
+    from ..cronexpr import has_hash
+
+    return has_hash(expr)
+
+
 def _trigger(r: Any) -> Trigger:
     expr = r["trigger_expr"]
     key = (
@@ -95,7 +103,7 @@ def _trigger(r: Any) -> Trigger:
         r["once_at"],
         r["after_completion"],
         # H is chosen from the job's name: such a trigger is the job's own
-        r["name"] if r["trigger_kind"] == "cron" and expr and has_hash(expr) else None,
+        r["name"] if r["trigger_kind"] == "cron" and _cron_named(expr) else None,
         r["active_from"],
         r["active_until"],
     )
@@ -115,6 +123,8 @@ def _trigger(r: Any) -> Trigger:
             active_until=opt_dt(key[9]),
         )
         if key[7] is not None:
+            from ..triggers import named
+
             trigger = _TRIGGERS[key] = named(trigger, key[7])
     return trigger
 
