@@ -155,3 +155,55 @@ def test_a_daemon_holding_the_lease_trims_history(db, store, start_daemon) -> No
     assert set(states(store, "live")) == {still_open, ids[4], ids[5]}
     assert states(store, "live")[still_open] == RunState.PENDING.value
     daemon.wait_log("retention: deleted 4 finished runs")
+
+
+# ---------------------------------------------------------------------- a pass after the first
+
+
+def trim_since(store: StoreView, since, now: datetime = NOW) -> int:
+    """A whole pass that looks only at what changed since ``since`` (the last pass's marks)."""
+    total, cursor = 0, 0
+    while True:
+        deleted, nxt = store.daemon.trim_history(
+            now, after_job_id=cursor, max_rows=500, since=since
+        )
+        total += deleted
+        if nxt is None:
+            return total
+        cursor = nxt
+
+
+def test_a_later_pass_looks_only_at_the_jobs_that_changed_since_the_last(store) -> None:
+    """Issue 41: an idle daemon's passes read no job; what changed since the last pass's
+    start is found through indexes: runs ended since (new ones, and those open then),
+    edits, and the jobs with a --keep-for."""
+    for name in ("quiet", "ended", "open", "edited"):
+        store.add_job(manual(name, keep_runs=5, overlap=Overlap.ALLOW), T0)
+    store.add_job(manual("aged", keep_for_seconds=86400.0), T0)
+    for i in range(3):
+        for name in ("quiet", "ended", "open", "edited"):
+            ended(store, name, T0 + i * H)
+    store.enqueue_run("open", T0 + 3 * H)
+    (held,), _ = store.claim("d", "h", T0 + 3 * H, 60)
+    marks = store.daemon.retention_marks(T0 + 4 * H)
+    assert held.run.id in marks.open_run_ids
+
+    # nothing changed: the pass deletes nothing (and looks at no job but the aged one)
+    assert trim_since(store, marks, T0 + 4 * H) == 0
+    # quiet goes over its limit without a run ending (an edit of the database behind the
+    # store's back): a pass from the marks does not look at it, a full pass does
+    with store.write() as c:
+        c.execute("UPDATE jobs SET keep_runs = 1 WHERE name = 'quiet'")
+    assert trim_since(store, marks) == 0
+    assert len(states(store, "quiet")) == 3
+    # a run ended since (a new one), the run open at the marks ended, an edit
+    with store.write() as c:
+        c.execute("UPDATE jobs SET keep_runs = 1 WHERE name IN ('ended', 'open')")
+    ended(store, "ended", T0 + 5 * H)
+    store.finish(held.run, held.run.attempt, "d", T0 + 5 * H)
+    store.edit_job("edited", {"keep_runs": 1}, T0 + 5 * H)
+    ended(store, "aged", NOW - timedelta(days=3))
+    assert trim_since(store, marks) == 3 + 3 + 2 + 1
+    assert [len(states(store, n)) for n in ("ended", "open", "edited", "aged")] == [1, 1, 1, 0]
+    assert len(states(store, "quiet")) == 3  # untouched: nothing of it changed
+    assert sum(trim_all(store)) == 2  # a full pass (a new lease holder's first) sees all

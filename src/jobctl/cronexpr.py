@@ -14,7 +14,6 @@ matches when either field matches; otherwise both must (vixie cron, cronie).
 from __future__ import annotations
 
 import calendar
-import hashlib
 import re
 from bisect import bisect_left
 from collections.abc import Iterator
@@ -302,6 +301,8 @@ def hash_value(name: str, field_index: int) -> int:
     """The fixed number ``H`` draws from for field ``field_index`` (0 minute ... 4 day-of-week)
     of the job ``name``: the first 16 hex digits of SHA-256 of ``NAME:K``. The same on every
     host and version, so every daemon and ``jobctl next`` agree; renaming a job moves it."""
+    import hashlib  # here: OpenSSL's libcrypto is some 3.4 MiB of every daemon's RSS
+
     return int(hashlib.sha256(f"{name}:{field_index}".encode()).hexdigest()[:16], 16)
 
 

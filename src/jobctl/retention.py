@@ -5,7 +5,10 @@ it deletes each job's finished runs beyond its ``--keep-runs`` most recent or ol
 The work is cut into steps of at most :data:`RETENTION_BATCH_ROWS` runs, one transaction
 each, taken only when nothing else is due for :data:`RETENTION_SLACK_SECONDS`: a claim
 never waits behind a long delete, and a daemon with a backlog of history works it off a
-step a turn. A pass over every job starts at most every :data:`RETENTION_PASS_SECONDS`.
+step a turn. A pass starts at most every :data:`RETENTION_PASS_SECONDS`: the first one after taking
+the lease looks at every job; each later one only at the jobs that may have changed since
+the last pass started (runs ended, edits, a ``--keep-for``), found through indexes, so an
+idle daemon's passes cost nothing however many jobs there are.
 A busy daemon gives it at most a fifth of its time (:data:`RETENTION_REST_FACTOR`).
 Counters, ``missed_total`` and ids are not touched (the tallies are apart from the rows).
 """
@@ -16,6 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from .store import DaemonStore
+from .store.values import RetentionMarks
 
 #: the most runs one retention transaction deletes (their attempts go with them)
 RETENTION_BATCH_ROWS = 500
@@ -43,12 +47,17 @@ class Retention:
         self.deleted_in_pass = 0
         #: no step before this (monotonic seconds): the rest after the last one
         self.resume_at = 0.0
+        #: where the last finished pass started (None: the next pass looks at every job),
+        #: and where the pass under way started
+        self.since: RetentionMarks | None = None
+        self._started: RetentionMarks | None = None
 
     def on_renewal(self, leader: bool) -> None:
         """Whether this daemon holds the scheduler lease now; losing it ends the pass (the
         next holder starts its own)."""
         if leader and not self.leading:
             self.next_pass = 0.0
+            self.since = None  # what changed while another daemon led is not known
         if not leader:
             self.cursor = None
             self.deleted_in_pass = 0
@@ -70,8 +79,10 @@ class Retention:
             return 0
         if self.cursor is None and mono < self.next_pass:
             return 0
+        if self.cursor is None:
+            self._started = self.store.retention_marks(now)
         deleted, cursor = self.store.trim_history(
-            now, after_job_id=self.cursor or 0, max_rows=RETENTION_BATCH_ROWS
+            now, after_job_id=self.cursor or 0, max_rows=RETENTION_BATCH_ROWS, since=self.since
         )
         self.deleted_in_pass += deleted
         self.cursor = cursor
@@ -80,6 +91,7 @@ class Retention:
                 self.log(f"retention: deleted {self.deleted_in_pass} finished runs")
             self.deleted_in_pass = 0
             self.next_pass = mono + RETENTION_PASS_SECONDS
+            self.since = self._started
         return deleted
 
     def rest(self, started: float, ended: float) -> None:

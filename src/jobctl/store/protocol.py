@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # names for the annotations only: a command's start imports n
         JobFacts,
         PlanFn,
         Renewal,
+        RetentionMarks,
         Revision,
         Status,
         StripRun,
@@ -550,15 +551,27 @@ class DaemonStore(Protocol):
         ...
 
     def trim_history(
-        self, now: datetime, *, after_job_id: int, max_rows: int
+        self,
+        now: datetime,
+        *,
+        after_job_id: int,
+        max_rows: int,
+        since: RetentionMarks | None = None,
     ) -> tuple[int, int | None]:
         """One retention transaction (SPEC §13): for jobs with id > ``after_job_id``, in id
         order, delete finished runs (succeeded, dead, cancelled, skipped; never pending,
         leased or failed), with their attempts and delivered notifications, beyond the
         job's ``keep_runs`` most recent by window or whose window is older than
-        ``keep_for`` before ``now``; at most ``max_rows`` runs. Returns (runs deleted, the
-        job id to start the next step after, or None when the pass over the jobs is done).
-        The counters are not touched."""
+        ``keep_for`` before ``now``; at most ``max_rows`` runs. With ``since`` (the marks
+        of the last pass's start) only the jobs that may have changed since are looked
+        at: those with runs ended since, edited since, or with a ``keep_for``; without it,
+        every job. Returns (runs deleted, the job id to start the next step after, or None
+        when the pass over the jobs is done). The counters are not touched."""
+        ...
+
+    def retention_marks(self, now: datetime) -> RetentionMarks:
+        """Where a retention pass starts: the newest run id and the open runs' ids (read
+        through indexes: as many rows as runs are open), at ``now``."""
         ...
 
     def fire_after(

@@ -143,6 +143,13 @@ class Queries:
     insert_run_lock_once: str
     prune: str
     # retention (the scheduler-lease holder's, written once for both backends)
+    retention_job: str
+    retention_changed_new: str
+    retention_changed_open: str
+    retention_keep_for: str
+    retention_edited: str
+    retention_max_run: str
+    retention_open_runs: str
     retention_candidates: str
     nth_finished: str
     trim_ids: str
@@ -401,6 +408,23 @@ DELETE FROM runs WHERE state IN ('succeeded', 'dead', 'cancelled', 'skipped')
 AND COALESCE(finished_at, scheduled_for) < ?
 """,
         # jobs with finished runs beyond --keep-runs (by their tallies) or a --keep-for
+        # one job of a pass that looks only at what changed (retention_changed_*)
+        retention_job="""
+SELECT jobs.id, jobs.keep_runs, jobs.keep_for_seconds,
+    (SELECT COALESCE(SUM(t.kept), 0) FROM run_tallies t WHERE t.job_id = jobs.id) AS kept
+FROM jobs WHERE jobs.id = ?
+""",
+        # what changed since a pass's marks, each through an index: finished runs newer
+        # than the marks' newest (the primary key), those open then ({marks}: their ids),
+        # the jobs with a --keep-for (jobs_keep_for) and the jobs edited (jobs_updated)
+        retention_changed_new="SELECT DISTINCT job_id FROM runs WHERE id > ? "
+        f"AND state IN {FINISHED}",
+        retention_changed_open="SELECT DISTINCT job_id FROM runs WHERE id IN ({marks}) "
+        f"AND state IN {FINISHED}",
+        retention_keep_for="SELECT id FROM jobs WHERE keep_for_seconds IS NOT NULL",
+        retention_edited="SELECT id FROM jobs WHERE updated_at >= ?",
+        retention_max_run="SELECT COALESCE(MAX(id), 0) AS n FROM runs",
+        retention_open_runs="SELECT id FROM runs WHERE state IN ('pending', 'leased', 'failed')",
         retention_candidates="""
 SELECT jobs.id, jobs.keep_runs, jobs.keep_for_seconds,
     (SELECT COALESCE(SUM(t.kept), 0) FROM run_tallies t WHERE t.job_id = jobs.id) AS kept

@@ -2,33 +2,79 @@
 the daemons' halves of both backends call it for
 :meth:`~jobctl.store.protocol.DaemonStore.trim_history`.
 
-A job is looked at only when its tallies say it keeps more finished runs than
-``keep_runs``, or when it has a ``keep_for``; then the newest window beyond the N kept is
-found off the (job_id, ...) indexes and the oldest finished runs up to it are deleted, a
-bounded number a transaction. The delete re-checks each run's state, so a run made
-pending meanwhile (``retry-dead``, ``backfill``) is never deleted.
+A pass after the first looks only at what changed since the last one started (its
+:class:`~.values.RetentionMarks`): the jobs of runs that ended since, the jobs edited
+since and the jobs with a ``keep_for``, each found through an index, so an idle daemon's
+pass costs nothing however many jobs there are. A job is looked at only when its tallies
+say it keeps more finished runs than ``keep_runs``, or when it has a ``keep_for``; then
+the newest window beyond the N kept is found off the (job_id, ...) indexes and the oldest
+finished runs up to it are deleted, a bounded number a transaction. The delete re-checks
+each run's state, so a run made pending meanwhile (``retry-dead``, ``backfill``) is never deleted.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from ..clock import to_us
 from .dialect import Dialect
+from .values import RetentionMarks
 
 #: jobs looked at in one transaction (fewer when the row budget runs out first)
 JOBS_A_STEP = 100
+#: open run ids asked about in one statement
+IDS_A_STATEMENT = 500
+#: a job edited this long before the marks' time is looked at again (the writers' clocks)
+EDIT_SLACK_US = 60_000_000
+
+
+def retention_marks(db: Dialect, now: datetime) -> RetentionMarks:
+    """See :meth:`~jobctl.store.protocol.DaemonStore.retention_marks`."""
+    q = db.q
+    newest = int(db.read(q.retention_max_run)[0]["n"])
+    open_ids = frozenset(int(r["id"]) for r in db.read(q.retention_open_runs))
+    return RetentionMarks(newest, open_ids, now)
+
+
+def changed_jobs(db: Dialect, c: Any, since: RetentionMarks) -> list[int]:
+    """The ids of the jobs a pass from ``since`` looks at, in order."""
+    q = db.q
+    ids = {int(r["job_id"]) for r in c.execute(q.retention_changed_new, (since.max_run_id,))}
+    still_open = sorted(since.open_run_ids)
+    for i in range(0, len(still_open), IDS_A_STATEMENT):
+        chunk = still_open[i : i + IDS_A_STATEMENT]
+        sql = q.retention_changed_open.format(marks=db.marks(len(chunk)))
+        ids.update(int(r["job_id"]) for r in c.execute(sql, chunk))
+    ids.update(int(r["id"]) for r in c.execute(q.retention_keep_for))
+    edited = to_us(since.at) - EDIT_SLACK_US
+    ids.update(int(r["id"]) for r in c.execute(q.retention_edited, (edited,)))
+    return sorted(ids)
 
 
 def trim_history(
-    db: Dialect, now: datetime, *, after_job_id: int, max_rows: int
+    db: Dialect,
+    now: datetime,
+    *,
+    after_job_id: int,
+    max_rows: int,
+    since: RetentionMarks | None = None,
 ) -> tuple[int, int | None]:
     """See :meth:`~jobctl.store.protocol.DaemonStore.trim_history`."""
     q = db.q
     budget = max_rows
     now_us = to_us(now)
     with db.write() as c:
-        jobs = c.execute(q.retention_candidates, (after_job_id, JOBS_A_STEP)).fetchall()
+        if since is None:
+            jobs = c.execute(q.retention_candidates, (after_job_id, JOBS_A_STEP)).fetchall()
+            more = len(jobs) == JOBS_A_STEP
+            last = int(jobs[-1]["id"]) if jobs else after_job_id
+        else:
+            step = [i for i in changed_jobs(db, c, since) if i > after_job_id][:JOBS_A_STEP]
+            looked = [c.execute(q.retention_job, (i,)).fetchone() for i in step]
+            jobs = [j for j in looked if j is not None and _wanted(j)]
+            more = len(step) == JOBS_A_STEP
+            last = step[-1] if step else after_job_id
         for j in jobs:
             cut: int | None = None
             if int(j["kept"]) > int(j["keep_runs"]):
@@ -47,5 +93,10 @@ def trim_history(
             budget -= int(c.execute(q.trim_runs.format(marks=marks), ids).rowcount)
             if budget <= 0:
                 return max_rows, int(j["id"]) - 1  # this job may have more: start at it
-        done = len(jobs) < JOBS_A_STEP
-        return max_rows - budget, None if done else int(jobs[-1]["id"])
+        return max_rows - budget, last if more else None
+
+
+def _wanted(j: Any) -> bool:
+    """Whether a job has a rule to apply: a --keep-for, or more finished runs kept than
+    its --keep-runs (the condition of ``retention_candidates``)."""
+    return j["keep_for_seconds"] is not None or int(j["kept"]) > int(j["keep_runs"])

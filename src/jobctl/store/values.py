@@ -105,6 +105,17 @@ class FinishItem:
 
 
 @dataclass(frozen=True)
+class RetentionMarks:
+    """Where a retention pass started (:meth:`DaemonStore.retention_marks`): the newest run
+    id, the runs still open then (pending, leased, failed), and the time. The next pass
+    looks only at the jobs of runs that ended since: newer runs, or those open then."""
+
+    max_run_id: int
+    open_run_ids: frozenset[int]
+    at: datetime
+
+
+@dataclass(frozen=True)
 class TurnResult:
     """What :meth:`DaemonStore.record_and_claim` did: ``finished`` has one entry per
     finish passed in, in the same order; ``claimed`` the runs now held; ``ended`` the

@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 10).
+-- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 11).
 -- The numbered migrations beside this file (NNNN_*.sql), applied in order to an empty
 -- database, must give exactly this schema; tests/test_postgresql.py checks it.
 -- Everything lives in the schema "jobctl". Times are BIGINT microseconds since the Unix
@@ -82,6 +82,9 @@ CREATE TABLE jobctl.jobs (
 
 CREATE INDEX jobs_next_run ON jobctl.jobs (next_run_at) WHERE state = 'active';
 CREATE INDEX jobs_updated ON jobctl.jobs (updated_at);
+-- periodic looks through an index (0011): --after jobs, and the jobs with a --keep-for
+CREATE INDEX jobs_after ON jobctl.jobs (id) WHERE trigger_kind = 'after' AND state = 'active';
+CREATE INDEX jobs_keep_for ON jobctl.jobs (id) WHERE keep_for_seconds IS NOT NULL;
 
 CREATE TABLE jobctl.runs (
     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database (user_version 12).
+-- The whole current schema of a jobctl database (user_version 13).
 -- Migrations in this folder (NNNN_*.sql) applied in order to an empty file must give
 -- exactly this schema; tests/test_store.py checks it.
 -- Times are INTEGER microseconds since the Unix epoch, UTC. Durations are REAL seconds.
@@ -67,6 +67,9 @@ CREATE TABLE jobs (
 
 CREATE INDEX jobs_next_run ON jobs (next_run_at) WHERE state = 'active';
 CREATE INDEX jobs_updated ON jobs (updated_at);
+-- periodic looks through an index (0013): --after jobs, and the jobs with a --keep-for
+CREATE INDEX jobs_after ON jobs (id) WHERE trigger_kind = 'after' AND state = 'active';
+CREATE INDEX jobs_keep_for ON jobs (id) WHERE keep_for_seconds IS NOT NULL;
 
 CREATE TABLE runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -68,6 +68,7 @@ from ..values import (
     IdleFixedDelay,
     PlanFn,
     Renewal,
+    RetentionMarks,
     TurnResult,
 )
 from .db import PgDb
@@ -262,23 +263,26 @@ SERVER_NOW_US = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigin
 #: the tallies' delta rows (one a change, appended by triggers) folded into one row a key,
 #: rows of deleted jobs dropped; one statement, so one snapshot: a row committed meanwhile
 #: is neither deleted nor summed, and is summed by the readers as it is
+# {only}: nothing (every job: a full pass), or the jobs a pass looked at (each job's
+# delta rows are folded where its runs ended; the rest are not rewritten)
 COMPACT_RUN_TALLIES = """
-WITH gone AS (DELETE FROM run_tallies RETURNING *)
+WITH gone AS (DELETE FROM run_tallies {only} RETURNING *)
 INSERT INTO run_tallies (job_id, state, ended, kept)
 SELECT job_id, state, SUM(ended), SUM(kept) FROM gone
 WHERE job_id IN (SELECT id FROM jobs) GROUP BY job_id, state
 """
 COMPACT_CPU_TALLIES = """
-WITH gone AS (DELETE FROM cpu_tallies RETURNING *)
+WITH gone AS (DELETE FROM cpu_tallies {only} RETURNING *)
 INSERT INTO cpu_tallies (job_id, cpu_us)
 SELECT job_id, SUM(cpu_us) FROM gone WHERE job_id IN (SELECT id FROM jobs) GROUP BY job_id
 """
 COMPACT_DURATION_TALLIES = """
-WITH gone AS (DELETE FROM duration_tallies RETURNING *)
+WITH gone AS (DELETE FROM duration_tallies {only} RETURNING *)
 INSERT INTO duration_tallies (job_id, bucket, n, us)
 SELECT job_id, bucket, SUM(n), SUM(us) FROM gone
 WHERE job_id IN (SELECT id FROM jobs) GROUP BY job_id, bucket
 """
+COMPACT_ONLY = "WHERE job_id = ANY(%(ids)s)"
 
 
 def _pid_params(daemon_id: str, started: Sequence[tuple[int, int, int]]) -> dict[str, Any]:
@@ -956,20 +960,38 @@ class PgDaemonStore(outbox.OutboxDaemon):
         """Nothing put off: the server does its own upkeep."""
 
     def trim_history(
-        self, now: datetime, *, after_job_id: int, max_rows: int
+        self,
+        now: datetime,
+        *,
+        after_job_id: int,
+        max_rows: int,
+        since: RetentionMarks | None = None,
     ) -> tuple[int, int | None]:
         """Retention's step (written once, :mod:`..retention`); at the end of a pass the
         tallies' delta rows are folded into one row a job and state (or bucket), in one
         statement each, so their readers sum a few rows however many runs ended."""
         from ..retention import trim_history
 
-        done = trim_history(self.db, now, after_job_id=after_job_id, max_rows=max_rows)
+        done = trim_history(self.db, now, after_job_id=after_job_id, max_rows=max_rows, since=since)
         if done[1] is None:
+            from ..retention import changed_jobs
+
             with self.db.write() as c:
-                c.execute(COMPACT_RUN_TALLIES)
-                c.execute(COMPACT_DURATION_TALLIES)
-                c.execute(COMPACT_CPU_TALLIES)
+                only, params = "", {}
+                if since is not None:
+                    only, params = COMPACT_ONLY, {"ids": changed_jobs(self.db, c, since)}
+                for statement in (
+                    COMPACT_RUN_TALLIES,
+                    COMPACT_DURATION_TALLIES,
+                    COMPACT_CPU_TALLIES,
+                ):
+                    c.execute(statement.format(only=only), params)
         return done
+
+    def retention_marks(self, now: datetime) -> RetentionMarks:
+        from ..retention import retention_marks
+
+        return retention_marks(self.db, now)
 
     def get_run(self, run_id: int) -> Run:
         rows = self.db.read(self.db.q.run_by_id, (run_id,))

@@ -51,6 +51,7 @@ from ..values import (
     IdleFixedDelay,
     PlanFn,
     Renewal,
+    RetentionMarks,
     TurnResult,
 )
 from . import sql
@@ -136,11 +137,21 @@ class SqliteDaemonStore(outbox.OutboxDaemon):
         self.db.checkpoint()
 
     def trim_history(
-        self, now: datetime, *, after_job_id: int, max_rows: int
+        self,
+        now: datetime,
+        *,
+        after_job_id: int,
+        max_rows: int,
+        since: RetentionMarks | None = None,
     ) -> tuple[int, int | None]:
         from ..retention import trim_history
 
-        return trim_history(self.db, now, after_job_id=after_job_id, max_rows=max_rows)
+        return trim_history(self.db, now, after_job_id=after_job_id, max_rows=max_rows, since=since)
+
+    def retention_marks(self, now: datetime) -> RetentionMarks:
+        from ..retention import retention_marks
+
+        return retention_marks(self.db, now)
 
     def _upsert(self, c: sqlite3.Connection, now: datetime) -> None:
         me = self.identity
