@@ -252,11 +252,14 @@ def _downgrade(store: StoreView) -> None:
         if BACKEND == "postgresql":
             c.execute("DROP TABLE jobctl.last_ends")
             c.execute("DROP FUNCTION jobctl.keep_last_end() CASCADE")
+            c.execute("DROP INDEX jobctl.jobs_after, jobctl.jobs_keep_for")  # a later one's
             c.execute("UPDATE jobctl.schema_version SET version = 6")
         else:
             for name in ("insert", "enter", "leave", "delete"):
                 c.execute(f"DROP TRIGGER runs_last_end_{name}")
             c.execute("DROP TABLE last_ends")
+            c.execute("DROP INDEX jobs_after")  # a later migration's
+            c.execute("DROP INDEX jobs_keep_for")
     if BACKEND != "postgresql":
         store.handle.db.conn.execute("PRAGMA user_version = 8")
 
@@ -273,7 +276,7 @@ def test_the_migration_fills_the_row_of_an_existing_database(db: Any) -> None:
         want = check(store)
         _downgrade(store)
     with StoreView(db) as store:
-        assert store.handle.db.schema_version() == (7 if BACKEND == "postgresql" else 9)
+        assert store.handle.db.schema_version() == (8 if BACKEND == "postgresql" else 10)
         assert check(store) == want == {"a": "dead", "b": "pending", "never": None}
 
 
