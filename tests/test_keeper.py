@@ -262,6 +262,27 @@ def test_the_keeper_never_kills_a_group_whose_id_was_reused(group, tmp_path):
     assert group.wait(5) == -signal.SIGKILL
 
 
+def test_an_attempt_started_and_ended_within_one_read_costs_no_look_at_proc(tmp_path, monkeypatch):
+    """A chunk's start times are read once it is taken, for the groups still held: a
+    ``+`` and its ``-`` in one chunk read nothing (issue 41: two lines a run in a burst)."""
+    from jobctl import keeper
+
+    _fake_proc(tmp_path, 5, 500)
+    _fake_proc(tmp_path, 6, 600)
+    looked: list[int] = []
+
+    def counted(pid: int, proc_root: str = "/proc") -> int | None:
+        looked.append(pid)
+        return start_time(pid, proc_root)
+
+    monkeypatch.setattr(keeper, "start_time", counted)
+    groups = Groups(proc_root=str(tmp_path))
+    groups.feed(b"+5\n+6\n-5\n")
+    assert groups.held == {6: 600} and looked == [6]
+    groups.feed(b"+5\n")
+    assert groups.held == {6: 600, 5: 500} and looked == [6, 5]
+
+
 def test_a_leaderless_group_is_still_killed(tmp_path):
     """The shell of an attempt exited (reaped by init after the daemon died) but its
     backgrounded grandchild still runs in the group: no process has the id, the group

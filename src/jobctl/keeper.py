@@ -32,6 +32,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the keeper's program runs alone (python -I -S): nothing of jobctl
@@ -41,6 +42,8 @@ if TYPE_CHECKING:  # the keeper's program runs alone (python -I -S): nothing of 
 #: ends when the daemon's pipe does
 IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 READ_CHUNK_BYTES = 65536
+#: the keeper's pause after each read: what the daemon writes meanwhile is read at once
+READ_PAUSE_SECONDS = 0.01
 #: how long a daemon that stops waits for its keeper to exit
 EXIT_WAIT_SECONDS = 2.0
 
@@ -68,16 +71,26 @@ class Groups:
         self._partial = b""
 
     def feed(self, data: bytes) -> None:
+        """The lines of ``data``; a group's start time is read once the whole chunk is
+        taken, for the groups still held then: a ``+`` and its ``-`` in one chunk (an
+        attempt that started and ended between two reads) cost no read of ``/proc``. Its
+        leader is not reaped before the daemon wrote its ``-``, so until that line is read
+        the pid is still the leader's."""
         *lines, self._partial = (self._partial + data).split(b"\n")
+        new: set[int] = set()
         for line in lines:
             try:
                 pgid = int(line[1:])
             except ValueError:
                 continue
             if line.startswith(b"+") and pgid > 1:
-                self.held[pgid] = start_time(pgid, self.proc_root)
+                self.held[pgid] = None
+                new.add(pgid)
             elif line.startswith(b"-"):
                 self.held.pop(pgid, None)
+                new.discard(pgid)
+        for pgid in new:
+            self.held[pgid] = start_time(pgid, self.proc_root)
 
     def kill_all(self) -> list[int]:
         """SIGKILL every group held, but one whose id now names a process that started at
@@ -112,6 +125,9 @@ def main(fd: int = 0) -> int:
         if not data:
             break
         groups.feed(data)
+        # a busy daemon's lines are taken a chunk at a time, not one wake-up a line (a
+        # burst writes two a run); the end of file is seen at most this much later
+        time.sleep(READ_PAUSE_SECONDS)
     killed = groups.kill_all()
     if killed:
         with contextlib.suppress(OSError, ValueError):
