@@ -24,7 +24,11 @@ OPT_IN = ("postgresql",)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        epilog="python -m bench guard: the guard's figures against their bounds (bench/guard.py)",
+    )
     p.add_argument(
         "--quick",
         action="store_true",
@@ -584,6 +588,11 @@ def table(lines: list[tuple[str, ...]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["guard"]:  # python -m bench guard: the bounds that slipped once
+        from . import guard
+
+        return guard.main(args[1:])
     a = parse_args(argv)
     print(machine_line())
     with tempfile.TemporaryDirectory(prefix="jobctl-bench-") as tmp:
