@@ -32,6 +32,9 @@ IDLE_SECONDS = 20.0
 #: reps of the burst pair, and pairs of each CLI ratio
 BURST_REPS = 3
 CLI_PAIRS = 7
+#: the burst's instant this far after its jobs are added (a daemon's start on a busy
+#: machine can take 3 s)
+BURST_LEAD_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,7 @@ def burst_pairs(tmp: Path, reps: int) -> tuple[float, list[float]]:
     ratios = []
     for _ in range(reps):
         raw, _, _ = machine.spawn_seconds(1000, 4)
-        burst = jobctl_runs.burst(tmp, 1000, 4)
+        burst = jobctl_runs.burst(tmp, 1000, 4, lead_seconds=BURST_LEAD_SECONDS)
         ratios.append(burst["seconds"] / raw)
     return median(ratios), ratios
 
@@ -156,13 +159,19 @@ def measure(tmp: Path) -> tuple[dict[str, float | None], dict[str, str]]:
 
     figures: dict[str, float | None] = {}
     notes: dict[str, str] = {}
-    ratio, reps = burst_pairs(tmp, BURST_REPS)
-    figures["burst_vs_raw"] = ratio
-    notes["burst_vs_raw"] = "reps " + ", ".join(f"{r:.2f}×" for r in reps)
-    pct, rss = idle(tmp, IDLE_JOBS, IDLE_SECONDS)
-    figures["idle_core_pct"] = pct
-    figures["idle_rss_mib"] = rss
-    notes["idle_core_pct"] = f"over {IDLE_SECONDS:g} s"
+    try:
+        ratio, reps = burst_pairs(tmp, BURST_REPS)
+        figures["burst_vs_raw"] = ratio
+        notes["burst_vs_raw"] = "reps " + ", ".join(f"{r:.2f}×" for r in reps)
+    except RuntimeError as e:  # a figure not taken breaks the guard, with its reason
+        notes["burst_vs_raw"] = str(e)
+    try:
+        pct, rss = idle(tmp, IDLE_JOBS, IDLE_SECONDS)
+        figures["idle_core_pct"] = pct
+        figures["idle_rss_mib"] = rss
+        notes["idle_core_pct"] = f"over {IDLE_SECONDS:g} s"
+    except RuntimeError as e:
+        notes["idle_core_pct"] = str(e)
     cli = jobctl_runs.cli(tmp, CLI_PAIRS)
     figures["version_vs_click"] = cli["version_ratio"]
     figures["list_vs_click"] = cli["list_ratio"]
