@@ -379,6 +379,7 @@ def test_the_secrets_routes(jobctl: MainCli, db, tmp_path: Path) -> None:
         assert a.status == 200 and ROTATED not in a.text
         assert server.request("PUT", "/v1/secrets/pw", {"value": 3}).status == 422
         assert server.request("PUT", "/v1/secrets/pw", {"value": "a\0b"}).status == 422
+        assert server.request("PUT", "/v1/secrets/pw", {"value": "\ud800"}).status == 422
         assert server.request("PUT", "/v1/secrets/bad%20name", {"value": "x"}).status == 422
         a = server.request(
             "POST",

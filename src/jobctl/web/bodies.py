@@ -489,4 +489,7 @@ def secret_value_from_body(body: Mapping[str, Any]) -> bytes:
     value = body.get("value")
     if not isinstance(value, str):
         raise UsageError("invalid value: must be a string")
-    return value.encode("utf-8", "surrogatepass")
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("invalid value: not valid UTF-8") from None
