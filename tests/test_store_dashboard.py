@@ -127,6 +127,21 @@ def test_timeline_attempts_that_overlap_the_range(store: Any) -> None:
     assert store.handle.dashboard.timeline([ids[1]], T0 - timedelta(hours=24), T0)[0].run_id == late
 
 
+def test_timeline_job_ids_are_the_jobs_with_a_bar(store: Any) -> None:
+    for name in ("a", "b", "c", "d"):
+        store.add_job(manual(name), T0 - timedelta(days=3))
+    play(store, "a", T0 - timedelta(hours=30), 60, 0)  # before the range
+    play(store, "b", T0 - timedelta(hours=2), 60, 1)
+    play(store, "c", T0 - timedelta(hours=25), 3600 * 2, 0)  # ends inside it
+    ids = {name: store.get_job(name).id for name in ("a", "b", "c", "d")}
+    dash = store.handle.dashboard
+    got = dash.timeline_job_ids(T0 - timedelta(hours=24), T0)
+    assert got == {ids["b"], ids["c"]}
+    bars = dash.timeline(list(ids.values()), T0 - timedelta(hours=24), T0)
+    assert got == {b.job_id for b in bars}
+    assert dash.timeline_job_ids(T0 + timedelta(hours=1), T0 + timedelta(hours=2)) == set()
+
+
 def _plans(store: Any, sql: str, params: Any) -> str:
     if BACKEND == "postgresql":
         with store.write() as c:

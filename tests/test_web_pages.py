@@ -253,3 +253,30 @@ def test_the_strip_shows_the_last_20_runs_oldest_first(server: Server, jobctl: J
     assert cells[-1][0] == "cancelled" and {s for s, _ in cells[:-1]} == {"pending"}
     empty = page.split('data-job="none"', 1)[1].split("</tr>", 1)[0]
     assert 'class="cell' not in empty
+
+
+def test_the_timeline_shows_the_jobs_that_ran_first(server: Server, jobctl: Jobctl) -> None:
+    """80 jobs without an attempt and one with: the first page (50 rows) shows the one
+    that ran, first, and the rest after it by name."""
+    from datetime import UTC, datetime, timedelta
+
+    from jobctl.models import JobSpec, Trigger, TriggerKind
+
+    now = datetime.now(UTC)
+    store = jobctl.store()
+    for i in range(80):
+        spec = JobSpec(f"idle-{i:02d}", Trigger(TriggerKind.MANUAL, "UTC"), "true")
+        store.add_job(spec, now - timedelta(days=2))
+    store.add_job(JobSpec("zz-ran", Trigger(TriggerKind.MANUAL, "UTC"), "true"), now)
+    run, _ = store.enqueue_run("zz-ran", now - timedelta(hours=2))
+    [claimed], _ = store.claim("d1", "h1", now - timedelta(hours=2), 3600, limit=1)
+    store.finish(claimed.run, claimed.run.attempt, "d1", now - timedelta(hours=1), 0)
+    sid, _ = sign_in(server)
+    page = server.request("GET", "/timeline", token=None, headers={"Cookie": sid}).text
+    rows = re.findall(r'<text class="row-label"[^>]*>([^<]+)</text>', page)
+    assert len(rows) == 50
+    assert rows[:3] == ["zz-ran", "idle-00", "idle-01"]
+    assert f'data-run="{run.id}"' in page
+    second = server.request("GET", "/timeline?page=2", token=None, headers={"Cookie": sid}).text
+    rows2 = re.findall(r'<text class="row-label"[^>]*>([^<]+)</text>', second)
+    assert rows2 == [f"idle-{i:02d}" for i in range(49, 80)]

@@ -183,6 +183,10 @@ class Dashboard:
     def finished_runs(self, job_id: int, limit: int) -> list[Run]:
         return [run_from_row(r) for r in self.db.read(self.q.dash_finished_runs, (job_id, limit))]
 
+    def timeline_job_ids(self, start: datetime, end: datetime) -> set[int]:
+        params = [to_us(start - TIMELINE_LOOKBACK), to_us(end), to_us(end), to_us(start)]
+        return {int(r["job_id"]) for r in self.db.read(self.q.dash_timeline_jobs, params)}
+
     def timeline(self, job_ids: Sequence[int], start: datetime, end: datetime) -> list[TimelineBar]:
         if not job_ids:
             return []

@@ -745,6 +745,11 @@ class DashboardReads(Protocol):
         ended, newest first: what its duration chart draws."""
         ...
 
+    def timeline_job_ids(self, start: datetime, end: datetime) -> set[int]:
+        """The ids of the jobs that have an attempt :meth:`timeline` would show for
+        ``[start, end)``."""
+        ...
+
     def timeline(self, job_ids: Sequence[int], start: datetime, end: datetime) -> list[TimelineBar]:
         """The attempts of those jobs that overlap ``[start, end)`` (running ones too),
         by start, of runs whose window is at most a day before ``start``."""

@@ -180,6 +180,7 @@ class Queries:
     dash_strip_runs: str
     dash_finished_runs: str
     dash_timeline: str
+    dash_timeline_jobs: str
 
     def translated(self, fn: Callable[[str], str]) -> Queries:
         """The same statements with ``fn`` applied to each (another parameter style)."""
@@ -520,5 +521,12 @@ WHERE runs.job_id IN ({{marks}}) AND runs.scheduled_for >= ? AND runs.scheduled_
     AND a.started_at < ? AND (a.finished_at IS NULL OR a.finished_at >= ?)
 ORDER BY a.started_at DESC, a.run_id DESC, a.attempt DESC
 LIMIT ?
+""",
+        # the jobs that have an attempt on the timeline (as dash_timeline, of every job):
+        # the oldest window, the end, the end, the start; off the runs_window index
+        dash_timeline_jobs=f"""
+SELECT DISTINCT runs.job_id FROM runs {d.attempts_of_each_run}
+WHERE runs.scheduled_for >= ? AND runs.scheduled_for < ?
+    AND a.started_at < ? AND (a.finished_at IS NULL OR a.finished_at >= ?)
 """,
     )

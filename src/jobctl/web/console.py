@@ -333,7 +333,11 @@ async def timeline(request: Request) -> Response:
     start = now - timedelta(hours=TIMELINE_HOURS)
 
     def read(store: Store, reads: DashboardReads) -> dict[str, Any]:
-        names = sorted(reads.job_names(query), key=lambda row: natural_key(row[1]))
+        # the jobs with bars first: a page of empty rows would hide the one that ran
+        active = reads.timeline_job_ids(start, now)
+        names = sorted(
+            reads.job_names(query), key=lambda row: (row[0] not in active, natural_key(row[1]))
+        )
         page = triage.page_of(names, number)
         rows = page.items
         bars = reads.timeline([job_id for job_id, _ in rows], start, now)
