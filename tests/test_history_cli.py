@@ -188,6 +188,8 @@ def test_a_fixed_rate_jobs_add_instant_is_no_window(jobctl: Jobctl) -> None:
         store.add_job(JobSpec(name="rate", trigger=trigger, command="true"), added)
         later = build_trigger(TriggerOptions(every="1h", start=z("2026-01-05T02:00:00")), added)
         store.add_job(JobSpec(name="starts", trigger=later, command="true"), added)
+        both = build_trigger(TriggerOptions(cron="30 * * * *", every="1h", tz="UTC"), added)
+        store.add_job(JobSpec(name="set", trigger=both, command="true"), added)
     assert jobctl.json("show", "rate")["trigger"]["start"] == "2026-01-05T00:00:00.250000Z"
     expected = [f"2026-01-05T0{h}:00:00.250000Z" for h in (1, 2, 3)]
     span = ("--from", z("2026-01-04T22:00:00"), "--to", z("2026-01-05T03:30:00"))
@@ -198,6 +200,12 @@ def test_a_fixed_rate_jobs_add_instant_is_no_window(jobctl: Jobctl) -> None:
     created = jobctl.json("backfill", "rate", *span)["created"]
     assert sorted(r["scheduled_for"] for r in jobctl.json("runs", "rate")) == expected
     assert len(created) == 3
+    # a schedule set's --every member is anchored at the add too
+    in_set = [w["scheduled_for"] for w in jobctl.json("coverage", "set", *span)]
+    crons = [z("2026-01-04T22:30:00"), z("2026-01-04T23:30:00")]  # before the add: they count
+    crons += [z(f"2026-01-05T0{h}:30:00") for h in (0, 1, 2)]
+    assert in_set == sorted(expected + crons)
+    assert jobctl.json("backfill", "set", *span, "--dry-run")["windows"] == in_set
     # a --start given is a window, after the add (here) or before it (the next test)
     starts = [w["scheduled_for"] for w in jobctl.json("coverage", "starts", *span)]
     assert starts == [z("2026-01-05T02:00:00"), z("2026-01-05T03:00:00")]

@@ -905,9 +905,11 @@ def without_anchor(job: Job, windows: list[datetime]) -> list[datetime]:
     """``windows`` less a fixed-rate job's anchor when that is no window: the instant it was
     added without ``--start`` (its anchor is that instant to the microsecond) only sets the
     phase, its first window is one interval later, as ``next`` says. A ``--start`` given is
-    a window, past or to come."""
+    a window, past or to come. (A schedule set's ``--every`` members share its anchor; a
+    cron member never fires at an add instant's microseconds.)"""
     anchor = job.trigger.anchor
-    if job.trigger.kind is not TriggerKind.INTERVAL or anchor != job.created_at:
+    kind = job.trigger.kind
+    if kind not in (TriggerKind.INTERVAL, TriggerKind.SET) or anchor != job.created_at:
         return windows
     return [w for w in windows if w != anchor]
 
