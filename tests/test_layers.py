@@ -23,6 +23,7 @@ LAYERS = {
     "envfile": 2,
     "specs": 5,
     "jobfile": 5.5,
+    "watching": 5.5,
     "reaper": 5,
     "notifications": 4,
     "notifier": 7,

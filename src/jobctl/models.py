@@ -430,6 +430,13 @@ class JobSpec:
     except_calendars: tuple[str, ...] = ()
     #: ``--on TAG``: only a daemon carrying every one of these tags claims its runs
     on_tags: tuple[str, ...] = ()
+    #: a watched job's key: something else runs the work and pings ``/ping/KEY``; such a
+    #: job has no command and its runs are never claimed (None: jobctl runs the command)
+    ping_key: str | None = None
+
+    @property
+    def watched(self) -> bool:
+        return self.ping_key is not None
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,9 @@ def job_json(job: Job, last_run: Run | None) -> dict[str, Any]:
         "except_calendars": list(s.except_calendars),
         "active_from": iso(job.trigger.active_from),
         "active_until": iso(job.trigger.active_until),
-        "command": s.command,
+        "command": None if s.watched else s.command,
+        "watch": s.watched,
+        "ping_key": s.ping_key,
         "stdin": s.stdin,
         "env": s.env,
         "secrets": s.secrets,
@@ -423,6 +425,15 @@ def print_job(job: Job, runs: Sequence[Run]) -> None:
         ("missed", str(job.missed_total)),
     ]
     fields[4:5] = [("state", job.state.value + _paused_by(job))]
+    if s.ping_key is not None:
+        # watched (README "Watching jobs that jobctl does not run"): no command runs here
+        fields[3:4] = [("ping", f"/ping/{s.ping_key}")]
+        fields.insert(
+            6, ("grace", format_duration(s.grace_seconds) if s.grace_seconds else "-")
+        )
+        starting = {"catch-up", "overlap", "retries", "priority", "jitter", "env", "cwd"}
+        starting |= {"shell", "stdin", "on failure", "locks"}
+        fields = [(k, v) for k, v in fields if k not in starting]
     policies = [
         ("deadline", format_duration(s.deadline_seconds) if s.deadline_seconds else None),
         ("pause after", f"{s.pause_after_failures} dead runs" if s.pause_after_failures else None),

@@ -592,7 +592,10 @@ def _emit_job(obj: Ctx, job: Any, as_json: bool, verb: str) -> None:
         output.print_json(output.job_json(job, None))
     else:
         nxt = output.local_time(job.next_run_at) if job.next_run_at else "-"
-        output.print_lines([f"{verb} job {job.name}; next run: {nxt}"])
+        lines = [f"{verb} job {job.name}; next run: {nxt}"]
+        if job.spec.ping_key is not None:
+            lines.append(f"ping: /ping/{job.spec.ping_key}")
+        output.print_lines(lines)
 
 
 def warn_all(messages: list[str]) -> None:

@@ -36,8 +36,13 @@ if TYPE_CHECKING:
 @policy_options
 @click.option("--paused", is_flag=True, help="Create the job paused.")
 @click.option("--replace", "replace_", is_flag=True, help="Overwrite a job of the same name.")
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Watch work that runs elsewhere: no COMMAND; it pings /ping/KEY (see jobctl ping).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
-@click.argument("command", nargs=-1, required=True)
+@click.argument("command", nargs=-1)
 @pass_ctx
 def add(
     obj: Ctx,
@@ -46,12 +51,16 @@ def add(
     command: tuple[str, ...],
     paused: bool,
     replace_: bool,
+    watch: bool,
     as_json: bool,
     **kwargs: Any,
 ) -> None:
     """Create a job: NAME, one trigger, policies, then -- COMMAND.
 
-    One COMMAND argument is a shell string; several are shell-quoted and joined.
+    One COMMAND argument is a shell string; several are shell-quoted and joined. With
+    --watch, no COMMAND: the job gets a ping key and its windows are recorded as runs that
+    pings start and end (--grace, default 5m; --timeout: how long a started run may go
+    without its end ping).
     """
     from ..specs import (
         build_spec,
@@ -65,7 +74,16 @@ def add(
     now = obj.now()
     from ..triggers import next_fire
 
-    spec = build_spec(name, trig, policies, command, now)
+    if watch:
+        from ..watching import build_watch_spec
+
+        if command:
+            raise UsageError("--watch takes no COMMAND: the work runs elsewhere and pings")
+        spec = build_watch_spec(name, trig, policies, now)
+    elif not command:
+        raise UsageError("give the COMMAND after -- (or --watch for work that runs elsewhere)")
+    else:
+        spec = build_spec(name, trig, policies, command, now)
     warn_all(trigger_warnings(spec.trigger) + check_start_settings(spec.cwd, spec.shell))
     warn_all(secret_looking_env(spec.env))
     if trig.after is not None:

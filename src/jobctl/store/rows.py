@@ -168,6 +168,7 @@ def job_from_row(r: Any) -> Job:
         warn_after_seconds=r["warn_after_seconds"],
         excepts=_texts(r["excepts"]),
         except_calendars=_texts(r["except_calendars"]),
+        ping_key=r["ping_key"],
     )
     next_run_at = r["next_run_at"]
     paused_reason = r["paused_reason"]
@@ -402,4 +403,5 @@ def spec_columns(spec: JobSpec) -> dict[str, Any]:
         "warn_after_seconds": spec.warn_after_seconds,
         "secrets": json.dumps(spec.secrets, sort_keys=True),
         "env_file": spec.env_file,
+        "ping_key": spec.ping_key,
     }

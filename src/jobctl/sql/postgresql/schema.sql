@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 11).
+-- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 12).
 -- The numbered migrations beside this file (NNNN_*.sql), applied in order to an empty
 -- database, must give exactly this schema; tests/test_postgresql.py checks it.
 -- Everything lives in the schema "jobctl". Times are BIGINT microseconds since the Unix
@@ -77,7 +77,10 @@ CREATE TABLE jobctl.jobs (
     except_calendars TEXT NOT NULL DEFAULT '[]',
     except_dates TEXT NOT NULL DEFAULT '[]',
     -- --on: the tags a daemon must carry to claim the job's runs (a sorted JSON array)
-    on_tags TEXT NOT NULL DEFAULT '[]'
+    on_tags TEXT NOT NULL DEFAULT '[]',
+    -- a watched job's key (README "Watching jobs that jobctl does not run"); NULL for a
+    -- job jobctl runs
+    ping_key TEXT
 );
 
 CREATE INDEX jobs_next_run ON jobctl.jobs (next_run_at) WHERE state = 'active';
@@ -85,6 +88,7 @@ CREATE INDEX jobs_updated ON jobctl.jobs (updated_at);
 -- periodic looks through an index (0011): --after jobs, and the jobs with a --keep-for
 CREATE INDEX jobs_after ON jobctl.jobs (id) WHERE trigger_kind = 'after' AND state = 'active';
 CREATE INDEX jobs_keep_for ON jobctl.jobs (id) WHERE keep_for_seconds IS NOT NULL;
+CREATE UNIQUE INDEX jobs_ping_key ON jobctl.jobs (ping_key) WHERE ping_key IS NOT NULL;
 
 CREATE TABLE jobctl.runs (
     id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -94,7 +98,7 @@ CREATE TABLE jobctl.runs (
         CHECK (state IN ('pending', 'leased', 'succeeded', 'failed', 'dead', 'cancelled', 'skipped')),
     skip_reason TEXT CHECK (skip_reason IN ('missed', 'overlap', 'deadline', 'excluded', 'maintenance')),
     reason TEXT NOT NULL
-        CHECK (reason IN ('schedule', 'catchup', 'manual', 'backfill', 'after')),
+        CHECK (reason IN ('schedule', 'catchup', 'manual', 'backfill', 'after', 'watch')),
     catchup_from BIGINT,
     attempt INTEGER NOT NULL DEFAULT 0,
     max_attempts INTEGER NOT NULL DEFAULT 3,

@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database (user_version 13).
+-- The whole current schema of a jobctl database (user_version 14).
 -- Migrations in this folder (NNNN_*.sql) applied in order to an empty file must give
 -- exactly this schema; tests/test_store.py checks it.
 -- Times are INTEGER microseconds since the Unix epoch, UTC. Durations are REAL seconds.
@@ -59,17 +59,19 @@ CREATE TABLE jobs (
     no_retry_exit TEXT NOT NULL DEFAULT '[]',
     limits TEXT NOT NULL DEFAULT '{}',
     paused_reason TEXT CHECK (paused_reason IN ('user', 'failures'))
-, secrets TEXT NOT NULL DEFAULT '{}', env_file TEXT, active_from INTEGER, active_until INTEGER, excepts TEXT NOT NULL DEFAULT '[]', except_calendars TEXT NOT NULL DEFAULT '[]', except_dates TEXT NOT NULL DEFAULT '[]', on_tags TEXT NOT NULL DEFAULT '[]');
+, secrets TEXT NOT NULL DEFAULT '{}', env_file TEXT, active_from INTEGER, active_until INTEGER, excepts TEXT NOT NULL DEFAULT '[]', except_calendars TEXT NOT NULL DEFAULT '[]', except_dates TEXT NOT NULL DEFAULT '[]', on_tags TEXT NOT NULL DEFAULT '[]', ping_key TEXT);
 -- (secrets and env_file as ALTER TABLE ADD COLUMN leaves them, migration 0010: a job's
 -- {ENV: secret name} and the environment file read at each attempt, issue 42; the
 -- schedule sets' columns after them, migration 0011; on_tags, migration 0012: the tags a
--- daemon must carry to claim the job's runs)
+-- daemon must carry to claim the job's runs; ping_key, migration 0014: a watched job's
+-- key, README "Watching jobs that jobctl does not run", NULL for a job jobctl runs)
 
 CREATE INDEX jobs_next_run ON jobs (next_run_at) WHERE state = 'active';
 CREATE INDEX jobs_updated ON jobs (updated_at);
 -- periodic looks through an index (0013): --after jobs, and the jobs with a --keep-for
 CREATE INDEX jobs_after ON jobs (id) WHERE trigger_kind = 'after' AND state = 'active';
 CREATE INDEX jobs_keep_for ON jobs (id) WHERE keep_for_seconds IS NOT NULL;
+CREATE UNIQUE INDEX jobs_ping_key ON jobs (ping_key) WHERE ping_key IS NOT NULL;
 
 CREATE TABLE runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -79,7 +81,7 @@ CREATE TABLE runs (
         CHECK (state IN ('pending', 'leased', 'succeeded', 'failed', 'dead', 'cancelled', 'skipped')),
     skip_reason TEXT CHECK (skip_reason IN ('missed', 'overlap', 'deadline', 'maintenance', 'excluded')),
     reason TEXT NOT NULL
-        CHECK (reason IN ('schedule', 'catchup', 'manual', 'backfill', 'after')),
+        CHECK (reason IN ('schedule', 'catchup', 'manual', 'backfill', 'after', 'watch')),
     catchup_from INTEGER,
     attempt INTEGER NOT NULL DEFAULT 0,
     max_attempts INTEGER NOT NULL DEFAULT 3,
