@@ -101,6 +101,8 @@ class RunReason(str, Enum):
     MANUAL = "manual"
     BACKFILL = "backfill"
     AFTER = "after"
+    #: a window of a watched job: recorded, started and ended by pings, never claimed
+    WATCH = "watch"
 
 
 class SkipReason(str, Enum):

@@ -197,7 +197,12 @@ class Notifier:
             self._overdue_look = False
             self._look = True  # what it noted is due at once
             try:
-                self._overdue_at = self.store.note_overdue(now)
+                # watched runs whose end ping never came end dead first: their dead is
+                # told, and a run ended is no longer late
+                settle_at = self.store.settle_watched(now)
+                overdue_at = self.store.note_overdue(now)
+                times = [t for t in (settle_at, overdue_at) if t is not None]
+                self._overdue_at = min(times) if times else None
             except StoreError as e:
                 self.log(f"cannot look for late runs: {e}")
                 self._overdue_at = now + timedelta(seconds=RETRY_STORE_SECONDS)

@@ -135,6 +135,8 @@ def plan_due(
     last = tail[-1]
     windows: list[Window] = []
     missed_increment = 0
+    if spec.ping_key is not None:
+        return _plan_watched(job, now, missed=missed, count=count, tail=tail)
     if spec.excepts or job.except_dates:
         tz = job.trigger.tz
         out = [w for w in tail if triggers.excluded(spec.excepts, job.except_dates, tz, w)]
@@ -232,6 +234,28 @@ def _skipped_maintenance(w: Window) -> Window:
         not_before=None,
         deadline_at=None,
     )
+
+
+def _plan_watched(
+    job: Job, now: datetime, *, missed: bool, count: int, tail: list[datetime]
+) -> Plan:
+    """A watched job's windows (README "Watching jobs that jobctl does not run"): each one
+    is a run of reason ``watch`` that pings start and end; catch-up, overlap, jitter and
+    deadlines do not apply. Windows that passed while no scheduler ran were not watched:
+    the latest is recorded (a ping may still end it), the others ``skipped`` (missed)."""
+    windows: list[Window] = []
+    missed_increment = 0
+    running = tail
+    if missed and len(tail) > 1:
+        running = tail[-1:]
+        missed_increment = count - 1
+        for w in tail[:-1][-MAX_SKIPPED_ROWS:]:
+            windows.append(Window(w, RunState.SKIPPED, RunReason.WATCH, SkipReason.MISSED))
+    for w in running:
+        windows.append(Window(w, RunState.PENDING, RunReason.WATCH, not_before=w))
+    last = tail[-1]
+    nxt = next_fire(job.trigger, max(last, now) if missed else last)
+    return Plan(windows, nxt, last, missed_increment)
 
 
 def apply_overlap(

@@ -158,6 +158,13 @@ def check_watch_trigger(trigger: Trigger) -> None:
         raise UsageError("--watch takes --cron EXPR or --every DURATION")
 
 
+def new_rid() -> str:
+    """A run id for one wrapped run's start and end (``exec``)."""
+    import uuid
+
+    return uuid.uuid4().hex
+
+
 def new_ping_key() -> str:
     import uuid
 
@@ -219,6 +226,7 @@ __all__ = [
     "latest_window",
     "make_ping",
     "new_ping_key",
+    "new_rid",
     "parse_ping_path",
     "refuse_start_flags",
     "watch_until",

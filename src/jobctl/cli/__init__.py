@@ -22,6 +22,7 @@ from . import (  # noqa: F401  (registering the commands, in help order)
     runs,
     secrets,
     system,
+    watch,
 )
 from .base import Ctx, _one_line, cli
 from .code import export as _export  # noqa: F401  (jobs as code: after the others in help)

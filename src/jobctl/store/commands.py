@@ -46,6 +46,7 @@ from .rows import (
     spec_columns,
 )
 from .secrets import SecretCommands, check_secrets
+from .watch import WatchCommands
 from .values import Backfilled, BackfillFn, CopiedJob, DbInfo, Revision, Status
 
 if TYPE_CHECKING:  # imported where used: a listing never needs them
@@ -320,7 +321,7 @@ def maintenance_of(r: Any) -> Maintenance:
 
 
 @retrying
-class Commands(outbox.OutboxCommands, SecretCommands):
+class Commands(outbox.OutboxCommands, SecretCommands, WatchCommands):
     """See :class:`~jobctl.store.protocol.CommandStore` for the rules of every method."""
 
     def __init__(self, db: Dialect) -> None:

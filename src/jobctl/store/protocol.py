@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # names for the annotations only: a command's start imports n
         WaitFacts,
     )
     from ..notifications import Channel, Notification, NotificationState, Outcome, Outgoing
+    from ..watching import Ping
     from .values import (
         Backfilled,
         BackfillFn,
@@ -432,6 +433,16 @@ class CommandStore(Protocol):
         that retention never lowers."""
         ...
 
+    def ping(
+        self, ping: Ping, now: datetime, *, key: str | None = None, name: str | None = None, host: str
+    ) -> int | None:
+        """Record one ping of the watched job of ``key`` (else of ``name``), in one
+        transaction: the run it starts, ends or adds output to, and the notifications an
+        end causes (see :func:`jobctl.store.watch.record_ping`). Returns the run's id
+        (None: a ``log`` with no attempt to add to). Raises NotFound for an unknown key
+        or a job that is not watched."""
+        ...
+
     def check_facts(self, now: datetime, late_seconds: float, since_seconds: float) -> CheckFacts:
         """What ``jobctl check`` judges: live daemons, the scheduler-lease holder's host,
         runs due and unclaimed longer than ``late_seconds`` (of jobs not paused), runs
@@ -671,6 +682,12 @@ class DaemonStore(Protocol):
         grace) and ``long`` (attempts running past warn-after) notifications, each once,
         and drop undelivered ones older than 7 days. Returns when the next late or long
         falls due."""
+        ...
+
+    def settle_watched(self, now: datetime) -> datetime | None:
+        """For the scheduler-lease holder: end ``dead`` (``no ping``) each watched run still
+        without its end ping at window + grace + (``--timeout``, else the period to its
+        next window), with its notifications. Returns when the next one falls due."""
         ...
 
     def notification_context(

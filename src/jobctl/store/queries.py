@@ -246,10 +246,12 @@ WHERE runs.state IN ('pending', 'failed') AND jobs.state <> 'paused'""",
         # jobctl check: due before the cutoff and free by the claim's own rules (a run held
         # back by a lock, its job's overlap or --max-running, or a paused job, waits as it
         # should and is not late)
-        # a run of a job --on tags no live daemon carries waits for one: not late for check
+        # a run of a job --on tags no live daemon carries waits for one: not late for check;
+        # a watched job's run waits for its pings, not for a daemon
         check_late=f"""
 SELECT COUNT(*) AS n FROM runs
 WHERE {RUN_OPEN} AND runs.not_before < :cutoff AND {LOCKS_FREE} AND {JOB_FREE}
+    AND runs.reason <> 'watch'
     AND NOT EXISTS (SELECT 1 FROM jobs jt WHERE jt.id = runs.job_id AND jt.on_tags <> '[]'
         AND NOT EXISTS (SELECT 1 FROM daemons d WHERE d.expires_at >= :now
             AND {d.tags_within("jt.on_tags", "d.tags")}))""",

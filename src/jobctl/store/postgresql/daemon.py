@@ -40,6 +40,7 @@ from ...models import (
     Window,
 )
 from .. import outbox, secrets
+from ..watch import WatchDaemon
 from ..commands import (
     fire_after_jobs,
     insert_run,
@@ -88,6 +89,7 @@ WITH cand AS MATERIALIZED (
            runs.scheduled_for
     FROM runs
     WHERE runs.state IN ('pending', 'failed') AND runs.not_before <= %(now)s
+      AND runs.reason <> 'watch'
       AND (%(low_ok)s OR runs.priority >= %(rp)s)
       AND runs.id <> ALL(%(tried)s::bigint[])
       AND NOT EXISTS (
@@ -124,6 +126,8 @@ UPDATE runs SET state = 'leased', leased_by = %(me)s, lease_until = %(until)s,
 FROM jobs
 WHERE runs.id = ANY(%(ids)s::bigint[]) AND jobs.id = runs.job_id AND jobs.state <> 'paused'
   AND runs.state IN ('pending', 'failed') AND runs.not_before <= %(now)s
+  -- a watched job's run (reason 'watch') is started and ended by pings, never here
+  AND runs.reason <> 'watch'
   AND (runs.deadline_at IS NULL OR runs.deadline_at >= %(now)s)
   AND NOT EXISTS (
       SELECT 1 FROM run_locks mine JOIN held_locks h ON h.name = mine.name
@@ -309,7 +313,7 @@ def _claim_keys(cand: dict[str, Any]) -> list[str]:
 
 
 @retrying
-class PgDaemonStore(outbox.OutboxDaemon):
+class PgDaemonStore(outbox.OutboxDaemon, WatchDaemon):
     """See :class:`~jobctl.store.protocol.DaemonStore` for the rules of every method."""
 
     backend = "postgresql"

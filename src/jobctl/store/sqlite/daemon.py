@@ -23,6 +23,7 @@ from ...models import (
     Window,
 )
 from .. import outbox, secrets
+from ..watch import WatchDaemon
 from ..commands import (
     fire_after_jobs,
     insert_run,
@@ -104,7 +105,7 @@ class ScheduleHeads:
         return self._store._iter_heads()
 
 
-class SqliteDaemonStore(outbox.OutboxDaemon):
+class SqliteDaemonStore(outbox.OutboxDaemon, WatchDaemon):
     """See :class:`~jobctl.store.protocol.DaemonStore` for the rules of every method."""
 
     backend = "sqlite"

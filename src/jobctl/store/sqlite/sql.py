@@ -194,6 +194,8 @@ UPDATE runs SET state = 'leased', leased_by = :me, lease_until = :until,
     lease_host = :host, deadline_at = NULL
 WHERE id = (
     SELECT id FROM runs INDEXED BY runs_queue WHERE {CLAIMABLE}
+    -- a watched job's run (reason 'watch') is started and ended by pings, never here
+    AND runs.reason <> 'watch'
     ORDER BY priority DESC, scheduled_for ASC, id ASC LIMIT 1
 )
 RETURNING *, (SELECT name FROM jobs WHERE jobs.id = runs.job_id) AS job_name,

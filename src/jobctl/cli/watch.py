@@ -1,0 +1,94 @@
+"""Watched jobs (README "Watching jobs that jobctl does not run"): ``ping`` writes a ping
+straight into the database; ``exec`` wraps a crontab line's command and pings its start
+and end, into the database or over HTTP to ``serve``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ..errors import JobctlError, UsageError
+from .base import Ctx, _complete_jobs, cli, pass_ctx, warn
+
+
+@cli.command()
+@click.argument("name", shell_complete=_complete_jobs)
+@click.option("--start", "kind", flag_value="start", help="The work started.")
+@click.option("--fail", "kind", flag_value="fail", help="The work failed.")
+@click.option("--log", "kind", flag_value="log", help="Add the body to the output; no end.")
+@click.option(
+    "--exit",
+    "exit_code",
+    type=click.IntRange(0, 255),
+    metavar="N",
+    help="The work ended with exit code N (0 is success).",
+)
+@click.option("--rid", metavar="ID", help="Ties a start to its end when runs overlap.")
+@pass_ctx
+def ping(obj: Ctx, /, name: str, kind: str | None, exit_code: int | None, rid: str | None) -> None:
+    """Ping the watched job NAME as /ping/KEY does, straight into the database.
+
+    Without a flag: the work succeeded. Standard input, when it is not a terminal, is the
+    body (the attempt's output; at most 100 KB kept).
+    """
+    from ..watching import CLI_HOST, PingKind, make_ping
+
+    if kind is not None and exit_code is not None:
+        raise UsageError(f"--{kind} and --exit exclude each other")
+    what = PingKind.EXIT if exit_code is not None else PingKind(kind or "success")
+    body = b"" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
+    p = make_ping(what, exit_code=exit_code, rid=rid, body=body)
+    obj.store().ping(p, obj.now(), name=name, host=CLI_HOST)
+
+
+@cli.command(
+    "exec",
+    context_settings={"ignore_unknown_options": True},
+)
+@click.argument("name", shell_complete=_complete_jobs)
+@click.option(
+    "--url",
+    metavar="URL",
+    help="Ping over HTTP to jobctl serve at URL (http://host:8642; also JOBCTL_PING_URL); "
+    "NAME is then the job's ping key.",
+)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@pass_ctx
+def exec_(obj: Ctx, /, name: str, url: str | None, command: tuple[str, ...]) -> None:
+    """Run COMMAND here as a crontab line's wrapper, and ping the watched job NAME.
+
+    Pings start, then success or the exit code with the last 64 KiB of the output, which
+    is passed through; exits with COMMAND's exit code. A ping that cannot be made prints a
+    warning and never changes the exit code. Into the database, or with --url to serve.
+    """
+    from ..pinger import run_passthrough, send_http
+    from ..watching import CLI_HOST, PingKind, make_ping, new_rid
+
+    if command[:1] == ("--",):
+        command = command[1:]
+    if not command:
+        raise UsageError("give the COMMAND to run after --")
+    base = url or os.environ.get("JOBCTL_PING_URL") or None
+    rid = new_rid()
+
+    def send(kind: PingKind, code: int | None = None, body: bytes = b"") -> None:
+        p = make_ping(kind, exit_code=code, rid=rid, body=body)
+        try:
+            if base is not None:
+                send_http(base, name, p)
+            else:
+                obj.store().ping(p, obj.now(), name=name, host=CLI_HOST)
+        except (JobctlError, OSError) as e:
+            warn(f"jobctl exec: {kind.value} ping not recorded: {e}")
+
+    send(PingKind.START)
+    ran = run_passthrough(command)
+    code = min(ran.exit_code, 255)
+    if code == 0:
+        send(PingKind.SUCCESS, body=ran.output)
+    else:
+        send(PingKind.EXIT, code, body=ran.output)
+    obj.close()
+    sys.exit(code)
