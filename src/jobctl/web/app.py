@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..clock import SystemClock
 from . import api as api_routes
-from . import console, deliveries, pages
+from . import console, deliveries, pages, pings
 from .context import AnyClock, Web, error_status, error_text
 from .roles import CURRENT, refusal
 
@@ -52,6 +52,9 @@ def _is_public(method: str, path: str) -> bool:
     script (package files, no data) that the sign-in form uses."""
     if path == "/healthz":
         return method in ("GET", "HEAD")
+    if path.startswith("/ping/"):
+        # the Healthchecks ping protocol: the key in the path is the secret
+        return method in ("GET", "POST", "HEAD")
     if path == "/" and method in ("GET", "HEAD"):
         return True
     if path == "/login" and method == "POST":
@@ -195,6 +198,7 @@ def create_app(
         *pages.routes(web),
         *console.routes(web),
         *deliveries.routes(),
+        *pings.routes(web),
         Mount("/static", app=StaticFiles(packages=[("jobctl.web", "static")]), name="static"),
     ]
     app = Starlette(
