@@ -360,3 +360,43 @@ def split_percent(text: str) -> tuple[str, str | None]:
     text = "".join(stdin)
     # vixie cron's do_command: a newline after the last character unless it is one
     return "".join(command), text + "\n" if text and not text.endswith("\n") else text
+
+
+def _first_percent(text: str) -> int | None:
+    """Where the first unescaped ``%`` of a command is (as :func:`split_percent` reads
+    it), or None."""
+    escaped = False
+    for i, ch in enumerate(text):
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == "%":
+            return i
+    return None
+
+
+def wrap_commands(
+    text: str,
+    wrapped: dict[int, str],
+    *,
+    system: bool = False,
+) -> str:
+    """``text`` with the command of each job line ``n`` in ``wrapped`` replaced by
+    ``wrapped[n]`` (a command as the shell reads it: each ``%`` in it is escaped as
+    ``\\%`` here), its schedule, user field and stdin (what follows the first unescaped
+    ``%``) kept as written; every other line is kept as it is. Line ``n`` must be a job
+    line that :func:`parse_crontab` read without error."""
+    lines = text.removeprefix("\ufeff").split("\n")
+    for number, command in wrapped.items():
+        raw = lines[number - 1]
+        cr = "\r" if raw.endswith("\r") else ""
+        line = raw.removesuffix("\r")
+        body = line.lstrip(" \t")
+        leading = (1 if body.startswith("@") else 5) + (1 if system else 0)
+        command_text = _BLANKS_RE.split(body, maxsplit=leading)[-1]
+        head = line[: len(line) - len(command_text)]
+        cut = _first_percent(command_text)
+        stdin_text = "" if cut is None else command_text[cut:]
+        lines[number - 1] = head + command.replace("%", "\\%") + stdin_text + cr
+    return "\n".join(lines)

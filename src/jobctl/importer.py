@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from . import crontab, specs, triggers
+from . import crontab, specs, triggers, watching
 from .cronexpr import validate_cron_expr
 from .errors import JobctlError
 from .models import Job, JobSpec, JobState, Run
@@ -54,9 +54,11 @@ def plan_import(
     system: bool,
     current_user: str | None,
     sendmail: str | None,
+    watch: bool = False,
 ) -> ImportPlan:
     """Parse crontab ``text`` and validate each job as ``add`` would. Raises UsageError
-    only for a prefix that cannot make job names."""
+    only for a prefix that cannot make job names. With ``watch``, each line becomes a
+    watched job (the work stays in the crontab, wrapped by ``jobctl exec``)."""
     report = crontab.parse_crontab(
         text,
         prefix=prefix,
@@ -69,7 +71,8 @@ def plan_import(
     out = []
     for job in report.jobs:
         try:
-            out.append(specs.spec_from_crontab(job, now))
+            spec = specs.spec_from_crontab(job, now)
+            out.append(watching.watch_spec_of(spec) if watch else spec)
         except JobctlError as e:
             errors.append((job.line, str(e)))
     errors.sort(key=lambda e: e[0])
@@ -136,6 +139,8 @@ def match_jobs(specs: Sequence[JobSpec], jobs: Sequence[Job], prefix: str) -> Ma
         assert name is not None
         spec = replace(spec, name=name)
         old = by_name.get(name)
+        if old is not None and old.spec.ping_key is not None and spec.ping_key is not None:
+            spec = replace(spec, ping_key=old.spec.ping_key)  # its pingers keep their key
         if old is not None and _only_moved(old.spec, spec):
             spec = replace(spec, description=old.spec.description)
         out.append(spec)
@@ -199,3 +204,21 @@ def _unsaved_job(spec: JobSpec, now: datetime) -> Job:
         missed_total=0,
         last_boot_id=None,
     )
+
+
+def wrapped_crontab(
+    text: str, plan: ImportPlan, matched: Matched, exec_prefix: str, *, system: bool
+) -> str:
+    """The crontab ``text`` with each job line's command run by ``exec_prefix NAME --``
+    (``jobctl exec``) under its job's name: to install in place of the old one, so the
+    work stays where it is and its runs are watched. The command runs in the crontab's
+    ``SHELL`` (else ``/bin/sh``) ``-c``, as cron ran it (its stdin after ``%`` kept as
+    written)."""
+    import shlex
+
+    wrapped = {
+        job.line: f"{exec_prefix} {spec.name} -- {shlex.quote(job.shell or '/bin/sh')} -c "
+        f"{shlex.quote(job.command)}"
+        for job, spec in zip(plan.report.jobs, matched.specs, strict=True)
+    }
+    return crontab.wrap_commands(text, wrapped, system=system)

@@ -428,9 +428,7 @@ def print_job(job: Job, runs: Sequence[Run]) -> None:
     if s.ping_key is not None:
         # watched (README "Watching jobs that jobctl does not run"): no command runs here
         fields[3:4] = [("ping", f"/ping/{s.ping_key}")]
-        fields.insert(
-            6, ("grace", format_duration(s.grace_seconds) if s.grace_seconds else "-")
-        )
+        fields.insert(6, ("grace", format_duration(s.grace_seconds) if s.grace_seconds else "-"))
         starting = {"catch-up", "overlap", "retries", "priority", "jitter", "env", "cwd"}
         starting |= {"shell", "stdin", "on failure", "locks"}
         fields = [(k, v) for k, v in fields if k not in starting]

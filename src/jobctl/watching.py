@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
-
 from typing import Any
 
 from . import specs, triggers
@@ -192,6 +191,22 @@ def build_watch_spec(
 # ---------------------------------------------------------------------- time limits
 
 
+def watch_spec_of(spec: JobSpec) -> JobSpec:
+    """A job jobctl would run (an imported crontab line) as a watched one: its schedule,
+    name and description, a new ping key, no command, grace 5m."""
+    if spec.trigger.kind is not TriggerKind.CRON:
+        raise UsageError("an @reboot line cannot be watched: it has no windows")
+    return JobSpec(
+        name=spec.name,
+        trigger=spec.trigger,
+        command="",
+        description=spec.description,
+        retries=0,
+        grace_seconds=DEFAULT_GRACE_SECONDS,
+        ping_key=new_ping_key(),
+    )
+
+
 def latest_window(job: Job, now: datetime) -> datetime:
     """The window a ping at ``now`` belongs to: the job's latest window at or before
     ``now``; ``now`` itself when the job had none since it was made (a ping before its
@@ -220,8 +235,8 @@ __all__ = [
     "NO_PING",
     "PING_BODY_LIMIT_BYTES",
     "Ping",
-    "build_watch_spec",
     "PingKind",
+    "build_watch_spec",
     "check_watch_trigger",
     "latest_window",
     "make_ping",
@@ -229,5 +244,6 @@ __all__ = [
     "new_rid",
     "parse_ping_path",
     "refuse_start_flags",
+    "watch_spec_of",
     "watch_until",
 ]

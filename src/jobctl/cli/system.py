@@ -220,6 +220,12 @@ def _sendmail_path() -> str | None:
 )
 @click.option("--prune", is_flag=True, help="Delete the jobs of the prefix no line matches.")
 @click.option(
+    "--watch",
+    is_flag=True,
+    help="Add watched jobs and print the crontab with each command wrapped in "
+    "jobctl exec NAME --, to install in place of the old one.",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="Print {jobs, env, notices, errors, actions} as JSON."
 )
 @pass_ctx
@@ -230,6 +236,7 @@ def import_crontab(
     dry_run: bool,
     prefix: str,
     prune: bool,
+    watch: bool,
     as_json: bool,
 ) -> None:
     """Migrate a crontab: FILE, - for stdin, or (no argument) `crontab -l`.
@@ -237,19 +244,25 @@ def import_crontab(
     A line keeps the job it was imported as (same schedule and command, else same
     command), so editing the crontab and importing it again never moves a job's history
     onto another command. With any error nothing is imported and it exits 2.
+
+    With --watch the work stays in the crontab: each line becomes a watched job, and the
+    crontab is printed (on stdout; the summary on stderr) with each command wrapped in
+    `jobctl exec NAME --`, which pings its start and end.
     """
     import getpass
 
     from .. import importer, output
 
     now = obj.now()
+    text = _read_crontab_source(source)
     plan = importer.plan_import(
-        _read_crontab_source(source),
+        text,
         now,
         prefix=prefix,
         system=system,
         current_user=getpass.getuser(),
         sendmail=_sendmail_path(),
+        watch=watch,
     )
     if plan.errors:  # nothing is imported: the database is not even opened
         matched = importer.match_jobs(plan.specs, [], prefix)
@@ -263,9 +276,13 @@ def import_crontab(
         rows = importer.save_import(store, plan, matched, now, prune=prune)
     removed = [] if plan.errors else [j.name for j in matched.removed]
     report = plan.report
+    wrapped = None
+    if watch and not plan.errors:
+        wrapped = importer.wrapped_crontab(text, plan, matched, _exec_prefix(obj), system=system)
     if as_json:
         output.print_json(
             {
+                **({"crontab": wrapped} if wrapped is not None else {}),
                 "jobs": [_imported_json(row, dry_run) for row in rows],
                 "env": report.env,
                 "notices": [{"line": n, "message": m} for n, m in report.notices],
@@ -277,10 +294,11 @@ def import_crontab(
     else:
         for n, m in report.notices:
             click.echo(f"notice: line {n}: {_one_line(m)}", err=True)
-        output.print_lines(
+        summary = output.print_lines if wrapped is None else _echo_err
+        summary(
             [
                 f"{row.verb} {row.job.name}  {output.schedule_text(row.job)}  "
-                f"{row.job.spec.command}"
+                f"{'(watched)' if row.job.spec.watched else row.job.spec.command}"
                 for row in rows
             ]
             + [
@@ -290,10 +308,32 @@ def import_crontab(
                 for name in removed
             ]
         )
+        if wrapped is not None:
+            sys.stdout.write(wrapped if wrapped.endswith("\n") else wrapped + "\n")
     if plan.errors:
         for n, m in plan.errors:
             click.echo(f"Error: line {n}: {_one_line(m)}", err=True)
         sys.exit(2)
+
+
+def _echo_err(lines: list[str]) -> None:
+    for line in lines:
+        click.echo(line, err=True)
+
+
+def _exec_prefix(obj: Ctx) -> str:
+    """How a crontab line calls ``jobctl exec`` into this database: this jobctl by its
+    path (cron's PATH is short) and the --db it was given (cron's environment has no
+    JOBCTL_DB)."""
+    import shlex
+    import shutil
+
+    program = shutil.which("jobctl") or "jobctl"
+    db = obj.db_option or os.environ.get("JOBCTL_DB")
+    prefix = shlex.quote(program)
+    if db:
+        prefix += f" --db {shlex.quote(str(db))}"
+    return prefix + " exec"
 
 
 def _imported_json(row: Any, dry_run: bool) -> dict[str, Any]:

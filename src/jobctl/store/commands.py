@@ -48,6 +48,7 @@ from .rows import (
 from .secrets import SecretCommands, check_secrets
 from .watch import WatchCommands
 from .values import Backfilled, BackfillFn, CopiedJob, DbInfo, Revision, Status
+from .watch import WatchCommands
 
 if TYPE_CHECKING:  # imported where used: a listing never needs them
     from .. import jobfile

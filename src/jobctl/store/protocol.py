@@ -434,7 +434,13 @@ class CommandStore(Protocol):
         ...
 
     def ping(
-        self, ping: Ping, now: datetime, *, key: str | None = None, name: str | None = None, host: str
+        self,
+        ping: Ping,
+        now: datetime,
+        *,
+        key: str | None = None,
+        name: str | None = None,
+        host: str,
     ) -> int | None:
         """Record one ping of the watched job of ``key`` (else of ``name``), in one
         transaction: the run it starts, ends or adds output to, and the notifications an

@@ -147,7 +147,9 @@ def _run_for_window(c: Cursor, q: Sql, job: Job, now: datetime) -> int:
     return made
 
 
-def _start(c: Cursor, q: Sql, job: Job, run_id: int, rid: str | None, host: str, now_us: int) -> int:
+def _start(
+    c: Cursor, q: Sql, job: Job, run_id: int, rid: str | None, host: str, now_us: int
+) -> int:
     if rid is not None:
         c.execute(q(FORGET_RID), (job.id, rid))
     row = c.execute(
@@ -158,7 +160,9 @@ def _start(c: Cursor, q: Sql, job: Job, run_id: int, rid: str | None, host: str,
     return attempt
 
 
-def _output(c: Cursor, q: Sql, run_id: int, attempt: int, body: bytes, *, append: bool) -> tuple[bytes, int]:
+def _output(
+    c: Cursor, q: Sql, run_id: int, attempt: int, body: bytes, *, append: bool
+) -> tuple[bytes, int]:
     if not append:
         return body, len(body)
     row = c.execute(q(ATTEMPT_OUTPUT), (run_id, attempt)).fetchone()
@@ -187,7 +191,12 @@ def record_ping(c: Cursor, q: Sql, job: Job, ping: Ping, host: str, now: datetim
         if ping.body:
             c.execute(
                 q(SET_OUTPUT),
-                {"output": ping.body, "total": len(ping.body), "run_id": run_id, "attempt": attempt},
+                {
+                    "output": ping.body,
+                    "total": len(ping.body),
+                    "run_id": run_id,
+                    "attempt": attempt,
+                },
             )
         return run_id
     if ping.kind is PingKind.LOG:
@@ -259,7 +268,9 @@ def _end(c: Cursor, q: Sql, job: Job, ping: Ping, host: str, now: datetime) -> i
     return run_id
 
 
-def settle_watched(c: Cursor, q: Sql, now: datetime) -> tuple[list[tuple[int, int]], datetime | None]:
+def settle_watched(
+    c: Cursor, q: Sql, now: datetime
+) -> tuple[list[tuple[int, int]], datetime | None]:
     """The scheduler-lease holder's end of watched runs whose end ping never came: each
     ``pending`` or ``leased`` watched run past window + grace + (``--timeout``, else the
     period to its next window) ends ``dead`` with error ``no ping``, its notifications
@@ -288,7 +299,13 @@ class WatchCommands:
     """What the commands (``ping``, ``exec``, ``serve``'s ``/ping``) ask of the store."""
 
     def ping(
-        self, ping: Ping, now: datetime, *, key: str | None = None, name: str | None = None, host: str
+        self,
+        ping: Ping,
+        now: datetime,
+        *,
+        key: str | None = None,
+        name: str | None = None,
+        host: str,
     ) -> int | None:
         """Record ``ping`` for the watched job of ``key`` (else ``name``) in one
         transaction (see :func:`record_ping`). Raises NotFound."""
@@ -309,8 +326,13 @@ class WatchDaemon:
     def settle_watched(self, now: datetime) -> datetime | None:
         db: Any = self.db  # type: ignore[attr-defined]
         q: Sql = self._q  # type: ignore[attr-defined]
-        if not db.read(q("SELECT 1 FROM runs WHERE reason = 'watch' AND state IN "
-                         "('pending', 'leased') LIMIT 1"), ()):
+        if not db.read(
+            q(
+                "SELECT 1 FROM runs WHERE reason = 'watch' AND state IN "
+                "('pending', 'leased') LIMIT 1"
+            ),
+            (),
+        ):
             return None
         with db.write() as c:
             ended, nxt = settle_watched(c, q, now)

@@ -72,6 +72,7 @@ from ..values import (
     RetentionMarks,
     TurnResult,
 )
+from ..watch import WatchDaemon
 from .db import PgDb
 from .sql import QUERIES
 from .waker import Waker

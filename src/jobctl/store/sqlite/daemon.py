@@ -55,6 +55,7 @@ from ..values import (
     RetentionMarks,
     TurnResult,
 )
+from ..watch import WatchDaemon
 from . import sql
 from .db import Db
 from .wake import WakeSocket
