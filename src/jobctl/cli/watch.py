@@ -38,9 +38,18 @@ def ping(obj: Ctx, /, name: str, kind: str | None, exit_code: int | None, rid: s
     if kind is not None and exit_code is not None:
         raise UsageError(f"--{kind} and --exit exclude each other")
     what = PingKind.EXIT if exit_code is not None else PingKind(kind or "success")
-    body = b"" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
+    body = _stdin_body()
     p = make_ping(what, exit_code=exit_code, rid=rid, body=body)
     obj.store().ping(p, obj.now(), name=name, host=CLI_HOST)
+
+
+def _stdin_body() -> bytes:
+    """Standard input when it is not a terminal (a pipe, a file), else nothing."""
+    stream = sys.stdin
+    if stream is None or stream.isatty():
+        return b""
+    raw = getattr(stream, "buffer", None)
+    return raw.read() if raw is not None else stream.read().encode()
 
 
 @cli.command(

@@ -1,0 +1,365 @@
+"""Watched jobs (issue 45; README "Watching jobs that jobctl does not run"): ``add
+--watch``, the Healthchecks ping protocol on a real ``jobctl serve`` driven by the real
+``curl`` binary exactly as Healthchecks documents it, ``jobctl ping``, ``jobctl exec`` as a
+crontab wrapper, a real daemon turning a silent window ``late`` then ``dead`` with the
+webhook receiver told both, and ``import-crontab --watch`` on a realistic crontab.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import wait_until
+from receivers import MainCli, http_receiver
+from webhelpers import Server, token_file
+
+from jobctl.crontab import parse_crontab
+
+CURL = shutil.which("curl")
+needs_curl = pytest.mark.skipif(CURL is None, reason="no curl binary")
+
+
+def _key(jobctl: Any, name: str) -> str:
+    key = jobctl.json("show", name)["ping_key"]
+    assert isinstance(key, str) and len(key) == 36
+    return key
+
+
+def _runs(jobctl: Any, name: str) -> list[dict[str, Any]]:
+    return list(jobctl.json("runs", name, "--limit", "100"))
+
+
+def _inspect(jobctl: Any, run_id: int) -> dict[str, Any]:
+    return dict(jobctl.json("inspect", str(run_id)))
+
+
+def _jobctl_argv(db: Path) -> list[str]:
+    return [sys.executable, "-c", "from jobctl.cli import main; main()", "--db", str(db)]
+
+
+@pytest.fixture
+def jobctl(db: Path, capsys: Any) -> Iterator[MainCli]:
+    """The CLI in-process through its real error boundary (``Error: …`` and exit codes)."""
+    cli = MainCli(db, capsys)
+    yield cli
+    cli.close()
+
+
+@pytest.fixture
+def server(db: Path, tmp_path: Path) -> Iterator[Server]:
+    s = Server(db, tmp_path / "serve.log", token_file=token_file(tmp_path))
+    try:
+        yield s.wait_ready()
+    finally:
+        s.close()
+
+
+# ---------------------------------------------------------------------- add --watch
+
+
+def test_add_watch_gives_a_ping_key_no_command_and_refuses_start_flags(jobctl) -> None:
+    r = jobctl("add", "nightly", "--watch", "--cron", "0 3 * * *", "--timeout", "1h")
+    key = _key(jobctl, "nightly")
+    assert f"ping: /ping/{key}" in r.stdout
+    job = jobctl.json("show", "nightly")
+    assert job["watch"] is True and job["command"] is None
+    assert job["grace"] == 300 and job["timeout"] == 3600
+    assert f"/ping/{key}" in jobctl("show", "nightly").stdout
+    # another watched job gets another key
+    jobctl("add", "hourly", "--watch", "--every", "1h", "--grace", "10m")
+    assert _key(jobctl, "hourly") != key and jobctl.json("show", "hourly")["grace"] == 600
+    for bad in (
+        ["--retries", "3"],
+        ["--env", "A=1"],
+        ["--on-failure", "true"],
+        ["--lock", "db"],
+        ["--memory-max", "1G"],
+    ):
+        r = jobctl("add", "bad", "--watch", "--every", "1h", *bad, ok=False)
+        assert r.exit_code == 2 and "not with --watch" in r.output, r.output
+    r = jobctl("add", "bad", "--watch", "--manual", ok=False)
+    assert r.exit_code == 2 and "--cron EXPR or --every" in r.output
+    r = jobctl("add", "bad", "--watch", "--every", "1h", "--", "echo hi", ok=False)
+    assert r.exit_code == 2 and "takes no COMMAND" in r.output
+    r = jobctl("add", "bad", "--every", "1h", ok=False)
+    assert r.exit_code == 2 and "COMMAND" in r.output
+    assert [j["name"] for j in jobctl.json("list")] == ["hourly", "nightly"]
+
+
+# ---------------------------------------------------------------------- serve and curl
+
+
+def _curl(*args: str) -> subprocess.CompletedProcess[str]:
+    assert CURL is not None
+    return subprocess.run([CURL, *args], capture_output=True, text=True, timeout=60)
+
+
+def _hc(url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """The line Healthchecks documents: ``curl -fsS -m 10 --retry 5 -o /dev/null URL``."""
+    return _curl("-fsS", "-m", "10", "--retry", "5", "-o", "/dev/null", *extra, url)
+
+
+@needs_curl
+def test_curl_as_healthchecks_documents_it_on_every_route(jobctl, server) -> None:
+    jobctl("add", "etl", "--watch", "--every", "1h")
+    base = f"{server.url}/ping/{_key(jobctl, 'etl')}"
+
+    # start (GET), then success (GET): one run, leased then succeeded, with a duration
+    assert _hc(f"{base}/start").returncode == 0
+    [run] = _runs(jobctl, "etl")
+    assert (run["state"], run["reason"]) == ("leased", "watch")
+    assert _inspect(jobctl, run["id"])["attempts"][0]["host"] == "127.0.0.1"
+    assert _hc(base).returncode == 0
+    run = _inspect(jobctl, run["id"])
+    assert run["state"] == "succeeded" and run["attempts"][0]["duration"] >= 0
+
+    # start by HEAD, a log line by POST, then exit code 7 by POST with its output
+    assert _hc(f"{base}/start", "-I").returncode == 0
+    assert _hc(f"{base}/log", "--data-raw", "step 1 of 2\n").returncode == 0
+    assert _hc(f"{base}/7", "--data-raw", "disk full\n").returncode == 0
+    newest = _runs(jobctl, "etl")[0]
+    assert (newest["state"], newest["exit_code"], newest["last_error"]) == ("dead", 7, "exit 7")
+    assert jobctl("logs", str(newest["id"])).stdout == "step 1 of 2\ndisk full\n"
+
+    # /fail, and /0 (a success), each without a start: a run of its own each
+    assert _hc(f"{base}/fail", "-X", "POST").returncode == 0
+    assert _runs(jobctl, "etl")[0]["last_error"] == "fail ping"
+    assert _hc(f"{base}/0", "-I").returncode == 0
+    assert _runs(jobctl, "etl")[0]["state"] == "succeeded"
+
+    # rid ties each end to its start when two runs overlap
+    assert _hc(f"{base}/start?rid=a").returncode == 0
+    assert _hc(f"{base}/start?rid=b").returncode == 0
+    assert _hc(f"{base}/fail?rid=a").returncode == 0
+    by_key = {r["run_key"]: r for r in _runs(jobctl, "etl") if r["run_key"]}
+    assert (by_key["a"]["state"], by_key["b"]["state"]) == ("dead", "leased")
+    assert _hc(f"{base}?rid=b").returncode == 0
+    assert {r["state"] for r in _runs(jobctl, "etl")} == {"succeeded", "dead"}
+
+    # no token is needed, but the key is: an unknown one is a 404 (curl -f exits 22)
+    unknown = _curl("-sS", "-m", "10", f"{server.url}/ping/no-such-key")
+    assert unknown.stdout == "not found"
+    assert _hc(f"{server.url}/ping/no-such-key").returncode == 22
+    assert _hc(f"{base}/256").returncode == 22
+    ok = _curl("-sS", "-m", "10", "-D", "-", base)
+    assert ok.stdout.startswith("HTTP/1.1 200") and ok.stdout.endswith("\n\nOK")
+    assert "text/plain" in ok.stdout
+    # and the rest of the API still wants its token
+    assert _curl("-s", "-o", "/dev/null", "-w", "%{http_code}", f"{server.url}/v1/jobs").stdout == (
+        "401"
+    )
+
+
+# ---------------------------------------------------------------------- jobctl ping
+
+
+def test_jobctl_ping_writes_start_and_exit_with_stdin_as_output(jobctl, db) -> None:
+    jobctl("add", "report", "--watch", "--every", "1h")
+    argv = _jobctl_argv(db)
+    subprocess.run([*argv, "ping", "report", "--start"], check=True, stdin=subprocess.DEVNULL)
+    [run] = _runs(jobctl, "report")
+    assert run["state"] == "leased" and run["attempt"] == 1
+    subprocess.run(
+        [*argv, "ping", "report", "--exit", "3"], check=True, input=b"no rows\n", timeout=60
+    )
+    got = _inspect(jobctl, run["id"])
+    assert (got["state"], got["exit_code"], got["last_error"]) == ("dead", 3, "exit 3")
+    [attempt] = got["attempts"]
+    assert attempt["host"] == "ping" and attempt["duration"] > 0
+    assert jobctl("logs", str(run["id"])).stdout == "no rows\n"
+    r = jobctl("ping", "report", "--exit", "300", ok=False)
+    assert r.exit_code == 2
+    r = jobctl("ping", "nope", ok=False)
+    assert r.exit_code == 1 and "no job named 'nope'" in r.output
+    jobctl("add", "plain", "--every", "1h", "--", "true")
+    r = jobctl("ping", "plain", ok=False)
+    assert r.exit_code == 1 and "not watched" in r.output
+
+
+# ---------------------------------------------------------------------- exec
+
+
+def test_exec_wraps_a_failing_and_a_succeeding_command(jobctl, db) -> None:
+    jobctl("add", "sync", "--watch", "--every", "1h")
+    argv = _jobctl_argv(db)
+    failing = subprocess.run(
+        [*argv, "exec", "sync", "--", "sh", "-c", "echo copied 3; echo lost 1 >&2; sleep 0.3; exit 4"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert failing.returncode == 4
+    assert failing.stdout == b"copied 3\n" and failing.stderr == b"lost 1\n"
+    [run] = _runs(jobctl, "sync")
+    got = _inspect(jobctl, run["id"])
+    assert (got["state"], got["exit_code"]) == ("dead", 4)
+    assert got["attempts"][0]["duration"] >= 0.3
+    assert jobctl("logs", str(run["id"])).stdout == "copied 3\nlost 1\n"
+
+    ok = subprocess.run([*argv, "exec", "sync", "--", "echo", "all good"], capture_output=True)
+    assert (ok.returncode, ok.stdout, ok.stderr) == (0, b"all good\n", b"")
+    newest = _runs(jobctl, "sync")[0]
+    assert newest["id"] != run["id"] and newest["state"] == "succeeded"
+    assert jobctl("logs", str(newest["id"])).stdout == "all good\n"
+
+    # a ping that cannot be made warns and never changes the exit code
+    lost = subprocess.run([*argv, "exec", "nope", "--", "sh", "-c", "exit 5"], capture_output=True)
+    assert lost.returncode == 5
+    assert b"warning: jobctl exec: start ping not recorded: no job named 'nope'" in lost.stderr
+    far = subprocess.run(
+        [*argv, "exec", "x", "--url", "http://127.0.0.1:9", "--", "true"], capture_output=True
+    )
+    assert far.returncode == 0 and far.stderr.count(b"warning: jobctl exec:") == 2
+
+
+def test_exec_with_url_pings_serve_by_key(jobctl, db, server, tmp_path) -> None:
+    jobctl("add", "remote", "--watch", "--every", "1h")
+    key = _key(jobctl, "remote")
+    # another host: no database here, only the address of serve and the key
+    r = subprocess.run(
+        [*_jobctl_argv(tmp_path / "absent.db"), "exec", key, "--", "sh", "-c", "echo x; exit 9"],
+        capture_output=True,
+        env={"JOBCTL_PING_URL": server.url, "PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
+    assert (r.returncode, r.stdout, r.stderr) == (9, b"x\n", b"")
+    [run] = _runs(jobctl, "remote")
+    assert (run["state"], run["exit_code"]) == ("dead", 9)
+    assert jobctl("logs", str(run["id"])).stdout == "x\n"
+    assert not (tmp_path / "absent.db").exists()
+
+
+# ---------------------------------------------------------------------- the daemon
+
+
+def test_a_daemon_turns_a_silent_window_late_then_dead_and_a_late_success_recovers(
+    jobctl, start_daemon
+) -> None:
+    with http_receiver() as rec:
+        jobctl("notify", "add", "ops", "--webhook", rec.url)
+        jobctl(
+            "add",
+            "silent",
+            "--watch",
+            "--every",
+            "3s",
+            "--grace",
+            "1s",
+            "--timeout",
+            "1s",
+            "--notify",
+            "ops:late,dead,recovered",
+        )
+        start_daemon()
+
+        def told(event: str) -> list[dict[str, Any]]:
+            return [b for b in rec.bodies() if b["event"] == event]
+
+        def late_then_dead() -> int | None:
+            late = {b["run"]["id"] for b in told("late")}
+            dead = {b["run"]["id"] for b in told("dead")}
+            both = sorted(late & dead)
+            return both[0] if both else None
+
+        run_id = wait_until(late_then_dead, 30, what="late then dead for one window")
+        jobctl("pause", "silent")
+        dead = _inspect(jobctl, run_id)
+        assert (dead["state"], dead["last_error"], dead["reason"]) == ("dead", "no ping", "watch")
+        # never claimed: a claim would have made an attempt
+        assert dead["attempts"] == [] and dead["attempt"] == 0
+        [late] = [b for b in told("late") if b["run"]["id"] == run_id]
+        [gone] = [b for b in told("dead") if b["run"]["id"] == run_id]
+        assert late["job"]["name"] == gone["job"]["name"] == "silent"
+        assert "no ping" in gone["text"]
+        # no window of the watched job was ever run by the daemon
+        assert all(r["attempt"] == 0 for r in _runs(jobctl, "silent") if r["state"] != "dead")
+
+        # the work was only late: its success ping ends the newest dead window succeeded
+        for r in _runs(jobctl, "silent"):
+            if r["state"] == "pending":
+                jobctl("cancel", str(r["id"]))
+        newest_dead = next(r for r in _runs(jobctl, "silent") if r["state"] == "dead")
+        jobctl("ping", "silent")
+        assert _inspect(jobctl, newest_dead["id"])["state"] == "succeeded"
+        wait_until(
+            lambda: any(b["run"]["id"] == newest_dead["id"] for b in told("recovered")),
+            20,
+            what="recovered",
+        )
+
+
+# ---------------------------------------------------------------------- import-crontab
+
+
+CRONTAB = r"""# m h  dom mon dow   command
+SHELL=/bin/bash
+MAILTO=""
+PATH=/usr/local/bin:/usr/bin:/bin
+CRON_TZ=Europe/Berlin
+
+*/5 * * * * /usr/local/bin/sync-feeds --quiet >> /var/log/feeds.log 2>&1
+30 2 * * *	pg_dump -Fc app > /backups/app-$(date +\%F).dump && echo "it's done"
+@daily      find /tmp/uploads -mtime +7 -delete # clean old uploads
+0 9 * * 1-5 mail -s "standup" team@example.com%Standup in 5 minutes%-- bot
+"""
+
+
+def test_import_crontab_watch_prints_a_crontab_that_parses_back_wrapped(
+    jobctl, db, tmp_path
+) -> None:
+    src = tmp_path / "crontab"
+    src.write_text(CRONTAB)
+    r = jobctl("import-crontab", "--watch", str(src))
+    printed = r.stdout
+    jobs = {j["name"]: j for j in jobctl.json("list")}
+    assert sorted(jobs) == ["cron-1", "cron-2", "cron-3", "cron-4"]
+    assert all(j["watch"] and j["ping_key"] for j in jobs.values())
+    assert jobs["cron-2"]["trigger"]["expr"] == "30 2 * * *"
+    assert jobs["cron-2"]["trigger"]["tz"] == "Europe/Berlin"
+
+    before = parse_crontab(CRONTAB, validate_cron=lambda _: None)
+    after = parse_crontab(printed, validate_cron=lambda _: None)
+    assert not after.errors
+    assert after.env == before.env
+    assert len(after.jobs) == len(before.jobs) == 4
+    for old, new in zip(before.jobs, after.jobs, strict=True):
+        assert (new.line, new.cron, new.tz, new.stdin) == (old.line, old.cron, old.tz, old.stdin)
+        words = shlex.split(new.command)
+        assert words[1:5] == ["--db", str(db), "exec", old.name]
+        assert Path(words[0]).name == "jobctl"
+        assert words[5:] == ["--", "/bin/bash", "-c", old.command]
+
+    # the wrapped line runs the command as cron would, and its runs are watched
+    line = after.jobs[1]
+    done = subprocess.run(
+        ["/bin/sh", "-c", line.command],
+        capture_output=True,
+        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"},
+        timeout=60,
+    )
+    assert done.returncode != 0  # no pg_dump here: the shell says so, and the run is dead
+    [run] = _runs(jobctl, "cron-2")
+    assert run["state"] == "dead" and run["exit_code"] == done.returncode
+
+    # a second import of the same file changes nothing, keys included
+    again = jobctl("import-crontab", "--watch", "--json", str(src))
+    data = __import__("json").loads(again.stdout)
+    assert {a["action"] for a in data["actions"]} == {"unchanged"}
+    assert data["crontab"] == printed
+    assert {j["name"]: j["ping_key"] for j in jobctl.json("list")} == {
+        n: j["ping_key"] for n, j in jobs.items()
+    }
+
+
+def test_import_crontab_watch_refuses_reboot_lines_and_imports_nothing(jobctl, tmp_path) -> None:
+    src = tmp_path / "crontab"
+    src.write_text("@reboot /usr/local/bin/warm-cache\n0 * * * * true\n")
+    r = jobctl("import-crontab", "--watch", str(src), ok=False)
+    assert r.exit_code == 2 and "@reboot line cannot be watched" in r.output
+    assert jobctl.json("list") == []
