@@ -222,6 +222,11 @@ ENVIRONMENT = [
     ("XDG_CONFIG_HOME", "Where `service install` writes the unit file."),
     ("JOBCTL_DEBUG", "When set, an internal error shows its traceback."),
     (
+        "JOBCTL_PING_URL",
+        "The address of `jobctl serve` (`http://host:8642`) that `jobctl exec` pings when "
+        "`--url` is not given.",
+    ),
+    (
         "JOURNAL_STREAM",
         "Set by systemd when standard error goes to the journal; the daemon "
         "then leaves the timestamps off its log lines and starts each with its syslog "
@@ -378,6 +383,36 @@ still succeed.
 """
 
 
+WATCHED = """
+A watched job (`add NAME --watch --cron EXPR` or `--every D`) has a schedule but no
+command: something else runs the work (a crontab on another host, a CI pipeline) and
+pings jobctl in the protocol of Healthchecks.io, so an existing `curl` line needs only a
+new address. `show` prints its `/ping/KEY`; the key is the secret, and no token is needed.
+
+`jobctl serve` answers GET, POST and HEAD on `/ping/KEY` (success), `/ping/KEY/start`,
+`/ping/KEY/fail`, `/ping/KEY/log` and `/ping/KEY/N` (exit code N, 0 to 255), each with an
+optional `?rid=ID` that ties a start to its end when runs overlap: 200 `OK`, or 404 `not
+found` for an unknown key. A POST body (at most 100 KB kept) is the attempt's output;
+`log` adds to it. `jobctl ping NAME` does the same straight into the database.
+
+The scheduler-lease holder records each window as a run (reason watch) that no daemon
+claims. A start ping leases the run of the latest window at or before now; an end ping
+ends the started run (by rid, else the latest started, else the latest pending)
+succeeded, or dead with its exit code. A run not started by its window + `--grace`
+(default 5m) is late; one still without its end ping at window + grace + `--timeout`
+(else the period to the next window) ends dead with error `no ping`, and a success ping
+for it later makes it succeeded and sends recovered.
+
+`jobctl exec NAME -- COMMAND` wraps a crontab line: it pings start, runs COMMAND in the
+foreground with its output passed through, pings success or its exit code with the last
+64 KiB of output, and exits with the command's exit code. A ping that cannot be made
+prints a warning and never changes the exit code. With `--url` (or JOBCTL_PING_URL) it
+pings `serve` over HTTP and NAME is the job's ping key. `import-crontab --watch FILE` adds
+a watched job for each line and prints the crontab with each command wrapped in `jobctl
+exec NAME --`, to install in place of the old one.
+"""
+
+
 def tagged(items: list[tuple[str, str]], bold: bool = True) -> list[str]:
     out = []
     for tag, text in items:
@@ -435,6 +470,7 @@ def man_page() -> str:
     out += [".SH SCHEDULE SETS", *prose(SCHEDULE_SETS)]
     out += [".SH WATCHING A RUN", *prose(WATCHING)]
     out += [".SH SECRETS AND TOKENS", *prose(SECRETS_AND_TOKENS)]
+    out += [".SH WATCHED JOBS", *prose(WATCHED)]
     out += [
         ".SH SEE ALSO",
         "\\fBcrontab\\fR(5), \\fBcron\\fR(8), \\fBsystemd.timer\\fR(5), "

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import wait_until
 from receivers import MainCli, http_receiver
-from webhelpers import Server, token_file
+from webhelpers import TOKEN, Server, browser, needs_chromium, text_of, token_file  # noqa: F401
 
 from jobctl.crontab import parse_crontab
 
@@ -190,7 +190,15 @@ def test_exec_wraps_a_failing_and_a_succeeding_command(jobctl, db) -> None:
     jobctl("add", "sync", "--watch", "--every", "1h")
     argv = _jobctl_argv(db)
     failing = subprocess.run(
-        [*argv, "exec", "sync", "--", "sh", "-c", "echo copied 3; echo lost 1 >&2; sleep 0.3; exit 4"],
+        [
+            *argv,
+            "exec",
+            "sync",
+            "--",
+            "sh",
+            "-c",
+            "echo copied 3; echo lost 1 >&2; sleep 0.3; exit 4",
+        ],
         capture_output=True,
         timeout=60,
     )
@@ -363,3 +371,35 @@ def test_import_crontab_watch_refuses_reboot_lines_and_imports_nothing(jobctl, t
     r = jobctl("import-crontab", "--watch", str(src), ok=False)
     assert r.exit_code == 2 and "@reboot line cannot be watched" in r.output
     assert jobctl.json("list") == []
+
+
+# ---------------------------------------------------------------------- the dashboard
+
+
+@needs_chromium
+@needs_curl
+def test_the_dashboard_shows_a_watched_job_and_the_curl_line_that_pings_it(
+    jobctl, server, browser
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    jobctl("add", "etl", "--watch", "--cron", "0 3 * * *")
+    jobctl("add", "greet", "--every", "1h", "--", "echo hi")
+    key = _key(jobctl, "etl")
+    browser.get(server.url + "/")
+    browser.find_element(By.ID, "token").send_keys(TOKEN)
+    browser.find_element(By.ID, "sign-in").click()
+    wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "tr.job"), 15, what="jobs page")
+    assert text_of(browser, 'tr.job[data-job="etl"] .watched') == "watched"
+    assert browser.find_elements(By.CSS_SELECTOR, 'tr.job[data-job="greet"] .watched') == []
+    # a watched job is pinged, never run from here
+    buttons = browser.find_elements(By.CSS_SELECTOR, 'tr.job[data-job="etl"] button')
+    assert "run now" not in [b.text for b in buttons]
+    browser.get(server.url + "/jobs/etl")
+    line = wait_until(lambda: text_of(browser, "#ping-curl"), 15, what="the curl line")
+    assert line == f"curl -fsS -m 10 --retry 5 -o /dev/null {server.url}/ping/{key}"
+    assert "jobctl exec etl -- COMMAND" in text_of(browser, "#ping")
+    # the line as the page gives it pings the job
+    argv = shlex.split(line)
+    assert subprocess.run([CURL or "curl", *argv[1:]], timeout=60).returncode == 0
+    assert [r["state"] for r in _runs(jobctl, "etl")] == ["succeeded"]

@@ -845,6 +845,8 @@ class Commands(outbox.OutboxCommands, SecretCommands, WatchCommands):
             job = job_from_row(job_row(self.db, c, name, lock=True))
             if job.state is JobState.CANCELLED:
                 raise Conflict(f"job {name!r} is cancelled")
+            if job.spec.watched:
+                raise Conflict(f"job {name!r} is watched: its work runs elsewhere and pings")
             if key is not None:
                 found = c.execute(self.q.run_by_key, (job.id, key)).fetchone()
                 if found is not None:
