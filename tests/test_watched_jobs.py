@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 from conftest import wait_until
 from receivers import MainCli, http_receiver
-from webhelpers import TOKEN, Server, browser, needs_chromium, text_of, token_file  # noqa: F401
+from webhelpers import TOKEN, Server, browser, needs_chromium, text_of, token_file
 
 from jobctl.crontab import parse_crontab
+
+__all__ = ["browser"]  # the headless Chromium fixture, used by the dashboard's test
 
 CURL = shutil.which("curl")
 needs_curl = pytest.mark.skipif(CURL is None, reason="no curl binary")
@@ -379,7 +381,7 @@ def test_import_crontab_watch_refuses_reboot_lines_and_imports_nothing(jobctl, t
 @needs_chromium
 @needs_curl
 def test_the_dashboard_shows_a_watched_job_and_the_curl_line_that_pings_it(
-    jobctl, server, browser
+    jobctl: MainCli, server: Server, browser: Any
 ) -> None:
     from selenium.webdriver.common.by import By
 
