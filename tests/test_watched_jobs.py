@@ -405,3 +405,33 @@ def test_the_dashboard_shows_a_watched_job_and_the_curl_line_that_pings_it(
     argv = shlex.split(line)
     assert subprocess.run([CURL or "curl", *argv[1:]], timeout=60).returncode == 0
     assert [r["state"] for r in _runs(jobctl, "etl")] == ["succeeded"]
+
+
+def test_a_daemon_records_watched_windows_it_never_claims_and_check_is_not_late(
+    jobctl, start_daemon
+) -> None:
+    jobctl("add", "ci", "--watch", "--every", "1s", "--grace", "1h")
+    jobctl("add", "other", "--every", "1h", "--", "true")
+    start_daemon()
+    wait_until(lambda: len(_runs(jobctl, "ci")) >= 3, 20, what="three windows recorded")
+    runs = _runs(jobctl, "ci")
+    # recorded by the scheduler-lease holder, and never claimed: no attempt, no lease
+    assert {(r["state"], r["reason"], r["attempt"]) for r in runs} == {("pending", "watch", 0)}
+    got = _inspect(jobctl, runs[-1]["id"])
+    assert got["attempts"] == [] and got["waiting"]["reason"] == "ping"
+    # check: a watched run waits for its pings, not for a daemon
+    ok = jobctl("check", "--late", "1s", ok=False)
+    assert ok.exit_code == 0, ok.output
+    # it is pinged, never run, and its settings are those of a watched job
+    r = jobctl("run", "ci", ok=False)
+    assert r.exit_code == 1 and "watched" in r.output
+    r = jobctl("edit", "ci", "--retries", "2", ok=False)
+    assert r.exit_code == 2 and "not with --watch" in r.output
+    jobctl("edit", "ci", "--grace", "2h")
+    assert jobctl.json("show", "ci")["grace"] == 7200
+    # a start ping takes the newest recorded window's run
+    jobctl("ping", "ci", "--start")
+    leased = [r for r in _runs(jobctl, "ci") if r["state"] == "leased"]
+    assert (
+        len(leased) == 1 and leased[0]["scheduled_for"] <= _runs(jobctl, "ci")[0]["scheduled_for"]
+    )

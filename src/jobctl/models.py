@@ -700,6 +700,8 @@ class WaitReason(str, Enum):
     TAGS = "tags"
     #: a maintenance window holds every start (``pause --all``)
     MAINTENANCE = "maintenance"
+    #: a watched job's run: its work runs elsewhere and starts and ends it by pinging
+    PING = "ping"
 
 
 @dataclass(frozen=True)
@@ -739,6 +741,8 @@ class WaitFacts:
     #: ``resume --all``)
     maintenance: bool = False
     maintenance_until: datetime | None = None
+    #: a watched job's run (reason ``watch``): no daemon takes it, its pings do
+    watched: bool = False
 
 
 @dataclass(frozen=True)

@@ -457,6 +457,8 @@ def waiting_reason(facts: WaitFacts | None) -> Waiting | None:
     """
     if facts is None or facts.state not in (RunState.PENDING, RunState.FAILED):
         return None
+    if facts.watched:
+        return Waiting(WaitReason.PING, "its work runs elsewhere: it waits for its start ping")
     if facts.paused:
         return Waiting(WaitReason.PAUSED, f"job {facts.job_name} is paused (jobctl resume)")
     if facts.maintenance:

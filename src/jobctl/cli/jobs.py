@@ -147,9 +147,18 @@ def edit(
     trig, policies = _split(kwargs)
     now = obj.now()
     store = obj.store()
+    current = store.get_job(name)
+    if current.spec.watched:
+        from ..watching import check_watch_trigger, refuse_start_flags
+
+        refuse_start_flags(policies)
+        if new_command is not None:
+            raise UsageError(f"job {name!r} is watched: it has no command")
     changes = specs.edit_changes(
-        store.get_job(name), trig, policies, command=new_command, rename=rename, now=now
+        current, trig, policies, command=new_command, rename=rename, now=now
     )
+    if current.spec.watched and "trigger" in changes:
+        check_watch_trigger(changes["trigger"])
     if "trigger" in changes:
         warn_all(specs.trigger_warnings(changes["trigger"]))
         specs.check_after(changes.get("name", name), changes["trigger"], store.list_jobs())

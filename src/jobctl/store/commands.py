@@ -827,6 +827,7 @@ class Commands(outbox.OutboxCommands, SecretCommands, WatchCommands):
             on_tags=on_tags,
             maintenance=held is not None,
             maintenance_until=held.until if held is not None else None,
+            watched=bool(r["watched"]),
         )
 
     def enqueue_run(

@@ -242,7 +242,8 @@ FROM jobs {only}""",
         # a paused job's queued runs wait for its resume: none of them is due
         next_due_run="""
 SELECT MIN(runs.not_before) AS t FROM runs JOIN jobs ON jobs.id = runs.job_id
-WHERE runs.state IN ('pending', 'failed') AND jobs.state <> 'paused'""",
+WHERE runs.state IN ('pending', 'failed') AND jobs.state <> 'paused'
+    AND runs.reason <> 'watch'""",
         # jobctl check: due before the cutoff and free by the claim's own rules (a run held
         # back by a lock, its job's overlap or --max-running, or a paused job, waits as it
         # should and is not late)
@@ -266,6 +267,7 @@ FROM daemons d WHERE d.expires_at >= :now ORDER BY d.started_at, d.id
         # and its holder, the lowest leased sibling), with the live daemons and leased runs.
         waiting=f"""
 SELECT runs.state, runs.not_before, runs.priority, j.name AS job_name,
+    runs.reason = 'watch' AS watched,
     {RUN_DUE} AS due,
     {JOB_PAUSED} AS paused,
     (SELECT other.name {LOCK_HOLDERS} ORDER BY other.name, holder.id LIMIT 1) AS lock_name,
