@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # names for the annotations only: a command's start imports none of them
     from ..checks import CheckFacts
+    from ..errors import NotFound
     from ..jobfile import ApplyPlan
     from ..models import (
         ApiToken,
@@ -447,6 +448,13 @@ class CommandStore(Protocol):
         end causes (see :func:`jobctl.store.watch.record_ping`). Returns the run's id
         (None: a ``log`` with no attempt to add to). Raises NotFound for an unknown key
         or a job that is not watched."""
+        ...
+
+    def ping_many(
+        self, pings: Sequence[tuple[Ping, str, str]], now: datetime
+    ) -> list[int | NotFound | None]:
+        """Record ``(ping, key, host)`` items in order, in one transaction; an unknown
+        key is that item's NotFound (nothing written for it), the others are written."""
         ...
 
     def check_facts(self, now: datetime, late_seconds: float, since_seconds: float) -> CheckFacts:

@@ -13,6 +13,7 @@ Times are integer microseconds since the epoch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -43,16 +44,37 @@ UPDATE runs SET state = 'leased', attempt = attempt + 1, started_at = :now,
 WHERE id = :run_id AND state = 'pending'
 RETURNING attempt
 """
+#: a start's common case: the window's run is pending; one statement takes it
+START_WINDOW = """
+UPDATE runs SET state = 'leased', attempt = attempt + 1, started_at = :now,
+    lease_host = :host, run_key = :rid
+WHERE job_id = :job_id AND scheduled_for = :window AND state = 'pending'
+RETURNING id, attempt
+"""
+#: an end's common case: the latest started run (of that rid) ends, in one statement
+END_STARTED = """
+UPDATE runs SET state = :state, exit_code = :exit_code, last_error = :error,
+    finished_at = :now, leased_by = NULL, lease_until = NULL
+WHERE state = 'leased' AND id = (
+    SELECT id FROM runs WHERE job_id = :job_id AND reason = 'watch' AND state = 'leased'{rid}
+    ORDER BY started_at DESC, id DESC LIMIT 1)
+RETURNING id, attempt
+"""
+END_STARTED_ANY = END_STARTED.format(rid="")
+END_STARTED_RID = END_STARTED.format(rid=" AND run_key = :rid")
+#: a success for a run that ended dead (no ping) before it was started: its attempt
+RESTART_ENDED = """
+UPDATE runs SET attempt = attempt + 1, started_at = COALESCE(started_at, :now),
+    lease_host = :host
+WHERE id = :run_id
+RETURNING attempt
+"""
 INSERT_ATTEMPT = """
 INSERT INTO attempts (run_id, attempt, started_at, host) VALUES (?, ?, ?, ?)
 """
 LEASED_BY_RID = """
 SELECT id, attempt, state FROM runs
 WHERE job_id = ? AND run_key = ? AND reason = 'watch' AND state = 'leased'
-"""
-LATEST_LEASED = """
-SELECT id, attempt, state FROM runs WHERE job_id = ? AND reason = 'watch' AND state = 'leased'
-ORDER BY started_at DESC, id DESC LIMIT 1
 """
 LATEST_PENDING = """
 SELECT id, attempt, state FROM runs
@@ -77,6 +99,10 @@ WHERE id = :run_id
 END_ATTEMPT = """
 UPDATE attempts SET finished_at = :now, exit_code = :exit_code, error = :error,
     output = :output, output_bytes = :total
+WHERE run_id = :run_id AND attempt = :attempt
+"""
+END_ATTEMPT_KEEP_OUTPUT = """
+UPDATE attempts SET finished_at = :now, exit_code = :exit_code, error = :error
 WHERE run_id = :run_id AND attempt = :attempt
 """
 SET_OUTPUT = """
@@ -127,37 +153,42 @@ def _new_run(c: Cursor, q: Sql, job: Job, window_us: int, now_us: int) -> int | 
     return None if row is None else int(row["id"])
 
 
-def _run_for_window(c: Cursor, q: Sql, job: Job, now: datetime) -> int:
-    """The pending run of the window a ping at ``now`` belongs to: the window's run when
-    it is still pending, else a run of its own at ``now`` (the window's run was started
-    or ended already: runs that overlap)."""
-    now_us = to_us(now)
-    window_us = to_us(latest_window(job, now))
-    got = c.execute(q(RUN_OF_WINDOW), (job.id, window_us)).fetchone()
-    if got is None:
-        made = _new_run(c, q, job, window_us, now_us)
-        if made is not None:
-            return made
-        got = c.execute(q(RUN_OF_WINDOW), (job.id, window_us)).fetchone()
-    if got is not None and got["state"] == RunState.PENDING.value:
-        return int(got["id"])
-    made = _new_run(c, q, job, now_us, now_us)
-    if made is None:  # a run at this very microsecond: take it as it is
-        return int(c.execute(q(RUN_OF_WINDOW), (job.id, now_us)).fetchone()["id"])
+def _new_run_at_or_after(c: Cursor, q: Sql, job: Job, at_us: int, now_us: int) -> int:
+    """A run of its own at ``at_us``, or the next free microsecond (pings written
+    together share their now)."""
+    while (made := _new_run(c, q, job, at_us, now_us)) is None:
+        at_us += 1
     return made
 
 
 def _start(
-    c: Cursor, q: Sql, job: Job, run_id: int, rid: str | None, host: str, now_us: int
-) -> int:
-    if rid is not None:
-        c.execute(q(FORGET_RID), (job.id, rid))
-    row = c.execute(
-        q(START_RUN), {"now": now_us, "host": host, "rid": rid, "run_id": run_id}
-    ).fetchone()
-    attempt = int(row["attempt"])
+    c: Cursor, q: Sql, job: Job, ping: Ping, host: str, now: datetime, run_id: int | None = None
+) -> tuple[int, int]:
+    """Start a run: ``run_id`` (pending), else the pending run of the window a ping at
+    ``now`` belongs to (made when it is not recorded yet; a run of its own when that one
+    was started or ended already: runs that overlap). Returns (run id, attempt)."""
+    now_us = to_us(now)
+    if ping.rid is not None:
+        c.execute(q(FORGET_RID), (job.id, ping.rid))
+    params: dict[str, Any] = {"now": now_us, "host": host, "rid": ping.rid}
+    row = None
+    if run_id is None:
+        window_us = to_us(latest_window(job, now))
+        row = c.execute(
+            q(START_WINDOW), {**params, "job_id": job.id, "window": window_us}
+        ).fetchone()
+        if row is None:
+            made = _new_run(c, q, job, window_us, now_us)
+            run_id = made if made is not None else _new_run_at_or_after(c, q, job, now_us, now_us)
+    if row is None:
+        row = c.execute(q(START_RUN), {**params, "run_id": run_id}).fetchone()
+        if row is None:  # taken meanwhile by another ping: this one has a run of its own
+            run_id = _new_run_at_or_after(c, q, job, now_us, now_us)
+            row = c.execute(q(START_RUN), {**params, "run_id": run_id}).fetchone()
+        row = {"id": run_id, "attempt": row["attempt"]}
+    run_id, attempt = int(row["id"]), int(row["attempt"])
     c.execute(q(INSERT_ATTEMPT), (run_id, attempt, now_us, host))
-    return attempt
+    return run_id, attempt
 
 
 def _output(
@@ -171,7 +202,15 @@ def _output(
     return (old + body)[-PING_BODY_LIMIT_BYTES:], total
 
 
-def record_ping(c: Cursor, q: Sql, job: Job, ping: Ping, host: str, now: datetime) -> int | None:
+def record_ping(
+    c: Cursor,
+    q: Sql,
+    job: Job,
+    ping: Ping,
+    host: str,
+    now: datetime,
+    targets: outbox.Targets | None = None,
+) -> int | None:
     """Write one ping of a watched job (README "Watching jobs that jobctl does not
     run"); returns the run it touched (None: a ``log`` ping with no attempt to add to).
 
@@ -181,13 +220,12 @@ def record_ping(c: Cursor, q: Sql, job: Job, ping: Ping, host: str, now: datetim
     - success, fail, exit N: the started run (by ``rid``, else the latest started one,
       else the latest pending one, else, for a success, the latest ended one when it is
       ``dead`` with ``no ping``, else a new one for the window) ends ``succeeded`` or
-      ``dead`` (``exit N``); the body is its output; its notifications are written.
+      ``dead`` (``exit N``); the body is its output (added to what ``log`` gave); its
+      notifications are written (``targets``: who is told, read once for a batch).
     - log: the body is added to the output of the started (else the latest) attempt.
     """
-    now_us = to_us(now)
     if ping.kind is PingKind.START:
-        run_id = _run_for_window(c, q, job, now)
-        attempt = _start(c, q, job, run_id, ping.rid, host, now_us)
+        run_id, attempt = _start(c, q, job, ping, host, now)
         if ping.body:
             c.execute(
                 q(SET_OUTPUT),
@@ -212,54 +250,67 @@ def record_ping(c: Cursor, q: Sql, job: Job, ping: Ping, host: str, now: datetim
             {"output": output, "total": total, "run_id": row["id"], "attempt": row["attempt"]},
         )
         return int(row["id"])
-    return _end(c, q, job, ping, host, now)
+    return _end(c, q, job, ping, host, now, targets or outbox.Targets(c, q))
 
 
-def _end(c: Cursor, q: Sql, job: Job, ping: Ping, host: str, now: datetime) -> int:
+def _end(
+    c: Cursor,
+    q: Sql,
+    job: Job,
+    ping: Ping,
+    host: str,
+    now: datetime,
+    targets: outbox.Targets,
+) -> int:
     now_us = to_us(now)
+    state = RunState.SUCCEEDED if ping.succeeded else RunState.DEAD
+    code = ping.exit_code if ping.kind is PingKind.EXIT else None
+    end = {
+        "state": state.value,
+        "exit_code": code,
+        "error": ping.error,
+        "now": now_us,
+        "job_id": job.id,
+        "rid": ping.rid,
+    }
     row = None
     if ping.rid is not None:
-        row = c.execute(q(LEASED_BY_RID), (job.id, ping.rid)).fetchone()
-    row = row or c.execute(q(LATEST_LEASED), (job.id,)).fetchone()
-    row = row or c.execute(q(LATEST_PENDING), (job.id, now_us)).fetchone()
+        row = c.execute(q(END_STARTED_RID), end).fetchone()
+    row = row or c.execute(q(END_STARTED_ANY), end).fetchone()
     recovered = False
-    if row is None and ping.succeeded:
-        ended = c.execute(q(LATEST_ENDED), (job.id,)).fetchone()
-        if ended is not None and ended["state"] == "dead" and ended["last_error"] == NO_PING:
-            row, recovered = ended, True
+    started = row is not None
     if row is None:
-        run_id = _run_for_window(c, q, job, now)
-        row = {"id": run_id, "attempt": 0, "state": RunState.PENDING.value}
-    run_id = int(row["id"])
-    attempt = int(row["attempt"])
-    if row["state"] == RunState.PENDING.value:
-        attempt = _start(c, q, job, run_id, ping.rid, host, now_us)
-    append = row["state"] == RunState.LEASED.value
-    output, total = _output(c, q, run_id, attempt, ping.body, append=append)
-    state = RunState.SUCCEEDED if ping.succeeded else RunState.DEAD
-    c.execute(
-        q(END_RUN),
-        {
-            "state": state.value,
-            "exit_code": ping.exit_code if ping.kind is PingKind.EXIT else None,
-            "error": ping.error,
-            "now": now_us,
-            "run_id": run_id,
-        },
-    )
-    c.execute(
-        q(END_ATTEMPT),
-        {
-            "now": now_us,
-            "exit_code": ping.exit_code if ping.kind is PingKind.EXIT else None,
-            "error": ping.error,
-            "output": output,
-            "total": total,
-            "run_id": run_id,
-            "attempt": attempt,
-        },
-    )
-    targets = outbox.Targets(c, q)
+        # not started: the latest pending run, else (a success) the latest ended one when
+        # it is dead with no ping, else a new run for the window; started now
+        run_id: int | None = None
+        attempt = 0
+        pending = c.execute(q(LATEST_PENDING), (job.id, now_us)).fetchone()
+        if pending is not None:
+            run_id = int(pending["id"])
+        elif ping.succeeded:
+            ended = c.execute(q(LATEST_ENDED), (job.id,)).fetchone()
+            if ended is not None and ended["state"] == "dead" and ended["last_error"] == NO_PING:
+                run_id, attempt, recovered = int(ended["id"]), int(ended["attempt"]), True
+        if recovered:
+            assert run_id is not None
+            if attempt == 0:  # it ended before any start: its one attempt is this ping
+                params = {"now": now_us, "host": host, "run_id": run_id}
+                attempt = int(c.execute(q(RESTART_ENDED), params).fetchone()["attempt"])
+                c.execute(q(INSERT_ATTEMPT), (run_id, attempt, now_us, host))
+            else:
+                started = True
+        else:
+            run_id, attempt = _start(c, q, job, ping, host, now, run_id)
+        c.execute(q(END_RUN), {**end, "run_id": run_id})
+        row = {"id": run_id, "attempt": attempt}
+    run_id, attempt = int(row["id"]), int(row["attempt"])
+    finish = {"now": now_us, "exit_code": code, "error": ping.error, "run_id": run_id}
+    finish["attempt"] = attempt
+    if ping.body:
+        output, total = _output(c, q, run_id, attempt, ping.body, append=started)
+        c.execute(q(END_ATTEMPT), {**finish, "output": output, "total": total})
+    else:
+        c.execute(q(END_ATTEMPT_KEEP_OUTPUT), finish)
     outbox.note_finish(c, q, run_id, attempt, False, now, targets)
     if recovered and Event.RECOVERED in targets.wants(job.id, (Event.RECOVERED,)):
         text = event_text(Event.RECOVERED, job.name, run_id=run_id, attempt=attempt)
@@ -298,6 +349,29 @@ def settle_watched(
 class WatchCommands:
     """What the commands (``ping``, ``exec``, ``serve``'s ``/ping``) ask of the store."""
 
+    def ping_many(
+        self, pings: Sequence[tuple[Ping, str, str]], now: datetime
+    ) -> list[int | NotFound | None]:
+        """Record ``(ping, key, host)`` items in order, in one transaction (what ``serve``
+        does with the pings that arrived together: one commit for all). An unknown key
+        is that item's NotFound, and writes nothing for it; the others are written."""
+        db: Any = self.db  # type: ignore[attr-defined]
+        q: Sql = self._q  # type: ignore[attr-defined]
+        with db.write() as c:
+            out: list[int | NotFound | None] = []
+            targets = outbox.Targets(c, q)  # who is told, read once for the batch
+            for ping, key, host in pings:
+                try:
+                    job = watched_job(c, q, key=key)
+                except NotFound as e:
+                    out.append(e)
+                    continue
+                out.append(record_ping(c, q, job, ping, host, now, targets))
+            # what follows runs (logs --follow, run --wait, the dashboard) looks again;
+            # no job changed, so the schedulers are not told
+            db.announce("run")
+            return out
+
     def ping(
         self,
         ping: Ping,
@@ -314,7 +388,6 @@ class WatchCommands:
         with db.write() as c:
             job = watched_job(c, q, key=key, name=name)
             run_id = record_ping(c, q, job, ping, host, now)
-            db.announce(f"job:{job.id}")
             db.announce("run")
             return run_id
 

@@ -52,9 +52,6 @@ def _is_public(method: str, path: str) -> bool:
     script (package files, no data) that the sign-in form uses."""
     if path == "/healthz":
         return method in ("GET", "HEAD")
-    if path.startswith("/ping/"):
-        # the Healthchecks ping protocol: the key in the path is the secret
-        return method in ("GET", "POST", "HEAD")
     if path == "/" and method in ("GET", "HEAD"):
         return True
     if path == "/login" and method == "POST":
@@ -198,18 +195,19 @@ def create_app(
         *pages.routes(web),
         *console.routes(web),
         *deliveries.routes(),
-        *pings.routes(web),
         Mount("/static", app=StaticFiles(packages=[("jobctl.web", "static")]), name="static"),
     ]
     app = Starlette(
         routes=routes,
         middleware=[
+            # the ping protocol answers first: no session, no token (the key is the secret)
+            Middleware(pings.Pings, web=web),
             Middleware(
                 Guard,
                 web=web,
                 login_page=lambda r: pages.login_page(web, r),
                 forbidden_page=lambda r, message: pages.error_page(web, r, 403, message),
-            )
+            ),
         ],
         exception_handlers={HTTPException: http_error, Exception: server_error},
     )
