@@ -97,6 +97,7 @@ def load(port: int, keys: list[str], rate: float, seconds: float, clients: int) 
     start = time.monotonic() + 0.5
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors = [0] * clients
+
     # ping i goes at start + i / rate, from client i % clients, to job i // 2 % len(keys):
     # each job's start, then its success
     def client(n: int) -> None:
