@@ -12,8 +12,8 @@ slow server shows as latency, not as a lower rate). Each job is pinged ``/start`
 send time to the end of its answer, so time spent queued behind a late one counts.
 
 Prints one JSON object per backend: pings sent, answered 200, errors, the achieved rate,
-latency p50/p99/max in ms, the server's CPU seconds a ping (``/proc``), and the runs
-recorded in the database (each start-success pair is one run).
+latency p50/p99/max in ms, the CPU a ping of ``serve`` and (PostgreSQL) of the database
+server's processes (``/proc``), and the runs recorded (each start-success pair is one run).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -145,15 +146,22 @@ def _runs(db: str) -> dict[str, int]:
         store.close()
 
 
-def measure(db: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+def measure(
+    db: str,
+    args: argparse.Namespace,
+    tmp: Path,
+    server_cpu: Callable[[], float] | None = None,
+) -> dict[str, Any]:
     keys = _add_watched(db, args.jobs)
     serve = Serve(db, tmp)
     try:
         # a short warm-up (connections opened, code paths loaded), not counted
         load(serve.port, keys, min(args.rate, 200.0), 1.0, args.clients)
         cpu0 = proc_cpu_seconds(serve.proc.pid)
+        db_cpu0 = server_cpu() if server_cpu else 0.0
         got = load(serve.port, keys, args.rate, args.seconds, args.clients)
         cpu = proc_cpu_seconds(serve.proc.pid) - cpu0
+        db_cpu = (server_cpu() - db_cpu0) if server_cpu else None
     finally:
         serve.close()
     lat = got.pop("lat")
@@ -168,6 +176,9 @@ def measure(db: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "max_ms": round(max(lat) * 1000, 2) if lat else None,
         "median_ms": round(median(lat) * 1000, 2) if lat else None,
         "server_cpu_ms_a_ping": round(cpu / max(got["ok"], 1) * 1000, 3),
+        "postgresql_cpu_ms_a_ping": (
+            None if db_cpu is None else round(db_cpu / max(got["ok"], 1) * 1000, 3)
+        ),
         "runs": _runs(db),
     }
 
@@ -187,11 +198,13 @@ def main(argv: list[str] | None = None) -> None:
             (tmp / "sqlite").mkdir()
             out["sqlite"] = measure(str(tmp / "sqlite" / "jobctl.db"), args, tmp / "sqlite")
         if args.backend in ("postgresql", "both"):
-            from .postgresql import server
+            from .postgresql import _server_cpu, server
 
             (tmp / "pg").mkdir()
             with server() as srv:
-                out["postgresql"] = measure(srv.new_db(), args, tmp / "pg")
+                out["postgresql"] = measure(
+                    srv.new_db(), args, tmp / "pg", lambda: _server_cpu(srv)
+                )
     print(json.dumps(out, indent=2))
 
 
