@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -435,3 +436,19 @@ def test_a_daemon_records_watched_windows_it_never_claims_and_check_is_not_late(
     assert (
         len(leased) == 1 and leased[0]["scheduled_for"] <= _runs(jobctl, "ci")[0]["scheduled_for"]
     )
+
+
+def test_pinged_runs_are_judged_for_anomaly_as_any_job(jobctl) -> None:
+    jobctl("notify", "add", "ops", "--webhook", "http://127.0.0.1:9/hook")
+    jobctl("add", "quick", "--watch", "--every", "1h", "--notify", "ops:anomaly")
+    for _ in range(5):  # five runs of a few milliseconds
+        jobctl("ping", "quick", "--start")
+        jobctl("ping", "quick")
+    assert jobctl.json("notifications") == []
+    jobctl("ping", "quick", "--start")
+    time.sleep(1.3)  # a run over 1 s away from a median of milliseconds: slow
+    jobctl("ping", "quick")
+    [note] = jobctl.json("notifications")
+    slow = _runs(jobctl, "quick")[0]
+    assert (note["event"], note["run_id"], note["job"]) == ("anomaly", slow["id"], "quick")
+    assert slow["state"] == "succeeded" and slow["duration"] >= 1.3

@@ -42,6 +42,10 @@ READ_ONLY_JOB_FIELDS = frozenset(
         "runs",
         "paused_reason",
         "revision",
+        # a watched job's (README "Watching jobs that jobctl does not run"): its key is
+        # made by add --watch, never given
+        "watch",
+        "ping_key",
     }
 )
 TRIGGER_FIELDS = frozenset({"kind", "expr", "tz", "every", "at", "start", "after_completion"})
