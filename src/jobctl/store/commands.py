@@ -46,7 +46,6 @@ from .rows import (
     spec_columns,
 )
 from .secrets import SecretCommands, check_secrets
-from .watch import WatchCommands
 from .values import Backfilled, BackfillFn, CopiedJob, DbInfo, Revision, Status
 from .watch import WatchCommands
 

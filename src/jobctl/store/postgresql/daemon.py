@@ -40,7 +40,6 @@ from ...models import (
     Window,
 )
 from .. import outbox, secrets
-from ..watch import WatchDaemon
 from ..commands import (
     fire_after_jobs,
     insert_run,
