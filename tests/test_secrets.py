@@ -109,6 +109,43 @@ def test_secret_set_list_rm(jobctl: MainCli, tmp_path: Path) -> None:
     assert jobctl("secret", "rm", "multi", ok=False).exit_code == 1
 
 
+def test_a_value_typed_at_a_terminal_is_not_echoed(db) -> None:
+    import os
+    import pty
+    import sys
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: jobctl on the terminal
+        os.execv(
+            sys.executable,
+            [sys.executable, "-m", "jobctl", "--db", str(db), "secret", "set", "pw"],
+        )
+    seen = b""
+
+    def read_until(text: bytes) -> bool:
+        nonlocal seen
+        try:
+            seen += os.read(fd, 4096)
+        except OSError:
+            return True
+        return text in seen
+
+    wait_until(lambda: read_until(b"value of pw: "), 20, what="the prompt")
+    os.write(fd, SECRET.encode() + b"\n")
+    wait_until(lambda: read_until(b"set secret pw"), 20, what="the answer")
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert SECRET.encode() not in seen
+    cli = MainCli(db, None)
+    try:
+        assert [(n, v) for n, v, _ in cli.store().commands.secrets_for_copy()] == [
+            ("pw", SECRET.encode())
+        ]
+    finally:
+        cli.close()
+
+
 def test_bad_secret_input_is_exit_2_and_writes_nothing(jobctl: MainCli, tmp_path: Path) -> None:
     big = tmp_path / "big"
     big.write_bytes(b"x" * (64 * 1024 + 1))

@@ -42,6 +42,8 @@ def secret() -> None:
 def secret_set(obj: Ctx, name: str, from_file: str | None) -> None:
     """Create or replace secret NAME: its value from stdin or --from-file (at most 64 KiB).
 
+    At a terminal the value is asked for without echo.
+
     A job's --secret ENV=NAME reads it when each attempt starts: a new value reaches the
     next attempt without an edit.
     """
@@ -55,6 +57,11 @@ def secret_set(obj: Ctx, name: str, from_file: str | None) -> None:
                 value = f.read(64 * 1024 + 1)
         except OSError as e:
             raise UsageError(f"cannot read --from-file {from_file}: {e.strerror or e}") from None
+    elif sys.stdin.isatty():
+        # typed at a terminal: asked for without echo, so the screen never shows it
+        import getpass
+
+        value = getpass.getpass(f"value of {name}: ").encode("utf-8", "surrogateescape")
     else:
         # the bytes as given (a text stream without bytes beneath: its text in UTF-8)
         raw = getattr(sys.stdin, "buffer", None)
