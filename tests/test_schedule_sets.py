@@ -547,3 +547,12 @@ def test_db_copy_takes_the_calendars_and_the_sets(jobctl: Any, tmp_path: Path, c
         assert "2026-12-25" not in " ".join(other.json("next", "report", *frm))
     finally:
         other.close()
+
+
+def test_show_says_what_is_excluded_and_when_the_job_is_active(jobctl: Any) -> None:
+    _setup_sets(jobctl)
+    lines = jobctl("show", "report").stdout.splitlines()
+    assert "schedule     0 9 * * 1-5 | 0 12 * * 6 | every 7h (Europe/Berlin)" in lines
+    assert "except       30 * * * *" in lines
+    assert "calendars    holidays" in lines
+    assert "active       from 2026-01-01 00:00:00 CET until 2030-01-01 00:00:00 CET" in lines

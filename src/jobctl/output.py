@@ -388,6 +388,15 @@ def print_runs(runs: Sequence[Run]) -> None:
     )
 
 
+def _active_text(job: Job) -> str | None:
+    t = job.trigger
+    if t.active_from is None and t.active_until is None:
+        return None
+    lo = local_time(t.active_from, t.tz) if t.active_from else "-"
+    hi = local_time(t.active_until, t.tz) if t.active_until else "-"
+    return f"from {lo} until {hi}"
+
+
 def print_job(job: Job, runs: Sequence[Run]) -> None:
     from .durations import format_duration
 
@@ -442,6 +451,10 @@ def print_job(job: Job, runs: Sequence[Run]) -> None:
         # the names of its secrets, never a value
         ("secrets", " ".join(f"{k}={v}" for k, v in sorted(s.secrets.items())) or None),
         ("env file", s.env_file),
+        # schedule sets: what is excluded, and when the job is active
+        ("except", " | ".join(s.excepts) or None),
+        ("calendars", ", ".join(s.except_calendars) or None),
+        ("active", _active_text(job)),
     ]
     fields[-1:-1] = [(k, v) for k, v in policies if v is not None]
     width = max(len(k) for k, _ in fields)
