@@ -556,3 +556,43 @@ def test_show_says_what_is_excluded_and_when_the_job_is_active(jobctl: Any) -> N
     assert "except       30 * * * *" in lines
     assert "calendars    holidays" in lines
     assert "active       from 2026-01-01 00:00:00 CET until 2030-01-01 00:00:00 CET" in lines
+
+
+def test_the_api_creates_a_set_from_the_json_a_job_shows(
+    jobctl: Any, db: Any, tmp_path: Path
+) -> None:
+    from webhelpers import Server, token_file
+
+    _setup_sets(jobctl)
+    shown = _job(jobctl, "report")
+    server = Server(db, tmp_path / "serve.log", token_file=token_file(tmp_path)).wait_ready()
+    try:
+        body = {
+            "name": "copy",
+            "trigger": {
+                "kind": "set",
+                "expr": shown["trigger"]["expr"],
+                "tz": shown["trigger"]["tz"],
+                "start": shown["trigger"]["start"],
+            },
+            "except": shown["except"],
+            "except_calendars": shown["except_calendars"],
+            "active_from": shown["active_from"],
+            "active_until": shown["active_until"],
+            "command": "echo hi",
+        }
+        r = server.request("POST", "/v1/jobs", body)
+        assert r.status == 201, r.text
+        made = r.json()
+        keys = ("trigger", "triggers", "except", "except_calendars", "active_from", "active_until")
+        for key in keys:
+            assert made[key] == shown[key], key
+        # PATCH: a new end of the range, the set kept
+        r = server.request("PATCH", "/v1/jobs/copy", {"active_until": "2031-01-01T00:00:00Z"})
+        assert r.status == 200, r.text
+        assert r.json()["active_until"] == "2031-01-01T00:00:00Z"
+        assert r.json()["trigger"] == shown["trigger"]
+        bad = dict(body, name="bad", except_calendars=["nosuch"])
+        assert server.request("POST", "/v1/jobs", bad).status == 422  # invalid input
+    finally:
+        server.close()

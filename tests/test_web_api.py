@@ -434,7 +434,7 @@ def test_invalid_json_shapes(server: Server, jobctl: Jobctl) -> None:
         (
             {"name": "j", "trigger": {"kind": "hourly"}, "command": "x"},
             422,
-            'invalid trigger.kind "hourly": use cron|interval|once|reboot|manual|after',
+            'invalid trigger.kind "hourly": use cron|interval|once|reboot|manual|after|set',
         ),
         (
             {"name": "j", "trigger": {"kind": "manual"}, "command": "x", "retries": "3"},

@@ -53,7 +53,7 @@ class TriggerKind(str, Enum):
     REBOOT = "reboot"
     MANUAL = "manual"
     AFTER = "after"
-    #: several cron and fixed-rate triggers: the union of their windows (SPEC §20)
+    #: several cron and fixed-rate triggers: the union of their windows (README, Schedule sets)
     SET = "set"
 
 

@@ -26,6 +26,7 @@ from ..specs import (
     edit_changes,
     parse_env_pairs,
 )
+from ..triggers import EVERY_PREFIX, split_set
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -46,8 +47,22 @@ READ_ONLY_JOB_FIELDS = frozenset(
         # made by add --watch, never given
         "watch",
         "ping_key",
+        # a set's triggers, one object each: written through trigger (kind set)
+        "triggers",
     }
 )
+#: the active range (README, Schedule sets): ISO times, naive in the job's zone; JSON
+#: gives them in UTC with Z; null leaves it, "" clears it
+RANGE_FIELDS = frozenset({"active_from", "active_until"})
+
+
+def _with_range(trig: TriggerOptions, body: Mapping[str, Any]) -> TriggerOptions:
+    for field in RANGE_FIELDS:
+        if body.get(field) is not None:
+            setattr(trig, field, _str(body[field], field))
+    return trig
+
+
 TRIGGER_FIELDS = frozenset({"kind", "expr", "tz", "every", "at", "start", "after_completion"})
 # JSON field -> the policy key of ``cli.base.POLICY_KEYS``, and how its value is read
 _POLICY_FIELDS: dict[str, str] = {
@@ -80,8 +95,12 @@ _POLICY_FIELDS: dict[str, str] = {
     "notify": "notify",
     "grace": "duration",
     "warn_after": "duration",
+    "except": "excepts",
+    "except_calendars": "calendars",
 }
-JOB_FIELDS = frozenset({"name", "trigger", "command", "paused", *_POLICY_FIELDS})
+JOB_FIELDS = frozenset(
+    {"name", "trigger", "command", "paused", "active_from", "active_until", *_POLICY_FIELDS}
+)
 LIMIT_FIELDS = frozenset({"nice", "io_class", "memory_max", "cpu_max", "files_max"})
 
 
@@ -222,6 +241,13 @@ def _policies(body: Mapping[str, Any]) -> dict[str, Any]:
                 out["no_env_file"] = True
         elif kind == "locks":
             out["lock"] = _str_list(value, field)
+        elif kind == "excepts":
+            # [EXPR]; [] clears the expressions and the calendars, as --no-except
+            exprs = _str_list(value, field)
+            out["except_"] = exprs
+            out["no_except"] = not exprs and not body.get("except_calendars")
+        elif kind == "calendars":
+            out["except_calendar"] = _str_list(value, field)
         elif kind == "tags":
             tags = _str_list(value, field)
             if tags:
@@ -267,7 +293,7 @@ def _trigger_options(trigger: Any, *, partial: bool) -> TriggerOptions:
             if trigger.get("start") is not None:
                 opts.start = _str(trigger["start"], "trigger.start")
             return opts
-        raise UsageError("trigger.kind is required: cron|interval|once|reboot|manual|after")
+        raise UsageError("trigger.kind is required: cron|interval|once|reboot|manual|after|set")
     try:
         kind = TriggerKind(kind_text)
     except (ValueError, TypeError):
@@ -294,6 +320,15 @@ def _trigger_options(trigger: Any, *, partial: bool) -> TriggerOptions:
         if at is None:
             raise UsageError("trigger.expr (or trigger.at) is required for a one-shot trigger")
         opts.at = _str(at, "trigger.expr")
+    elif kind is TriggerKind.SET:
+        # the members' texts joined with " | ", as job JSON gives them
+        if expr is None:
+            raise UsageError("trigger.expr is required for a set: its triggers joined by |")
+        texts = split_set(_str(expr, "trigger.expr"))
+        opts.cron = [t for t in texts if not t.startswith(EVERY_PREFIX)]
+        opts.every = [t[len(EVERY_PREFIX) :] for t in texts if t.startswith(EVERY_PREFIX)]
+        if trigger.get("start") is not None:
+            opts.start = _str(trigger["start"], "trigger.start")
     elif kind is TriggerKind.AFTER:
         if expr is None:
             raise UsageError("trigger.expr is required for an after trigger: JOB[:STATES]")
@@ -322,7 +357,7 @@ def job_spec_from_body(body: Mapping[str, Any], now: datetime) -> tuple[JobSpec,
     if body.get("command") is None:
         raise UsageError("command is required")
     name = _str(body["name"], "name")
-    trig = _trigger_options(body["trigger"], partial=False)
+    trig = _with_range(_trigger_options(body["trigger"], partial=False), body)
     paused = _bool(body["paused"], "paused") if body.get("paused") is not None else False
     return build_spec(name, trig, _policies(body), _command(body["command"]), now), paused
 
@@ -334,10 +369,11 @@ def job_changes_from_body(body: Mapping[str, Any], now: datetime, job: Job) -> d
     _check_fields(body, JOB_FIELDS | READ_ONLY_JOB_FIELDS)
     if body.get("paused") is not None:
         raise UsageError("paused is changed by POST /v1/jobs/NAME/pause or /resume")
-    trig = (
+    trig = _with_range(
         _trigger_options(body["trigger"], partial=True)
         if body.get("trigger") is not None
-        else TriggerOptions()
+        else TriggerOptions(),
+        body,
     )
     command = None
     if body.get("command") is not None:
