@@ -159,12 +159,18 @@ def test_bad_secret_input_is_exit_2_and_writes_nothing(jobctl: MainCli, tmp_path
         (["add", "j", "--manual", "--secret", "NOPE", "--", "true"], ""),
         (["add", "j", "--manual", "--secret", "1X=a", "--", "true"], ""),
         (["add", "j", "--manual", "--secret", "a", "--no-secrets", "--", "true"], ""),
+        # a watched job starts no command: nothing to give a secret or a file to
+        (["add", "j", "--watch", "--every", "1h", "--secret", "ok"], ""),
+        (["add", "j", "--watch", "--every", "1h", "--env-file", "/etc/x"], ""),
     ):
         r = jobctl(*args, ok=False, stdin=stdin)
         assert r.exit_code == 2, (args, r.output)
         assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1, r.stderr
     assert jobctl.json("secret", "list") == []
     assert jobctl.json("list") == []
+    for flags in (["--secret", "ok"], ["--env-file", "/etc/x"]):
+        r = jobctl("add", "j", "--watch", "--every", "1h", *flags, ok=False)
+        assert f"{flags[0]} is about starting a command: not with --watch" in r.stderr
     jobctl("secret", "set", "ok", "--from-file", str(big.parent / "big"), ok=False)
     (tmp_path / "exact").write_bytes(b"y" * 64 * 1024)  # exactly 64 KiB is allowed
     jobctl("secret", "set", "exact", "--from-file", str(tmp_path / "exact"))

@@ -126,6 +126,8 @@ START_FLAGS = {
     "priority": "--priority",
     "jitter": "--jitter",
     "env": "--env",
+    "secret": "--secret",
+    "env_file": "--env-file",
     "cwd": "--cwd",
     "shell": "--shell",
     "on_failure": "--on-failure",
