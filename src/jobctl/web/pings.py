@@ -30,9 +30,11 @@ from .context import MAX_BODY_BYTES, Web
 if TYPE_CHECKING:
     from ..store import Store
 
-#: threads (each with its own connection) that write pings on PostgreSQL; SQLite has one
-#: writer at a time, so one thread writes there (several would only wait on its lock)
-PG_PING_THREADS = 8
+#: threads (each with its own connection) that write pings on PostgreSQL: two keep the
+#: server busy while one waits on it, and leave each batch large (8 threads cost 1.6 ms of
+#: CPU a ping in all, 2 threads 1.1 ms, bench/pings.py); SQLite has one writer at a time,
+#: so one thread writes there (several would only wait on its lock)
+PG_PING_THREADS = 2
 #: pings written in one transaction at most
 BATCH_PINGS = 128
 
