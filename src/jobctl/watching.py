@@ -12,12 +12,15 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import specs, triggers
 from .clock import from_us, to_us
 from .errors import UsageError
 from .models import Job, JobSpec, Trigger, TriggerKind
+
+if TYPE_CHECKING:  # the parsers are imported where a watch is made or judged: the store's
+    # import (a listing's start) loads neither
+    from . import specs
 
 #: a ping's body kept as the attempt's output (Healthchecks keeps 100 kB too)
 PING_BODY_LIMIT_BYTES = 100_000
@@ -178,6 +181,8 @@ def build_watch_spec(
     """What ``add NAME --watch`` was given -> the watched job's spec, with a new
     ``ping_key``, no command, no retries and ``--grace`` 5m unless given. Raises
     UsageError."""
+    from . import specs
+
     refuse_start_flags(policies)
     specs.check_name(name)
     trigger = specs.build_trigger(trig, now)
@@ -213,6 +218,8 @@ def latest_window(job: Job, now: datetime) -> datetime:
     """The window a ping at ``now`` belongs to: the job's latest window at or before
     ``now``; ``now`` itself when the job had none since it was made (a ping before its
     first window is recorded as a run of its own)."""
+    from . import triggers
+
     found = triggers.windows_before(job.trigger, now + timedelta(microseconds=1), 1)
     if not found or found[-1] < job.created_at:
         return from_us(to_us(now))
@@ -222,6 +229,8 @@ def latest_window(job: Job, now: datetime) -> datetime:
 def watch_until(spec: JobSpec, window: datetime) -> datetime:
     """When a watched run of ``window`` that has not ended becomes ``dead`` (``no ping``):
     window + grace + the job's ``--timeout``, else the period to its next window."""
+    from . import triggers
+
     grace = timedelta(seconds=spec.grace_seconds or 0)
     if spec.timeout_seconds is not None:
         return window + grace + timedelta(seconds=spec.timeout_seconds)
