@@ -34,6 +34,7 @@ LAYERS = {
     "worker": 6,
     "pinger": 6,
     "keeper": 5,
+    "spawner": 5,
     "logs": 1,
     "service": 6,
     "scheduler": 7,

@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 
 from jobctl.models import AttemptResult, IoClass, Limits, RunSettings
+from jobctl.spawner import Spawner
 from jobctl.worker import LIMITS_FAILED_EXIT, Child, limits_prefix
 
 BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"}
@@ -34,10 +35,15 @@ def _settings(command: str, limits: Limits | None = None) -> RunSettings:
     return s if limits is None else replace(s, limits=limits)
 
 
-def _run(command: str, limits: Limits | None = None, timeout: float = 30.0) -> AttemptResult:
+def _run(
+    command: str,
+    limits: Limits | None = None,
+    timeout: float = 30.0,
+    spawner: Spawner | None = None,
+) -> AttemptResult:
     import selectors
 
-    child = Child.start(_settings(command, limits), BASE_ENV, time.monotonic())
+    child = Child.start(_settings(command, limits), BASE_ENV, time.monotonic(), spawner=spawner)
     sel = selectors.DefaultSelector()
     assert child.output_fd is not None and child.pidfd is not None
     sel.register(child.output_fd, selectors.EVENT_READ, "output")
@@ -66,6 +72,58 @@ def test_max_rss_of_a_child_that_holds_200_mib_is_at_least_200_mib():
     result = _run(ALLOC_200M)
     assert result.ok, result.output
     assert result.max_rss is not None and result.max_rss >= 200 << 20
+
+
+@pytest.fixture
+def spawner():
+    s = Spawner()
+    assert s.start()
+    yield s
+    s.stop()
+
+
+def _big() -> bytes:
+    """300 MiB resident in this process (every page written): a daemon grown large."""
+    return b"x" * (300 << 20)
+
+
+def test_through_the_spawner_max_rss_is_the_commands_own_whatever_our_size(spawner):
+    ballast = _big()
+    small = _run("true", spawner=spawner)
+    assert small.ok and small.max_rss is not None and small.max_rss < 8 << 20
+    big = _run(ALLOC_200M, spawner=spawner)
+    assert big.ok and big.max_rss is not None and 200 << 20 <= big.max_rss <= 230 << 20
+    # spawned here, the child is charged with our peak: not told, rather than ours
+    assert _run("true").max_rss is None and _run(ALLOC_200M).max_rss is None
+    assert len(ballast) == 300 << 20
+
+
+def test_the_spawner_gives_the_child_what_a_spawn_here_gives(spawner):
+    show = (
+        "read line; echo $line; pwd; ps -o ni=,pgid=,sid= -p $$; grep -E 'Sig(Blk|Ign)' "
+        "/proc/$$/status; ls /proc/$$/fd; echo $JOBCTL_X"
+    )
+    here = _run(show, Limits(nice=10))
+    there = _run(show, Limits(nice=10), spawner=spawner)
+    assert there.ok and here.ok, (there.output, here.output)
+    lines = there.output.decode().split("\n")
+    assert lines[1] == "/"  # HOME, the default working directory
+    ni, pgid, sid = lines[2].split()
+    assert ni == "10" and pgid == sid  # its own session and group
+    assert lines[3].split() == ["SigBlk:", "0000000000000000"]
+    # the same environment, signals ignored (none but what glibc keeps) and descriptors
+    assert there.output.replace(pgid.encode(), b"G") == here.output.replace(
+        here.output.decode().split("\n")[2].split()[1].encode(), b"G"
+    )
+    idle = _run("echo ok", Limits(io_class=IoClass.IDLE), spawner=spawner)
+    assert idle.ok and idle.output == b"ok\n"
+
+
+def test_a_spawner_that_died_is_started_again(spawner):
+    first = spawner.pid
+    os.kill(first, signal.SIGKILL)
+    assert _run("true", spawner=spawner).ok
+    assert spawner.pid not in (None, first)
 
 
 def test_cpu_time_of_the_main_process_and_what_it_waited_for_is_counted():

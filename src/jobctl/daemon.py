@@ -34,6 +34,7 @@ from .logs import INFO, WARNING, Log, LogFn
 from .notifier import Notifier, Render
 from .reaper import StrayReaper
 from .retention import RETENTION_SLACK_SECONDS, Retention
+from .spawner import Spawner
 from .store import DaemonIdentity, Store, daemon_clock
 from .worker import mark_inherited_fds_cloexec
 
@@ -207,6 +208,8 @@ class Daemon:
         self.retention = Retention(store, log=self.log)
         #: outlives the daemon to kill its attempts if it dies without its shutdown
         self.keeper = Keeper(self.log)
+        #: a small process that starts the attempts: their max_rss is their own
+        self.spawner = Spawner()
         from . import output
 
         self.notifier = Notifier(
@@ -228,6 +231,7 @@ class Daemon:
             watch=self.watch,
             unwatch=self.unwatch,
             keeper=self.keeper,
+            spawner=self.spawner,
             notifications_due=self.notifier.seen,
         )
         self.reaper = StrayReaper()
@@ -300,6 +304,12 @@ class Daemon:
         self._install_signals()
         mark_inherited_fds_cloexec()
         self._start_keeper()  # after the line above: it gets none of our descriptors
+        if not self.spawner.start():
+            self.log(
+                f"{self.spawner.failure}: attempts are spawned by the daemon, "
+                "their max_rss is not told",
+                WARNING,
+            )
         if self.config.reap_strays and not self.reaper.enable():
             self.log(
                 "cannot become a child subreaper: escaped grandchildren are not reaped", WARNING
@@ -349,6 +359,7 @@ class Daemon:
         if self.keeper.pidfd is not None:
             self.unwatch(self.keeper.pidfd)
         self.keeper.stop()
+        self.spawner.stop()
         signal.set_wakeup_fd(-1)
         self.waker.close()
         self.selector.close()
@@ -510,8 +521,9 @@ class Daemon:
     def _sweep(self) -> None:
         with self.notifier.no_spawns():  # a command channel's child is not a stray
             tracked = self.executor.tracked_pids() | self.notifier.tracked_pids()
-            if self.keeper.pid is not None:
-                tracked.add(self.keeper.pid)  # a child of ours, but no stray
+            for helper in (self.keeper.pid, self.spawner.pid):
+                if helper is not None:
+                    tracked.add(helper)  # a child of ours, but no stray
             fds = self.reaper.sweep(tracked, self.executor.running_pgids())
         for fd in fds:
             self.log(

@@ -21,6 +21,7 @@ from .keeper import Keeper
 from .logs import DEBUG, ERROR, INFO, WARNING, LogFn
 from .models import AttemptResult, Decision, Run, RunState, StopReason
 from .reaper import group_alive, kill_group, kill_run_processes
+from .spawner import Spawner
 from .store import Claimed, DaemonStore, Finished
 from .store.values import ExpiredLease, FinishItem
 from .worker import CANCEL_GRACE_SECONDS, Child, Hook, build_env, spawn_hook
@@ -97,6 +98,7 @@ class Executor:
         watch: Watch,
         unwatch: Unwatch,
         keeper: Keeper | None = None,
+        spawner: Spawner | None = None,
         notifications_due: Callable[[datetime | None], None] | None = None,
     ) -> None:
         self.store = store
@@ -104,6 +106,8 @@ class Executor:
         self.notifications_due = notifications_due
         #: told each attempt's process group, to kill them if the daemon dies
         self.keeper = keeper
+        #: starts the attempts, so their max_rss is their own (see jobctl.spawner)
+        self.spawner = spawner
         self.config = config
         self.daemon_id = store.identity.id
         self.host = store.identity.host
@@ -372,6 +376,7 @@ class Executor:
                 on_close=self.unwatch,
                 on_reap=self.keeper.release if self.keeper is not None else None,
                 masks=[v.encode("utf-8", "surrogateescape") for v in secret_env.values()],
+                spawner=self.spawner,
             )
         except OSError as e:
             error = f"spawn: {e.strerror or e}" if not str(e).startswith("spawn:") else str(e)

@@ -70,6 +70,7 @@ from .models import (
     StopReason,
 )
 from .reaper import kill_group
+from .spawner import Spawner, SpawnError
 
 #: on ``--timeout``: SIGTERM first, SIGKILL this long after (README, Choices where the
 #: contract is silent)
@@ -355,6 +356,57 @@ def _resolve_shell(shell: str, env: Mapping[str, str]) -> str:
     raise _not_found(shell, errno.ENOENT)
 
 
+def spawn_through(
+    spawner: Spawner,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str,
+    stdin: bytes | None,
+    output_fd: int | None,
+    limits: Limits = NO_LIMITS,
+) -> int:
+    """As :func:`spawn`, through ``spawner`` (see :mod:`jobctl.spawner`): the child is
+    still ours to watch and reap, but it was forked from a small process, so the kernel's
+    account of its memory is its own. ConnectionError when the spawner cannot be had."""
+    path = _resolve_shell(argv[0], env)
+    in_fd = None if stdin is None else _stdin_fd(stdin)
+    try:
+        return spawner.spawn(
+            path,
+            argv,
+            env,
+            cwd,
+            in_fd,
+            output_fd,
+            limits.nice,
+            None if limits.io_class is None else _IOPRIO[limits.io_class],
+        )
+    except SpawnError as e:
+        err = e.errno or errno.ENOEXEC
+        if e.step == "chdir":
+            raise _not_found(cwd, err) from None
+        if e.step == "exec":
+            raise _not_found(path, err) from None
+        if e.step == "ioprio" and limits.io_class is not None:
+            raise OSError(err, f"--io-class {limits.io_class.value}: {os.strerror(err)}") from None
+        raise OSError(err, f"{e.step}: {os.strerror(err)}") from None
+    finally:
+        if in_fd is not None:
+            os.close(in_fd)
+
+
+def own_peak_rss_bytes() -> int | None:
+    """This process's peak resident set (``VmHWM``), None where it cannot be read."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def spawn(
     argv: Sequence[str],
     env: Mapping[str, str],
@@ -534,8 +586,11 @@ class Child:
         limits: Limits = NO_LIMITS,
         on_reap: Callable[[int], None] | None = None,
         masks: Sequence[bytes] = (),
+        own_rss: bool = False,
     ) -> None:
         self.pid = pid
+        #: spawned by a small process (the spawner): its max_rss is its own as counted
+        self.own_rss = own_rss
         self.limits = limits
         self.rusage: Any = None
         self.on_close = on_close
@@ -558,17 +613,20 @@ class Child:
         on_close: Callable[[int], None] | None = None,
         on_reap: Callable[[int], None] | None = None,
         masks: Sequence[bytes] = (),
+        spawner: Spawner | None = None,
     ) -> Child:
-        """Spawn ``shell -c command`` in a new session (see :func:`spawn`); ``masks``, the
-        values of the secrets it was given, are masked in its output tail.
+        """Spawn ``shell -c command`` in a new session (see :func:`spawn`), through
+        ``spawner`` when it is given and can be had (see :func:`spawn_through`); ``masks``,
+        the values of the secrets it was given, are masked in its output tail.
 
         Raises OSError, its ``strerror`` naming the path, if it cannot start.
         """
         r, w = os.pipe2(os.O_CLOEXEC)
         r, w = _high_fd(r), _high_fd(w)
+        own_rss = False
         try:
             limits = settings.limits
-            pid = spawn(
+            args = (
                 [settings.shell, "-c", limits_prefix(limits) + settings.command],
                 env,
                 _default_cwd(settings.cwd, env),
@@ -576,6 +634,13 @@ class Child:
                 w,
                 limits,
             )
+            pid = 0
+            if spawner is not None and spawner.available:
+                with contextlib.suppress(ConnectionError):  # then spawned here, below
+                    pid = spawn_through(spawner, *args)
+                    own_rss = True
+            if not own_rss:
+                pid = spawn(*args)
         except BaseException:
             os.close(r)
             raise
@@ -589,7 +654,7 @@ class Child:
             os.close(r)
             raise
         deadline = now_monotonic + settings.timeout_seconds if settings.timeout_seconds else None
-        return cls(pid, pidfd, r, deadline, on_close, settings.limits, on_reap, masks)
+        return cls(pid, pidfd, r, deadline, on_close, settings.limits, on_reap, masks, own_rss)
 
     # -- events
 
@@ -707,9 +772,22 @@ class Child:
             cpu_user=None if ru is None else ru.ru_utime,
             cpu_system=None if ru is None else ru.ru_stime,
             # Linux counts ru_maxrss in KiB
-            max_rss=None if ru is None else ru.ru_maxrss * 1024,
+            max_rss=self._max_rss(ru),
             limit_error="cpu limit" if cpu_limit_hit(self.limits, rc, ru) else None,
         )
+
+    def _max_rss(self, ru: Any) -> int | None:
+        """The attempt's peak resident set (README, what a run costs): the kernel's
+        account (KiB on Linux) of its main process and those it waited for. A child this
+        process spawned itself is charged with this process's peak at its exec: its
+        count is the command's own only when above that peak (else unknown: None)."""
+        if ru is None:
+            return None
+        rss = int(ru.ru_maxrss) * 1024
+        if self.own_rss:
+            return rss
+        mine = own_peak_rss_bytes()
+        return rss if mine is not None and rss > mine else None
 
 
 class Hook:
