@@ -21,7 +21,7 @@ import select
 import signal
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
@@ -92,6 +92,13 @@ class DaemonConfig:
     notify_threads: int = 4
     #: the first retry of a failed delivery (doubling, at most 60 times this)
     notify_retry_seconds: float = 10.0
+    #: ``--tag``: what jobs' ``--on`` may ask of this daemon (``host:HOSTNAME`` is added)
+    tags: tuple[str, ...] = ()
+
+
+def daemon_tags(tags: Sequence[str], host: str) -> tuple[str, ...]:
+    """A daemon's tags: those given and ``host:HOSTNAME``, sorted, each once."""
+    return tuple(sorted({*tags, f"host:{host}"}))
 
 
 class Phase(Enum):
@@ -185,6 +192,7 @@ class Daemon:
             config.workers,
             config.reserved,
             config.reserved_priority,
+            daemon_tags(config.tags, self.host),
         )
         self.store = store = handle.open_daemon(identity)
         self.config = config

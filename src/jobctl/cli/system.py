@@ -92,6 +92,13 @@ def status(obj: Ctx, as_json: bool) -> None:
     help="A failed delivery's first retry; doubling, at most 60 times this, 10 tries.",
 )
 @click.option(
+    "--tag",
+    "tags",
+    multiple=True,
+    metavar="TAG",
+    help="A label jobs' --on may ask for (repeatable); host:HOSTNAME is always carried.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning"]),
     default="info",
@@ -109,11 +116,17 @@ def daemon(
     shutdown_grace: str,
     notify_threads: int,
     notify_retry: str,
+    tags: tuple[str, ...],
     log_level: str,
 ) -> None:
-    """Run the scheduler and workers in the foreground; logs to stderr."""
+    """Run the scheduler and workers in the foreground; logs to stderr.
+
+    With --tag the daemon claims runs of jobs whose --on asks for that tag; every daemon
+    also carries host:HOSTNAME, so `--on host:db1` pins a job to one host. A job without
+    --on runs on any daemon."""
     from ..daemon import Daemon, DaemonConfig
     from ..durations import parse_duration
+    from ..specs import check_tag
 
     if reserved >= workers and reserved > 0:
         raise UsageError("--reserved must be less than --workers")
@@ -127,6 +140,7 @@ def daemon(
         shutdown_grace_seconds=parse_duration(shutdown_grace),
         notify_threads=notify_threads,
         notify_retry_seconds=parse_duration(notify_retry),
+        tags=tuple(check_tag(t) for t in tags),
     )
     handle = obj.handle()
     handle.check_safe()

@@ -38,6 +38,9 @@ class DaemonIdentity:
     workers: int | None = None
     reserved: int = 0
     reserved_priority: int | None = None
+    #: ``--tag`` and ``host:HOSTNAME``, sorted: the claim takes a run only when these hold
+    #: every tag of its job's ``--on``
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
