@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from conftest import wait_until
@@ -17,6 +18,10 @@ from jobctl.models import RunState
 
 def _runs(jobctl, name: str) -> list[dict]:
     return jobctl.json("runs", name, "--limit", "1000")
+
+
+def _t(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _daemon_of(jobctl, run_id: int) -> str | None:
@@ -105,7 +110,7 @@ def test_maintenance_starts_nothing_skips_its_windows_and_lets_running_attempts_
     started_in = [
         r
         for r in _runs(jobctl, "tick")
-        if r["scheduled_for"] >= since and r["state"] not in ("skipped",)
+        if _t(r["scheduled_for"]) >= _t(since) and r["state"] != "skipped"
     ]
     assert started_in == [], started_in
     assert jobctl.store().get_run(adhoc["id"]).state is RunState.PENDING
@@ -119,21 +124,20 @@ def test_maintenance_starts_nothing_skips_its_windows_and_lets_running_attempts_
     )
     wait_until(
         lambda: any(
-            r["state"] == "succeeded" and r["scheduled_for"] > since for r in _runs(jobctl, "tick")
+            r["state"] == "succeeded" and _t(r["scheduled_for"]) > _t(since)
+            for r in _runs(jobctl, "tick")
         ),
         15,
         what="ticks again",
     )
     # nothing of the window ran afterwards: every window in it stayed skipped
-    held = [r for r in _runs(jobctl, "tick") if since <= r["scheduled_for"]]
+    held = [r for r in _runs(jobctl, "tick") if _t(since) <= _t(r["scheduled_for"])]
     skipped = [r for r in held if r["skip_reason"] == "maintenance"]
     assert skipped and all(r["state"] == "skipped" for r in skipped)
     assert all(r["reason"] != "catchup" for r in held), held
 
 
 def test_a_daemon_started_after_a_window_ended_skips_what_fell_in_it(jobctl, start_daemon) -> None:
-    from datetime import UTC, datetime, timedelta
-
     jobctl(
         "add", "tick", "--every", "1s", "--catchup", "all", "--catchup-limit", "50", "--", "true"
     )
@@ -146,10 +150,6 @@ def test_a_daemon_started_after_a_window_ended_skips_what_fell_in_it(jobctl, sta
     wait_until(
         lambda: any(r["state"] == "succeeded" for r in _runs(jobctl, "tick")), 15, what="a tick"
     )
-    inside = [
-        r
-        for r in _runs(jobctl, "tick")
-        if since <= r["scheduled_for"] < ended.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    ]
+    inside = [r for r in _runs(jobctl, "tick") if _t(since) <= _t(r["scheduled_for"]) < ended]
     assert len(inside) >= 2, inside
     assert all(r["state"] == "skipped" and r["skip_reason"] == "maintenance" for r in inside)
