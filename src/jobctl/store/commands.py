@@ -1016,6 +1016,13 @@ class Commands(outbox.OutboxCommands, SecretCommands, WatchCommands):
                 c.execute(self.q.maintenance_update, {**values, "id": held["id"]})
             else:
                 c.execute(self.q.maintenance_insert, values)
+                # windows recorded ahead of their time come again, to be skipped in it
+                early: dict[int, int] = {}
+                for r in c.execute(self.q.withdraw_all_early_runs, {"now": now_us}).fetchall():
+                    job_id, t = int(r["job_id"]), int(r["scheduled_for"])
+                    early[job_id] = min(t, early.get(job_id, t))
+                for job_id, t in early.items():
+                    c.execute(self.q.rewind_next_run, {"t": t, "now": now_us, "id": job_id})
             self.db.announce("all")
             row = c.execute(self.q.maintenance_now, {"now": now_us}).fetchone()
         return maintenance_of(row)

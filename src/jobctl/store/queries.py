@@ -116,6 +116,8 @@ class Queries:
     maintenance_insert: str
     maintenance_update: str
     maintenance_end: str
+    withdraw_all_early_runs: str
+    rewind_next_run: str
     recent_durations: str
     last_attempted_run: str
     window_runs: str
@@ -338,6 +340,14 @@ ORDER BY id DESC LIMIT 1
         maintenance_update="UPDATE maintenance SET until_at = :until, reason = :reason, "
         "who = :who WHERE id = :id",
         maintenance_end="UPDATE maintenance SET ended_at = :now WHERE id = :id",
+        # pause --all: every window recorded ahead of its time is decided again, in it
+        withdraw_all_early_runs="""
+DELETE FROM runs WHERE state = 'pending' AND attempt = 0 AND reason = 'schedule'
+    AND scheduled_for > :now
+RETURNING job_id, scheduled_for
+""",
+        rewind_next_run="UPDATE jobs SET next_run_at = :t, updated_at = :now "
+        "WHERE id = :id AND state = 'active' AND (next_run_at IS NULL OR next_run_at > :t)",
         # plan: how long a job's newest succeeded runs took (their last attempt)
         recent_durations="""
 SELECT a.finished_at - a.started_at AS us FROM runs
