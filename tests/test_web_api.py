@@ -729,7 +729,7 @@ def test_status_is_status_json(server: Server, jobctl: Jobctl, start_daemon: Any
     start_daemon()
     got = server.request("GET", "/v1/status").json()
     assert len(got["daemons"]) == 1 and got["daemons"][0]["leader"] in (True, False)
-    assert set(got) == {"daemons", "counts", "next_due_at"}
+    assert set(got) == {"daemons", "counts", "next_due_at", "maintenance"}
 
 
 # ---------------------------------------------------------------------- metrics
