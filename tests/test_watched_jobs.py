@@ -402,6 +402,9 @@ def test_the_dashboard_shows_a_watched_job_and_the_curl_line_that_pings_it(
     line = wait_until(lambda: text_of(browser, "#ping-curl"), 15, what="the curl line")
     assert line == f"curl -fsS -m 10 --retry 5 -o /dev/null {server.url}/ping/{key}"
     assert "jobctl exec etl -- COMMAND" in text_of(browser, "#ping")
+    # the settings of starting a command are not shown: a watched job starts none
+    shown = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "dl.fields dt")]
+    assert "grace" in shown and "retries" not in shown and "limits" not in shown
     # the line as the page gives it pings the job
     argv = shlex.split(line)
     assert subprocess.run([CURL or "curl", *argv[1:]], timeout=60).returncode == 0
