@@ -21,6 +21,10 @@ def cli(db: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Monkey
     return Jobctl(db, capsys)
 
 
+def _state(cli: Jobctl, run_id: int) -> str:
+    return str(cli.json("inspect", str(run_id))["state"])
+
+
 def _z(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
@@ -154,3 +158,21 @@ def test_a_deadline_skip_is_recorded_at_its_deadline(cli: Jobctl, start_daemon: 
     late = (_z(run["finished_at"]) - _z(run["scheduled_for"])).total_seconds()
     assert 1.0 <= late < 2.0, run
     cli.ok("cancel", "q")
+
+
+# ---------------------------------------------------------------------- 7: no false stray
+
+
+def test_cancelling_a_plain_sleep_kills_no_stray(cli: Jobctl, start_daemon: Any) -> None:
+    d = start_daemon()
+    cli.ok("add", "nap", "--manual", "--", "sleep 30")
+    for _ in range(6):
+        run_id = cli.json("run", "nap")["id"]
+        wait_until(lambda i=run_id: _state(cli, i) == "leased", 10, what="leased")
+        cli.ok("cancel", str(run_id))
+        wait_until(lambda i=run_id: _state(cli, i) == "cancelled", 10, what="cancelled")
+    # a run after them: their sweeps (a moment after each end) are done by its end
+    cli.ok("add", "mark", "--manual", "--", "true")
+    mark = cli.json("run", "mark")["id"]
+    wait_until(lambda: cli.json("inspect", str(mark))["state"] == "succeeded", 10, what="mark")
+    assert "stray" not in d.log(), d.log()

@@ -243,6 +243,8 @@ class Daemon:
             notifications_due=self.notifier.seen,
         )
         self.reaper = StrayReaper()
+        #: the groups of attempts that ended before the last sweep (see _sweep)
+        self._ended_groups: set[int] = set()
         self.strays: set[int] = set()
         self.sweep_at: float | None = None
         self.waker = self.store.open_waker()
@@ -533,13 +535,19 @@ class Daemon:
                 if helper is not None:
                     tracked.add(helper)  # a child of ours, but no stray
             fds = self.reaper.sweep(tracked, self.executor.running_pgids())
+        # what is left of a group killed whole at its attempt's end (a command's child
+        # reparented here as its shell died) is no stray: it is reaped without a word
+        ended = self.executor.take_ended_groups()
+        killed_whole, self._ended_groups = ended | self._ended_groups, ended
         for fd in fds:
+            self.strays.add(fd)
+            self.watch(fd, self._stray_callback(fd))
+            if self.reaper.groups.get(fd) in killed_whole:
+                continue
             self.log(
                 f"killed stray process {self.reaper.pid_of(fd)} (it left its attempt's group)",
                 WARNING,
             )
-            self.strays.add(fd)
-            self.watch(fd, self._stray_callback(fd))
 
     # ------------------------------------------------------------------ leases
 

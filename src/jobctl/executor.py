@@ -123,6 +123,7 @@ class Executor:
         self.next_claim_wall: datetime | None = None
         self._ended_jobs: list[int] = []
         self._exited = False
+        self._ended_groups: set[int] = set()
         #: ends decided since the last transaction, recorded with the next one
         self._ending: list[Ending] = []
         #: (run_id, attempt) -> (pid, when it started) of children whose pid is not yet
@@ -152,6 +153,13 @@ class Executor:
     def take_exited(self) -> bool:
         """Whether a child exited since the last call (the loop then sweeps strays)."""
         out, self._exited = self._exited, False
+        return out
+
+    def take_ended_groups(self) -> set[int]:
+        """The process groups of the attempts and hooks that exited since the last call:
+        each was killed whole at its end, so what is left of one is no stray that left its
+        group, only a process not yet reaped."""
+        out, self._ended_groups = self._ended_groups, set()
         return out
 
     def unrecorded(self, mono: float) -> bool:
@@ -436,6 +444,7 @@ class Executor:
         child.on_exit()
         held.exited_at = now
         self._exited = True
+        self._ended_groups.add(child.pid)
         self._maybe_finish(held, now, mono)
 
     def tick(self, now: datetime, mono: float) -> None:
@@ -570,6 +579,7 @@ class Executor:
         self.log(f"run {run_id}: on-failure command ended: {text}", WARNING if status else INFO)
         self._record_hook(run_id, text)
         self._exited = True
+        self._ended_groups.add(hook.pid)
 
     def _record_hook(self, run_id: int, status: str) -> None:
         try:

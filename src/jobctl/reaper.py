@@ -114,6 +114,7 @@ class StrayReaper:
 
     def __init__(self) -> None:
         self.pending: dict[int, int] = {}  # pidfd -> pid of a killed stray, to reap
+        self.groups: dict[int, int] = {}  # pidfd -> the process group it was in
 
     @staticmethod
     def enable() -> bool:
@@ -156,6 +157,7 @@ class StrayReaper:
                     os.waitpid(pid, os.WNOHANG)
                 continue
             self.pending[fd] = pid
+            self.groups[fd] = pgid
             fds.append(fd)
         return fds
 
@@ -167,6 +169,7 @@ class StrayReaper:
         """Reap the stray behind ``fd`` (readable: it exited) and close ``fd``.
         Returns its pid, or None when ``fd`` is not one of ours."""
         pid = self.pending.pop(fd, None)
+        self.groups.pop(fd, None)
         if pid is None:
             return None
         with contextlib.suppress(ChildProcessError):

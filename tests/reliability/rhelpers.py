@@ -85,8 +85,8 @@ def integrity(db: Path | str) -> str:
 
 
 def children(pid: int, *, keeper: bool = False) -> list[int]:
-    """The children of ``pid``; a daemon's keeper (test_keeper.py), the one child it keeps
-    all along, only with ``keeper``."""
+    """The children of ``pid``; a daemon's keeper (test_keeper.py) and spawner
+    (jobctl.spawner), the children it keeps all along, only with ``keeper``."""
     out: list[int] = []
     with contextlib.suppress(OSError):
         for task in os.listdir(f"/proc/{pid}/task"):
@@ -98,7 +98,7 @@ def children(pid: int, *, keeper: bool = False) -> list[int]:
 def _is_keeper(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().endswith(b"/keeper.py\0")
+            return f.read().endswith((b"/keeper.py\0", b"/spawner.py\0"))
     except OSError:
         return False
 
