@@ -18,7 +18,7 @@ from jobctl.daemon import Log
 from jobctl.models import AttemptResult, JobSpec, Overlap, Run, RunState, Trigger, TriggerKind
 from jobctl.planner import FireHeap
 from jobctl.store import open_store
-from jobctl.store.protocol import FinishItem
+from jobctl.store.values import FinishItem
 from jobctl.triggers import next_fire
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
