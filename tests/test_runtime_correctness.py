@@ -176,3 +176,26 @@ def test_cancelling_a_plain_sleep_kills_no_stray(cli: Jobctl, start_daemon: Any)
     mark = cli.json("run", "mark")["id"]
     wait_until(lambda: cli.json("inspect", str(mark))["state"] == "succeeded", 10, what="mark")
     assert "stray" not in d.log(), d.log()
+
+
+# ---------------------------------------------------------------------- 14: in order
+
+
+def test_one_jobs_notifications_to_one_channel_arrive_in_the_order_written(
+    cli: Jobctl, start_daemon: Any
+) -> None:
+    from receivers import http_receiver
+
+    # the dead's first try fails: the paused it caused waits for it, though due at once
+    with http_receiver(statuses=[500]) as rec:
+        cli.ok("notify", "add", "hook", "--webhook", rec.url)
+        cli.ok(
+            "add", "flaky", "--manual", "--retries", "0", "--pause-after-failures", "1",
+            "--notify", "hook:dead,paused", "--", "exit 3",
+        )  # fmt: skip
+        start_daemon("--notify-retry", "1s")
+        cli.ok("run", "flaky")
+        wait_until(lambda: len(rec.requests) >= 3, 20, what="three deliveries")
+        events = [b["event"] for b in rec.bodies()]
+    assert events == ["dead", "dead", "paused"]
+    assert cli.json("show", "flaky")["paused_reason"] == "failures"

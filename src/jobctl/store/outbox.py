@@ -482,12 +482,20 @@ NOTIFICATION_COLUMNS = (
     "n.id, n.key, n.channel, n.event, n.job_id, n.job_name, n.run_id, n.attempt, n.state, "
     "n.tries, n.created_at, n.sent_at, n.last_error, n.text, n.detail"
 )
-CLAIM_DUE = """
+#: one job's notifications to one channel go in the order they were written (the dead of
+#: a run before the paused it caused): one waits while an earlier one is undelivered
+#: (pending, leased or not; a failed or dropped one no longer holds the next)
+IN_TURN = """NOT EXISTS (
+        SELECT 1 FROM notifications e
+        WHERE e.job_id = n.job_id AND e.id < n.id AND e.channel = n.channel
+            AND e.state = 'pending')"""
+CLAIM_DUE = f"""
 SELECT n.id FROM notifications n
 WHERE n.state = 'pending' AND n.next_try_at <= :now
     AND (n.lease_until IS NULL OR n.lease_until < :now
          OR NOT EXISTS (SELECT 1 FROM daemons d WHERE d.id = n.leased_by AND d.expires_at >= :now))
-ORDER BY n.next_try_at, n.id LIMIT :limit{skip_locked}
+    AND {IN_TURN}
+ORDER BY n.next_try_at, n.id LIMIT :limit{{skip_locked}}
 """
 LEASE_ONE = (
     "UPDATE notifications SET leased_by = :me, lease_until = :until WHERE id = :id "
@@ -501,14 +509,14 @@ FROM notifications n LEFT JOIN channels ch ON ch.name = n.channel WHERE n.id = ?
 #: when the next notification may be leased: its next try, or when its lease ends; a lease
 #: ends early when the daemon holding it is gone (its row expired or removed), so a daemon
 #: that took over from a killed one wakes then, not when the long delivery lease runs out
-NEXT_DUE = """
+NEXT_DUE = f"""
 SELECT MIN(CASE WHEN n.lease_until IS NULL OR n.lease_until < n.next_try_at
                   OR d.expires_at IS NULL OR d.expires_at < n.next_try_at
                 THEN n.next_try_at
                 WHEN d.expires_at < n.lease_until THEN d.expires_at + 1
                 ELSE n.lease_until + 1 END) AS at
 FROM notifications n LEFT JOIN daemons d ON d.id = n.leased_by
-WHERE n.state = 'pending'
+WHERE n.state = 'pending' AND {IN_TURN}
 """
 MARK_SENT = """
 UPDATE notifications SET state = 'sent', tries = tries + 1, sent_at = :now, ended_at = :now,

@@ -580,6 +580,7 @@ class SqliteDaemonStore(outbox.OutboxDaemon, WatchDaemon):
         # rows of those that did in one executemany
         now_us = to_us(now)
         out: list[Finished] = []
+        dead_jobs: list[int] = []  # (paused after the notes of these ends, below)
         attempts: list[dict[str, object]] = []
         for f in items:
             run_params, attempt_params = finish_params(f, now_us, daemon_id)
@@ -597,7 +598,7 @@ class SqliteDaemonStore(outbox.OutboxDaemon, WatchDaemon):
                 if f.job_id:
                     self.db.announce(f"job:{f.job_id}")  # a fixed-delay job moves on
                     if state is RunState.DEAD:
-                        pause_after_failures(self.db, c, self._q, f.job_id, now)
+                        dead_jobs.append(f.job_id)
             out.append(Finished(state))
         if attempts:
             c.executemany(sql.FINISH_ATTEMPT, attempts)
@@ -608,6 +609,9 @@ class SqliteDaemonStore(outbox.OutboxDaemon, WatchDaemon):
             if done.state is not None:
                 retry = done.state is RunState.FAILED and f.decision.retry_at is not None
                 outbox.note_finish(c, self._q, f.run_id, f.attempt, retry, now, targets)
+        # after the ends' notes: the dead of a run is written before the paused it causes
+        for job_id in dead_jobs:
+            pause_after_failures(self.db, c, self._q, job_id, now)
         return out
 
     def _attempt_of(self, row: Any) -> Attempt:
