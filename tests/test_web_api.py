@@ -371,6 +371,27 @@ def test_create_job_with_every_field(server: Server, jobctl: Jobctl) -> None:
     assert b.json()["env"] == again["env"] and b.json()["locks"] == again["locks"]
 
 
+def test_a_cron_jobs_show_json_posted_back_makes_the_same_job(
+    server: Server, jobctl: Jobctl
+) -> None:
+    # a cron trigger's JSON carries its read-only resolved expression (each H drawn)
+    jobctl("add", "spread", "--cron", "H 3 * * *", "--tz", "Europe/Berlin", "--", "true")
+    shown = jobctl.json("show", "spread")
+    assert shown["trigger"]["resolved"] != "H 3 * * *"
+    a = server.request("POST", "/v1/jobs", {**shown, "name": "spread-copy"})
+    assert a.status == 201, a.text
+    copy = jobctl.json("show", "spread-copy")
+    # the same expression and zone; H is drawn from the new name, as add draws it
+    assert copy["trigger"]["expr"] == "H 3 * * *" and copy["trigger"]["tz"] == "Europe/Berlin"
+    resolved = copy["trigger"]["resolved"]
+    assert "H" not in resolved and resolved.endswith(" 3 * * *")
+    # a PATCH of the object shown (but paused, changed by …/pause) is accepted too
+    shown.pop("paused")
+    b = server.request("PATCH", "/v1/jobs/spread", {**shown, "retries": 5})
+    assert b.status == 200, b.text
+    assert b.json()["retries"] == 5 and b.json()["trigger"] == shown["trigger"]
+
+
 @pytest.mark.parametrize(
     ("body", "cli_args"),
     [

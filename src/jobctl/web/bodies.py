@@ -64,6 +64,10 @@ def _with_range(trig: TriggerOptions, body: Mapping[str, Any]) -> TriggerOptions
 
 
 TRIGGER_FIELDS = frozenset({"kind", "expr", "tz", "every", "at", "start", "after_completion"})
+#: a cron trigger's ``resolved`` (its expression with each H drawn, README "Where runs go,
+#: spreading the load, one pause for everything") is read-only: made from ``expr`` and the
+#: job's name, ignored when posted back
+READ_ONLY_TRIGGER_FIELDS = frozenset({"resolved"})
 # JSON field -> the policy key of ``cli.base.POLICY_KEYS``, and how its value is read
 _POLICY_FIELDS: dict[str, str] = {
     "catchup": "str",
@@ -281,7 +285,7 @@ def _trigger_options(trigger: Any, *, partial: bool) -> TriggerOptions:
     left out to change only ``tz``."""
     if not isinstance(trigger, dict):
         raise UsageError("invalid trigger: must be an object with a kind")
-    _check_fields(trigger, TRIGGER_FIELDS, "trigger.")
+    _check_fields(trigger, TRIGGER_FIELDS | READ_ONLY_TRIGGER_FIELDS, "trigger.")
     opts = TriggerOptions()
     if trigger.get("tz") is not None:
         opts.tz = _str(trigger["tz"], "trigger.tz")
