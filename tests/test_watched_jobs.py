@@ -96,6 +96,58 @@ def test_add_watch_gives_a_ping_key_no_command_and_refuses_start_flags(jobctl) -
     assert [j["name"] for j in jobctl.json("list")] == ["hourly", "nightly"]
 
 
+def test_the_api_makes_a_watched_job_from_its_show_json_and_refuses_as_add_and_edit(
+    jobctl, server
+) -> None:
+    # a show --json object posted back (read-only fields and all) makes the same job
+    jobctl("add", "nightly", "--watch", "--cron", "0 3 * * *", "--grace", "10m", "--timeout", "1h")
+    shown = jobctl.json("show", "nightly")
+    a = server.request("POST", "/v1/jobs", {**shown, "name": "nightly-copy"})
+    assert a.status == 201, a.text
+    copy = jobctl.json("show", "nightly-copy")
+    assert copy["watch"] is True and copy["command"] is None
+    assert copy["ping_key"] not in (None, shown["ping_key"])
+    ignore = ("id", "name", "ping_key", "created_at", "runs", "next_run_at")
+    assert {k: v for k, v in copy.items() if k not in ignore} == {
+        k: v for k, v in shown.items() if k not in ignore
+    }
+    # add --watch's refusals, with its messages; nothing written
+    base = {"name": "bad", "trigger": {"kind": "interval", "expr": "1h"}, "watch": True}
+    for extra, message in (
+        ({"retries": 3}, "--retries is about starting a command: not with --watch"),
+        ({"env": {"A": "1"}}, "--env is about starting a command: not with --watch"),
+        ({"command": "true"}, "a watched job takes no command: the work runs elsewhere and pings"),
+        ({"trigger": {"kind": "manual"}}, "--watch takes --cron EXPR or --every DURATION"),
+    ):
+        a = server.request("POST", "/v1/jobs", {**base, **extra})
+        assert (a.status, a.json()) == (422, {"error": message}), extra
+    # PATCH refuses what edit refuses for a watched job, and watch is not changed
+    for body, message in (
+        ({"retries": 3}, "--retries is about starting a command: not with --watch"),
+        ({"command": "true"}, "job 'nightly' is watched: it has no command"),
+        ({"trigger": {"kind": "manual"}}, "--watch takes --cron EXPR or --every DURATION"),
+        ({"watch": False}, "watch is set when a job is created, not changed"),
+    ):
+        a = server.request("PATCH", "/v1/jobs/nightly", body)
+        assert (a.status, a.json()) == (422, {"error": message}), body
+    jobctl("add", "plain", "--manual", "--", "true")
+    a = server.request("PATCH", "/v1/jobs/plain", {"watch": True})
+    assert (a.status, a.json()) == (
+        422,
+        {"error": "watch is set when a job is created, not changed"},
+    )
+    assert [j["name"] for j in jobctl.json("list")] == ["nightly", "nightly-copy", "plain"]
+    assert jobctl.json("show", "nightly") == {
+        **shown,
+        "runs": jobctl.json("show", "nightly")["runs"],
+    }
+    # what a watched job may change still changes
+    del shown["paused"]  # changed by …/pause
+    a = server.request("PATCH", "/v1/jobs/nightly", {**shown, "grace": 60})
+    assert a.status == 200, a.text
+    assert a.json()["grace"] == 60 and a.json()["watch"] is True
+
+
 # ---------------------------------------------------------------------- serve and curl
 
 

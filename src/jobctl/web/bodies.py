@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import UsageError
-from ..models import Job, JobSpec, RunState, TriggerKind
+from ..models import Job, JobSpec, RunState, Trigger, TriggerKind
 from ..notifications import NotificationState
 from ..specs import (
     TriggerOptions,
@@ -43,9 +43,8 @@ READ_ONLY_JOB_FIELDS = frozenset(
         "runs",
         "paused_reason",
         "revision",
-        # a watched job's (README "Watching jobs that jobctl does not run"): its key is
-        # made by add --watch, never given
-        "watch",
+        # a watched job's key (README "Watching jobs that jobctl does not run") is made
+        # when the job is, never given; ``watch`` itself is read when a job is created
         "ping_key",
         # a set's triggers, one object each: written through trigger (kind set)
         "triggers",
@@ -103,7 +102,16 @@ _POLICY_FIELDS: dict[str, str] = {
     "except_calendars": "calendars",
 }
 JOB_FIELDS = frozenset(
-    {"name", "trigger", "command", "paused", "active_from", "active_until", *_POLICY_FIELDS}
+    {
+        "name",
+        "trigger",
+        "command",
+        "paused",
+        "watch",
+        "active_from",
+        "active_until",
+        *_POLICY_FIELDS,
+    }
 )
 LIMIT_FIELDS = frozenset({"nice", "io_class", "memory_max", "cpu_max", "files_max"})
 
@@ -358,12 +366,44 @@ def job_spec_from_body(body: Mapping[str, Any], now: datetime) -> tuple[JobSpec,
         raise UsageError("name is required")
     if body.get("trigger") is None:
         raise UsageError("trigger is required: an object with a kind")
-    if body.get("command") is None:
-        raise UsageError("command is required")
     name = _str(body["name"], "name")
     trig = _with_range(_trigger_options(body["trigger"], partial=False), body)
     paused = _bool(body["paused"], "paused") if body.get("paused") is not None else False
+    if body.get("watch") is not None and _bool(body["watch"], "watch"):
+        from ..watching import build_watch_spec
+
+        if body.get("command") is not None:
+            raise UsageError("a watched job takes no command: the work runs elsewhere and pings")
+        return build_watch_spec(name, trig, _policies(_watched(body)), now), paused
+    if body.get("command") is None:
+        raise UsageError("command is required")
     return build_spec(name, trig, _policies(body), _command(body["command"]), now), paused
+
+
+def _watched(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A watched job's body without the fields about starting a command that hold what
+    every watched job shows (``show --json`` of one gives them all), so that one posted
+    back makes the same job; any other value stays, and is refused as ``add --watch``
+    refuses its flag."""
+    defaults = JobSpec(
+        name="w", trigger=Trigger(TriggerKind.MANUAL, tz="UTC"), command="", retries=0
+    )
+    shown = {
+        "catchup": defaults.catchup.value,
+        "catchup_limit": defaults.catchup_limit,
+        "overlap": defaults.overlap.value,
+        "retries": defaults.retries,
+        "backoff": defaults.backoff_seconds,
+        "priority": defaults.priority,
+        "jitter": defaults.jitter_seconds,
+        "env": defaults.env,
+        "secrets": defaults.secrets,
+        "shell": defaults.shell,
+        "locks": list(defaults.locks),
+        "ok_exit": list(defaults.ok_exit),
+        "no_retry_exit": list(defaults.no_retry_exit),
+    }
+    return {k: v for k, v in body.items() if k not in shown or type(v) is bool or v != shown[k]}
 
 
 def job_changes_from_body(body: Mapping[str, Any], now: datetime, job: Job) -> dict[str, Any]:
@@ -373,6 +413,16 @@ def job_changes_from_body(body: Mapping[str, Any], now: datetime, job: Job) -> d
     _check_fields(body, JOB_FIELDS | READ_ONLY_JOB_FIELDS)
     if body.get("paused") is not None:
         raise UsageError("paused is changed by POST /v1/jobs/NAME/pause or /resume")
+    if body.get("watch") is not None and _bool(body["watch"], "watch") != job.spec.watched:
+        raise UsageError("watch is set when a job is created, not changed")
+    if job.spec.watched:
+        # as edit refuses for a watched job: no command, no flag about starting one
+        from ..watching import refuse_start_flags
+
+        body = _watched(body)
+        refuse_start_flags(_policies(body))
+        if body.get("command") is not None:
+            raise UsageError(f"job {job.name!r} is watched: it has no command")
     trig = _with_range(
         _trigger_options(body["trigger"], partial=True)
         if body.get("trigger") is not None
@@ -385,7 +435,12 @@ def job_changes_from_body(body: Mapping[str, Any], now: datetime, job: Job) -> d
 
         command = join_command(_command(body["command"]))
     rename = _str(body["name"], "name") if body.get("name") is not None else None
-    return edit_changes(job, trig, _policies(body), command=command, rename=rename, now=now)
+    changes = edit_changes(job, trig, _policies(body), command=command, rename=rename, now=now)
+    if job.spec.watched and "trigger" in changes:
+        from ..watching import check_watch_trigger
+
+        check_watch_trigger(changes["trigger"])
+    return changes
 
 
 # ---------------------------------------------------------------------- runs
