@@ -84,6 +84,7 @@ def test_add_watch_gives_a_ping_key_no_command_and_refuses_start_flags(jobctl) -
         ["--on-failure", "true"],
         ["--lock", "db"],
         ["--memory-max", "1G"],
+        ["--on", "gpu"],
     ):
         r = jobctl("add", "bad", "--watch", "--every", "1h", *bad, ok=False)
         assert r.exit_code == 2 and "not with --watch" in r.output, r.output
@@ -94,6 +95,9 @@ def test_add_watch_gives_a_ping_key_no_command_and_refuses_start_flags(jobctl) -
     r = jobctl("add", "bad", "--every", "1h", ok=False)
     assert r.exit_code == 2 and "COMMAND" in r.output
     assert [j["name"] for j in jobctl.json("list")] == ["hourly", "nightly"]
+    r = jobctl("edit", "hourly", "--on", "gpu", ok=False)
+    assert r.exit_code == 2 and "--on is about starting a command" in r.output, r.output
+    assert jobctl.json("show", "hourly")["on"] == []
 
 
 def test_the_api_makes_a_watched_job_from_its_show_json_and_refuses_as_add_and_edit(

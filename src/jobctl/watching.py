@@ -136,6 +136,7 @@ START_FLAGS = {
     "on_failure": "--on-failure",
     "stdin": "--stdin",
     "lock": "--lock",
+    "on": "--on",
     "deadline": "--deadline",
     "max_running": "--max-running",
     "ok_exit": "--ok-exit",
