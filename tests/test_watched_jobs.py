@@ -235,6 +235,11 @@ def test_jobctl_ping_writes_start_and_exit_with_stdin_as_output(jobctl, db) -> N
     assert jobctl("logs", str(run["id"])).stdout == "no rows\n"
     r = jobctl("ping", "report", "--exit", "300", ok=False)
     assert r.exit_code == 2
+    # one kind of ping a call: two are invalid input, and nothing is recorded
+    for two in (["--start", "--fail"], ["--log", "--exit", "0"], ["--fail", "--exit", "4"]):
+        r = jobctl("ping", "report", *two, ok=False)
+        assert r.exit_code == 2 and r.output.startswith("Error: give one of"), r.output
+    assert [r["id"] for r in _runs(jobctl, "report")] == [run["id"]]
     r = jobctl("ping", "nope", ok=False)
     assert r.exit_code == 1 and "no job named 'nope'" in r.output
     jobctl("add", "plain", "--every", "1h", "--", "true")

@@ -15,9 +15,9 @@ from .base import Ctx, _complete_jobs, cli, pass_ctx, warn
 
 @cli.command()
 @click.argument("name", shell_complete=_complete_jobs)
-@click.option("--start", "kind", flag_value="start", help="The work started.")
-@click.option("--fail", "kind", flag_value="fail", help="The work failed.")
-@click.option("--log", "kind", flag_value="log", help="Add the body to the output; no end.")
+@click.option("--start", is_flag=True, help="The work started.")
+@click.option("--fail", is_flag=True, help="The work failed.")
+@click.option("--log", is_flag=True, help="Add the body to the output; no end.")
 @click.option(
     "--exit",
     "exit_code",
@@ -27,7 +27,16 @@ from .base import Ctx, _complete_jobs, cli, pass_ctx, warn
 )
 @click.option("--rid", metavar="ID", help="Ties a start to its end when runs overlap.")
 @pass_ctx
-def ping(obj: Ctx, /, name: str, kind: str | None, exit_code: int | None, rid: str | None) -> None:
+def ping(
+    obj: Ctx,
+    /,
+    name: str,
+    start: bool,
+    fail: bool,
+    log: bool,
+    exit_code: int | None,
+    rid: str | None,
+) -> None:
     """Ping the watched job NAME as /ping/KEY does, straight into the database.
 
     Without a flag: the work succeeded. Standard input, when it is not a terminal, is the
@@ -35,8 +44,12 @@ def ping(obj: Ctx, /, name: str, kind: str | None, exit_code: int | None, rid: s
     """
     from ..watching import CLI_HOST, PingKind, make_ping
 
-    if kind is not None and exit_code is not None:
-        raise UsageError(f"--{kind} and --exit exclude each other")
+    given = [f for f, on in (("--start", start), ("--fail", fail), ("--log", log)) if on]
+    if exit_code is not None:
+        given.append("--exit")
+    if len(given) > 1:
+        raise UsageError(f"give one of --start, --fail, --log and --exit (got {', '.join(given)})")
+    kind = given[0][2:] if given and exit_code is None else None
     what = PingKind.EXIT if exit_code is not None else PingKind(kind or "success")
     body = _stdin_body()
     p = make_ping(what, exit_code=exit_code, rid=rid, body=body)
