@@ -5,6 +5,12 @@ port of 127.0.0.1 with ``fsync=off``, and is stopped at the end of the session. 
 process stops it too when the test process dies without cleaning up (SIGKILL, a crash), so
 an interrupted run never leaves a server behind.
 
+Under pytest-xdist each worker is a session of its own, so each starts its own server: no
+worker waits on another's start, none shares a database name or a connection limit with
+another, and a test that restarts its server (tests/test_multihost.py) disturbs no other
+worker's tests. A free port is only free when it was looked at: a start that finds it taken
+(by a server or a receiver of another worker) tries again on another.
+
 ``JOBCTL_TEST_PG=<url>`` (a URL of a role allowed to create databases) uses that server
 instead of starting one. A fresh database is ``CREATE DATABASE … TEMPLATE`` a database
 migrated once per session (about 20 ms).
@@ -117,6 +123,22 @@ class LocalServer:
             str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w", "start"
         )
 
+    def start_on_a_free_port(self, tries: int = 5) -> None:
+        """Start the server; when its port was taken between choosing and binding it (another
+        worker's server or receiver), choose another and start again."""
+        for attempt in range(tries):
+            try:
+                self.start()
+                return
+            except subprocess.CalledProcessError:
+                log = self.log.read_text(errors="replace") if self.log.exists() else ""
+                if "could not bind" not in log or attempt == tries - 1:
+                    raise
+            self.port = _free_port()
+            # a later line of postgresql.conf overrides an earlier one
+            with open(self.data / "postgresql.conf", "a") as f:
+                f.write(f"port = {self.port}\n")
+
     def stop(self, mode: str = "fast") -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
             self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
@@ -226,7 +248,7 @@ def test_databases() -> Iterator[TestDatabases]:
     try:
         server.start_watchdog()
         server.init()
-        server.start()
+        server.start_on_a_free_port()
         _wait_ready(server.url)
         dbs = TestDatabases(server.url, server)
         yield dbs
