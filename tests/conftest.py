@@ -262,11 +262,19 @@ BACKEND = os.environ.get("JOBCTL_TEST_BACKEND", "sqlite")
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sqlite_only: the test is about the SQLite file itself")
     config.addinivalue_line("markers", "postgresql: the test needs a PostgreSQL server")
+    config.addinivalue_line(
+        "markers", "long: the test takes many seconds; it is started before the short ones"
+    )
     if BACKEND not in ("sqlite", "postgresql"):
         raise pytest.UsageError(f"JOBCTL_TEST_BACKEND must be sqlite or postgresql, not {BACKEND}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The long tests first: with the workers handed one test at a time (pyproject's
+    # --maxschedchunk 1), they start side by side at once and the short ones fill in
+    # around them, so the run does not end with one worker still in a long test while the
+    # others are idle. The order among the rest is unchanged.
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
     if BACKEND != "postgresql":
         return
     skip = pytest.mark.skip(reason="about the SQLite file (JOBCTL_TEST_BACKEND=postgresql)")

@@ -92,6 +92,7 @@ def _check_outputs(results: list[tuple[int, bytes, bytes]], per_worker: int) -> 
         assert all(line.isdigit() for line in lines[1::2])
 
 
+@pytest.mark.long
 def test_six_processes_add_and_run_at_once(tmp_path: Path) -> None:
     db = tmp_path / "shared.db"
     procs = [
@@ -111,6 +112,7 @@ def test_six_processes_add_and_run_at_once(tmp_path: Path) -> None:
     _check_db(db, WORKERS, JOBS_PER_WORKER)
 
 
+@pytest.mark.long
 def test_six_jobctl_executables_at_once_on_a_new_file(tmp_path: Path) -> None:
     """The real executable, one process per command, racing to create the file too."""
     per_worker = 1
@@ -144,6 +146,7 @@ def test_six_jobctl_executables_at_once_on_a_new_file(tmp_path: Path) -> None:
     _check_db(db, WORKERS, per_worker)
 
 
+@pytest.mark.long
 def test_connections_racing_to_create_one_file_all_get_in(tmp_path: Path) -> None:
     # eight connections opening a new file at once: SQLite answers "database is locked"
     # at once (no busy wait) to some of those that meet another creating it or switching

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from croniter import croniter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -103,6 +104,7 @@ def croniter_fires(expr: str, after: datetime, count: int) -> list[datetime]:
     return [it.get_next(datetime) for _ in range(count)]
 
 
+@pytest.mark.long
 @settings(
     max_examples=2000,
     deadline=None,

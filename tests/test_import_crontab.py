@@ -81,6 +81,7 @@ def test_human_output_lists_jobs_and_notices(db: Path) -> None:
     assert "notice: line 4: MAILTO=paul" in proc.stderr
 
 
+@pytest.mark.long
 def test_reimport_is_a_no_op(db: Path) -> None:
     imported(db, str(DATA / "debian-user-example"))
     before = listed(db)

@@ -137,6 +137,7 @@ def test_a_channel_removed_before_delivery_sends_nothing(jobctl) -> None:
         assert rec.requests == []
 
 
+@pytest.mark.long
 def test_sigkill_mid_send_is_delivered_after_a_restart_with_the_same_key(
     jobctl, start_daemon
 ) -> None:
@@ -381,6 +382,7 @@ def test_api_job_bodies_take_notify_grace_and_warn_after(server, jobctl) -> None
     assert [j["name"] for j in jobctl.json("list")] == ["j"]
 
 
+@pytest.mark.long
 def test_a_hanging_receiver_delays_no_run(jobctl, start_daemon) -> None:
     """Each delivery hangs 6 s on one delivery thread: runs are claimed, run and finished
     meanwhile as if nothing were told, and the deliveries follow one by one."""

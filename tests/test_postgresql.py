@@ -267,6 +267,7 @@ def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
     return [node] + [n for child in node.get("Plans", []) for n in _plan_nodes(child)]
 
 
+@pytest.mark.long
 def test_a_claims_candidates_read_no_more_jobs_than_candidates(pg_url):
     """The candidates of a claim look up their own jobs by key: with 300 jobs a run each,
     a round of 16 reads 16 jobs, not every job (a plan that hashed all the jobs made each
@@ -470,6 +471,7 @@ def _history(location, n_jobs: int = 100) -> list[str]:
     return names
 
 
+@pytest.mark.long
 def test_db_copy_sqlite_to_postgresql_and_back_keeps_what_every_view_shows(
     tmp_path, pg_url, jobctl
 ):

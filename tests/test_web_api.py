@@ -169,6 +169,7 @@ def _serve_once(db: Path, env: dict[str, str], *args: str) -> subprocess.Complet
     )
 
 
+@pytest.mark.long
 def test_listen_address_rules(db: Path, tmp_path: Path) -> None:
     tf = token_file(tmp_path)
     for bad in ("nonsense", "127.0.0.1", "127.0.0.1:http", ":8642", "127.0.0.1:70000", "::1:80"):

@@ -26,6 +26,7 @@ def server(db: Path, tmp_path: Path) -> Iterator[Server]:
         s.close()
 
 
+@pytest.mark.long
 def test_dashboard_in_chromium(
     browser: Any, server: Server, jobctl: Jobctl, start_daemon: Any, tmp_path: Path
 ) -> None:

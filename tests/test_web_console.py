@@ -90,6 +90,7 @@ def rows(browser: Any) -> list[str]:
     return [r.get_attribute("data-job") for r in browser.find_elements(By.CSS_SELECTOR, "tr.job")]
 
 
+@pytest.mark.long
 def test_overview_dead_first_search_paging_natural_order_retry_all_dead(
     browser: Any, server: Server, jobctl: Jobctl, shot: Any
 ) -> None:
@@ -158,6 +159,7 @@ def test_overview_dead_first_search_paging_natural_order_retry_all_dead(
     shot("overview-400px")
 
 
+@pytest.mark.long
 def test_job_page_chart_retry_and_delete_with_confirmation(
     browser: Any, server: Server, jobctl: Jobctl, shot: Any
 ) -> None:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import wait_until
 
 WRITER = r"""
@@ -49,6 +50,7 @@ json.dump({"errors": errors, "expect": expect}, open(out, "w"))
 """
 
 
+@pytest.mark.long
 def test_eight_writers_while_a_daemon_runs(jobctl, start_daemon, db, tmp_path):
     jobctl("add", "bulk", "--every", "1s", "--overlap", "allow", "--", "true")
     d = start_daemon("--workers", "8")

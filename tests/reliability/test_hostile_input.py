@@ -118,6 +118,7 @@ def seeded(tmp_path_factory) -> Path:
     return db
 
 
+@pytest.mark.long
 @settings(
     max_examples=200,
     deadline=None,
