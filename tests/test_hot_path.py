@@ -267,6 +267,7 @@ def test_compact_heap_matches_a_plain_model(loaded, ops):
         assert h.peek() == (min(model.values()) if model else None)
 
 
+@pytest.mark.long
 def test_heap_of_a_million_jobs_is_compact():
     import tracemalloc
 

@@ -134,8 +134,11 @@ def test_logs_follow_streams_while_running_and_exits_0_at_the_end(jobctl, start_
     assert follow.lines("err") == []
 
 
-def test_logs_follow_across_a_retry_prints_both_attempts(jobctl, start_daemon, db):
+def test_logs_follow_across_a_retry_prints_both_attempts(jobctl, start_daemon, db, tmp_path):
     start_daemon()
+    # the first attempt fails only once the follower has shown its line: a follower that
+    # a busy machine starts late still starts during the first attempt
+    shown = tmp_path / "shown"
     jobctl(
         "add",
         "flaky",
@@ -145,11 +148,14 @@ def test_logs_follow_across_a_retry_prints_both_attempts(jobctl, start_daemon, d
         "--backoff",
         "1",
         "--",
-        'echo "try $JOBCTL_ATTEMPT"; sleep 1; [ "$JOBCTL_ATTEMPT" -ge 2 ]',
+        f'echo "try $JOBCTL_ATTEMPT"; [ "$JOBCTL_ATTEMPT" -ge 2 ] && exit 0; '
+        f"while [ ! -e {shown} ]; do sleep 0.05; done; exit 1",
     )
     run_id = jobctl.json("run", "flaky")["id"]
-    follow = Cli(db, "logs", str(run_id), "-f")  # most likely before the first attempt
+    follow = Cli(db, "logs", str(run_id), "-f")
     try:
+        wait_until(lambda: follow.lines() == ["try 1"], 30, what="the first attempt's line")
+        shown.touch()
         assert follow.wait(30) == 0
     finally:
         follow.kill()

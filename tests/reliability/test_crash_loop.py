@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from collections import defaultdict
 from datetime import timedelta
 from itertools import pairwise
 
+import pytest
 from conftest import wait_until
 from rhelpers import integrity
 
@@ -37,6 +39,7 @@ def _attempt_log(path):
     return seen, starts
 
 
+@pytest.mark.long
 def test_sigkill_loop_loses_nothing_and_never_runs_twice(jobctl, start_daemon, db, tmp_path):
     log = tmp_path / "attempts.log"
     body = (
@@ -55,7 +58,14 @@ def test_sigkill_loop_loses_nothing_and_never_runs_twice(jobctl, start_daemon, d
         d.kill()
         kills += 1
     final = start_daemon("--workers", "8")
-    time.sleep(4.5)  # every orphaned lease (2 s) expires and is taken back
+    final_id = re.search(r"daemon (\S+) started", final.log()).group(1)
+
+    def orphans() -> list[int]:
+        leased = jobctl.store().list_runs(state=RunState.LEASED, limit=1000)
+        return [r.id for r in leased if r.leased_by != final_id]
+
+    # every orphaned lease (2 s) expires and is taken back by the last daemon
+    wait_until(lambda: not orphans(), 30, what="no run leased by a killed daemon")
     assert final.terminate() == 0
     assert "Traceback" not in "".join((tmp_path / f"daemon{i}.log").read_text() for i in range(16))
 
@@ -115,6 +125,7 @@ while True:
 """
 
 
+@pytest.mark.long
 def test_sigkill_of_cli_writers_leaves_no_half_written_state(jobctl, db):
     jobctl("list")
     rng = random.Random(7)
