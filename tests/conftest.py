@@ -98,17 +98,26 @@ class Daemons:
         lease: float = 30.0,
         pid: int = 1,
         boot_id: str = "boot",
+        tags: tuple[str, ...] = (),
     ) -> Any:
         from jobctl.store import DaemonIdentity
 
-        identity = DaemonIdentity(daemon_id, host, pid, boot_id, float(lease))
+        identity = DaemonIdentity(daemon_id, host, pid, boot_id, float(lease), tags=tags)
         face = self.faces.get(daemon_id)
         if face is None or face.identity != identity:
             face = self.faces[daemon_id] = self.handle.open_daemon(identity)
         return face
 
-    def record_and_claim(self, daemon_id: str, host: str, now: Any, lease: float, **kw: Any) -> Any:
-        return self.face(daemon_id, host, lease).record_and_claim(now, **kw)
+    def record_and_claim(
+        self,
+        daemon_id: str,
+        host: str,
+        now: Any,
+        lease: float,
+        tags: tuple[str, ...] = (),
+        **kw: Any,
+    ) -> Any:
+        return self.face(daemon_id, host, lease, tags=tags).record_and_claim(now, **kw)
 
     def register_daemon(
         self, daemon_id: str, pid: int, host: str, boot_id: str, now: Any, lease: float
@@ -170,7 +179,13 @@ class StoreView:
         return self.commands.add_job(spec, next_fire(spec.trigger, now), now, **kw)
 
     def claim(
-        self, daemon: str, host: str, now: Any, lease: float, limit: int = 10
+        self,
+        daemon: str,
+        host: str,
+        now: Any,
+        lease: float,
+        limit: int = 10,
+        tags: tuple[str, ...] = (),
     ) -> tuple[list[Any], list[Any]]:
         from jobctl import planner
 
@@ -179,6 +194,7 @@ class StoreView:
             host,
             now,
             lease,
+            tags,
             finishes=[],
             started=[],
             limit=limit,

@@ -25,7 +25,7 @@ def one_round(a: StoreView, b: StoreView, job_id: int, window: datetime) -> tupl
     start = threading.Barrier(2)
     got: dict[str, Any] = {}
 
-    def plan(_job: object, _leased: bool, _waiting: bool) -> Plan:
+    def plan(_job: object, _leased: bool, _waiting: bool, _held: object) -> Plan:
         w = Window(window, RunState.PENDING, RunReason.SCHEDULE, not_before=window)
         return Plan([w], window + timedelta(minutes=1), window)
 

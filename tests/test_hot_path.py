@@ -34,7 +34,7 @@ def _expired(lease):
 
 
 def _plan(now):
-    def plan(job, has_leased, has_waiting):
+    def plan(job, has_leased, has_waiting, maintenance):
         return planner.plan_due(
             job,
             now,
@@ -42,6 +42,7 @@ def _plan(now):
             rng=random.Random(0),
             has_leased_run=has_leased,
             has_waiting_run=has_waiting,
+            maintenance=maintenance,
         )
 
     return plan

@@ -42,13 +42,13 @@ LEASE_SECONDS = 2.0
 class HostDaemon:
     """A ``jobctl daemon`` with its own host name."""
 
-    def __init__(self, url: str, host: str, log: Path) -> None:
+    def __init__(self, url: str, host: str, log: Path, *args: str) -> None:
         self.host = host
         self.log_path = log
         self._log = open(log, "ab")
         code = "from jobctl.cli import main; main()"
         argv = [sys.executable, "-c", code, "--db", url, "daemon", "--lease", LEASE]
-        argv += ["--shutdown-grace", "2s"]
+        argv += ["--shutdown-grace", "2s", *args]
         script = f'hostname {host} && exec "$@"'
         self.proc = subprocess.Popen(
             ["unshare", "--uts", "sh", "-c", script, "sh", *argv],
@@ -81,8 +81,8 @@ def jobctl(pg_url):
 def hosts(pg_url, tmp_path):
     started: list[HostDaemon] = []
 
-    def start(host: str) -> HostDaemon:
-        d = HostDaemon(pg_url, host, tmp_path / f"{host}-{len(started)}.log")
+    def start(host: str, *args: str) -> HostDaemon:
+        d = HostDaemon(pg_url, host, tmp_path / f"{host}-{len(started)}.log", *args)
         started.append(d)
         wait_until(lambda: "started" in d.log(), 15, what=f"daemon on {host}")
         return d
@@ -405,3 +405,34 @@ def test_a_host_cut_off_from_the_database_fences_itself_before_the_takeover(
         assert (attempts[0].host, attempts[1].host) == ("host-b", "host-a")
     finally:
         b.stop()
+
+
+def test_on_tags_send_runs_only_to_the_daemons_carrying_them(jobctl, hosts, tmp_path):
+    """--on host:a runs only on a over many windows while b idles; --on gpu runs on the two
+    gpu daemons and never on the untagged one."""
+    pinned, gpu = tmp_path / "pinned.log", tmp_path / "gpu.log"
+    common = ["--every", "1s", "--catchup", "all", "--overlap", "allow"]
+    jobctl("add", "pinned", *common, "--on", "host:host-a", "--",
+           f'echo "$JOBCTL_SCHEDULED_FOR $(hostname)" >> {pinned}')  # fmt: skip
+    jobctl("add", "render", *common, "--on", "gpu", "--",
+           f'echo "$JOBCTL_SCHEDULED_FOR $(hostname)" >> {gpu}')  # fmt: skip
+    hosts("host-a", "--tag", "gpu")
+    hosts("host-b")
+    hosts("host-c", "--tag", "gpu")
+    wait_until(lambda: len(_status(jobctl)["daemons"]) == 3, 10, what="three daemons")
+    tags = {d["host"]: d["tags"] for d in _status(jobctl)["daemons"]}
+    assert tags == {
+        "host-a": ["gpu", "host:host-a"],
+        "host-b": ["host:host-b"],
+        "host-c": ["gpu", "host:host-c"],
+    }
+    wait_until(lambda: len(_windows(pinned)) >= 8 and len(_windows(gpu)) >= 8, 40, what="runs")
+    pinned_hosts = collections.Counter(line.split()[1] for line in pinned.read_text().splitlines())
+    gpu_hosts = collections.Counter(line.split()[1] for line in gpu.read_text().splitlines())
+    assert set(pinned_hosts) == {"host-a"}, pinned_hosts
+    assert set(gpu_hosts) <= {"host-a", "host-c"}, gpu_hosts
+    # and no run of either was ever claimed by host-b (its attempts' host)
+    for name in ("pinned", "render"):
+        for run in jobctl.json("runs", name, "--limit", "1000"):
+            if run["state"] == "succeeded":
+                assert run["host"] in ("host-a", "host-c"), run

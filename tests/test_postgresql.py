@@ -9,7 +9,7 @@ import random
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -279,7 +279,7 @@ def test_a_claims_candidates_read_no_more_jobs_than_candidates(pg_url):
         for i in range(300):
             s.add_job(manual(f"j{i}"), T0)
             s.enqueue_run(f"j{i}", T0)
-    params = {"now": to_us(T0 + timedelta(hours=1)), "low_ok": True, "rp": -(2**62)}
+    params = {"now": to_us(T0 + timedelta(hours=1)), "low_ok": True, "rp": -(2**62), "tags": "[]"}
     with _admin(pg_url) as conn:
         conn.execute("SET search_path TO jobctl")
         conn.execute("ANALYZE")
@@ -330,12 +330,15 @@ def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):
 
 
 def _four_claimers(
-    pg_url: str, held: Callable[[list[Any]], None], freed: Callable[[Any], None]
+    pg_url: str,
+    held: Callable[[list[Any]], None],
+    freed: Callable[[Any], None],
+    tags: Sequence[tuple[str, ...]] = ((), (), (), ()),
 ) -> tuple[list[int], list[RunState], list[BaseException]]:
     """Four claimers at once, each on its own connection, claiming two runs at a time
     until 50 claims in a row find none. Under one lock, ``held(claimed)`` sees each claim
     as it returns and ``freed(claim)`` each run before the commit of its end that frees it.
-    Returns the runs ended, their states, and what any claimer raised."""
+    Claimer ``n`` carries ``tags[n]``. Returns the runs ended, their states, and what any claimer raised."""
     guard = threading.Lock()
     done: list[int] = []
     ends: list[RunState] = []
@@ -350,7 +353,9 @@ def _four_claimers(
                 barrier.wait()
                 idle = 0
                 while idle < 50:
-                    claimed, _ = st.claim(me, "h", T0 + timedelta(seconds=1), 60, limit=2)
+                    claimed, _ = st.claim(
+                        me, "h", T0 + timedelta(seconds=1), 60, limit=2, tags=tags[n]
+                    )
                     if not claimed:
                         idle += 1
                         continue
@@ -624,3 +629,32 @@ def test_each_change_sends_one_notify(pg_url):
         assert len(enqueued) == 1 and enqueued[0].startswith("run:"), enqueued
         jobctl("pause", "one")
         assert len(heard()) == 1
+
+
+def test_claimers_racing_keep_on_tags_with_max_running(pg_url):
+    """--on gpu with --max-running 2 across four claimers, two carrying gpu: a gpu run is
+    only ever claimed by a gpu claimer, never three at once, and every run (the untagged
+    ones by anyone) is claimed exactly once."""
+    with _view(pg_url) as s:
+        s.add_job(manual("render", overlap=Overlap.ALLOW, max_running=2, on_tags=("gpu",)), T0)
+        s.add_job(manual("any", overlap=Overlap.ALLOW), T0)
+        renders = {s.enqueue_run("render", T0 + timedelta(microseconds=i))[0].id for i in range(16)}
+        others = {s.enqueue_run("any", T0 + timedelta(microseconds=i))[0].id for i in range(16)}
+
+    holding: set[int] = set()
+    most = [0]
+    by: dict[int, list[str]] = {}
+
+    def held(claimed: list[Any]) -> None:
+        for c in claimed:
+            by.setdefault(c.run.id, []).append(c.run.leased_by)
+        holding.update(c.run.id for c in claimed if c.run.id in renders)
+        most[0] = max(most[0], len(holding))
+
+    tags = (("gpu", "host:h"), ("host:h",), ("gpu",), ())
+    done, _, errors = _four_claimers(pg_url, held, lambda c: holding.discard(c.run.id), tags)
+    assert errors == []
+    assert 1 <= most[0] <= 2
+    assert sorted(done) == sorted(renders | others)
+    assert all(len(who) == 1 for who in by.values())
+    assert {by[r][0] for r in renders} <= {"d0", "d2"}

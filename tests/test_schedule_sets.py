@@ -303,10 +303,10 @@ def _fire_at(view: Any, name: str, now: datetime) -> Any:
     job = view.get_job(name)
     due = [(job.id, int(job.next_run_at.timestamp() * 1_000_000))]
 
-    def plan(j: Any, has_leased: bool, has_waiting: bool) -> Any:
+    def plan(j: Any, has_leased: bool, has_waiting: bool, maintenance: Any) -> Any:
         return planner.plan_due(
             j, now, missed=False, rng=random.Random(0), has_leased_run=has_leased,
-            has_waiting_run=has_waiting,
+            has_waiting_run=has_waiting, maintenance=maintenance,
         )  # fmt: skip
 
     return view.daemon.fire(due, now, plan)

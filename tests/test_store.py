@@ -87,7 +87,7 @@ def _fire(store, job, now, has_leased_ok=True):
         )
     ]
 
-    def plan(j, has_leased, has_waiting):
+    def plan(j, has_leased, has_waiting, maintenance):
         return planner.plan_due(
             j,
             now,
@@ -95,6 +95,7 @@ def _fire(store, job, now, has_leased_ok=True):
             rng=random.Random(0),
             has_leased_run=has_leased,
             has_waiting_run=has_waiting,
+            maintenance=maintenance,
         )
 
     return store.d.fire(due, now, plan)

@@ -11,7 +11,7 @@ that on to the executor.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from . import planner
@@ -183,7 +183,12 @@ class Scheduler:
         missed_until = self.missed_until_us
         later: dict[int, int] = {}
 
-        def plan(job: Job, has_leased: bool, has_waiting: bool) -> Plan | None:
+        def plan(
+            job: Job,
+            has_leased: bool,
+            has_waiting: bool,
+            maintenance: Sequence[tuple[datetime, datetime | None]],
+        ) -> Plan | None:
             window = job.next_run_at
             at = now
             if window is not None and window > now:
@@ -200,6 +205,7 @@ class Scheduler:
                 rng=self.rng,
                 has_leased_run=has_leased,
                 has_waiting_run=has_waiting,
+                maintenance=maintenance,
             )
 
         fired = self.store.fire([(job_id, due_us) for due_us, job_id in due], now, plan)

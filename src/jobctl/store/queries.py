@@ -37,6 +37,10 @@ class Fragments:
     )
 
 
+#: no maintenance window in force (``pause --all``): while one is, nothing starts
+NO_MAINTENANCE = """NOT EXISTS (SELECT 1 FROM maintenance m WHERE m.since <= :now
+    AND m.ended_at IS NULL AND (m.until_at IS NULL OR m.until_at > :now))"""
+
 # The claim's rules (SPEC §5, §9), one named piece each, over the row ``runs`` (and, in the
 # job pieces, its job ``j``). ``inspect`` (WAITING) and the SQLite claim are both built
 # from these, so ``inspect`` never says a run is free while the claim passes it by.

@@ -208,7 +208,9 @@ class Waker(Protocol):
 #: the planner's decision for one due job, applied inside the firing transaction:
 #: ``(job, has_leased_run, has_waiting_run) -> Plan | None`` (waiting: a run of the job is
 #: pending or failed, what ``--overlap queue`` keeps at one)
-PlanFn = Callable[[Job, bool, bool], "Plan | None"]
+#: a due job, whether it has a leased run, whether it has one waiting, and the maintenance
+#: windows (``[since, end)``, end None while in force) that may hold its windows
+PlanFn = Callable[[Job, bool, bool, Sequence[tuple[datetime, datetime | None]]], "Plan | None"]
 #: the planner's decision for an expired lease of another daemon
 ExpiredFn = Callable[[ExpiredLease], Decision]
 

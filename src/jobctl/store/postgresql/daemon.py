@@ -20,6 +20,7 @@ make two runs of one window.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -82,12 +83,16 @@ CLAIM_BATCH = 32
 # The next candidates in queue order, each locked for this claimer (others skip them).
 # MATERIALIZED: the LIMIT and the row locks apply once, to exactly these rows. Each
 # candidate's job is looked up by its key (LATERAL with a LIMIT: never flattened into a
-# join the planner may hash, reading every job on each call, whatever the statistics).
+# join the planner may hash, reading every job on each call, whatever the statistics),
+# once, for both what the claim needs of it and its --on tags.
 CANDIDATES = """
 WITH cand AS MATERIALIZED (
     SELECT runs.id, runs.job_id, runs.priority, runs.pgid, runs.lease_host, runs.last_error,
-           runs.scheduled_for
-    FROM runs
+           runs.scheduled_for, j.overlap, j.max_running, j.job_state
+    FROM runs CROSS JOIN LATERAL (
+        SELECT jobs.overlap, jobs.max_running, jobs.state AS job_state, jobs.on_tags FROM jobs
+        WHERE jobs.id = runs.job_id LIMIT 1
+    ) j
     WHERE runs.state IN ('pending', 'failed') AND runs.not_before <= %(now)s
       AND runs.reason <> 'watch'
       AND (%(low_ok)s OR runs.priority >= %(rp)s)
@@ -96,16 +101,20 @@ WITH cand AS MATERIALIZED (
           SELECT 1 FROM run_locks mine JOIN held_locks h ON h.name = mine.name
           WHERE mine.run_id = runs.id
       )
+      -- --on: a run whose job asks for a tag this daemon lacks is never locked here
+      AND (j.on_tags = '[]' OR %(tags)s::jsonb @> j.on_tags::jsonb)
+      -- pause --all: nothing starts while a maintenance window is in force
+      AND NOT EXISTS (
+          SELECT 1 FROM maintenance m WHERE m.since <= %(now)s AND m.ended_at IS NULL
+            AND (m.until_at IS NULL OR m.until_at > %(now)s)
+      )
     ORDER BY runs.priority DESC, runs.scheduled_for ASC, runs.id ASC
     LIMIT %(n)s
     FOR UPDATE OF runs SKIP LOCKED
 )
-SELECT cand.*, j.overlap, j.max_running, j.job_state,
+SELECT cand.*,
        ARRAY(SELECT l.name FROM run_locks l WHERE l.run_id = cand.id ORDER BY l.name) AS locks
-FROM cand JOIN LATERAL (
-    SELECT jobs.overlap, jobs.max_running, jobs.state AS job_state FROM jobs
-    WHERE jobs.id = cand.job_id LIMIT 1
-) j ON true
+FROM cand
 ORDER BY cand.priority DESC, cand.scheduled_for ASC, cand.id ASC
 """
 
@@ -128,6 +137,11 @@ WHERE runs.id = ANY(%(ids)s::bigint[]) AND jobs.id = runs.job_id AND jobs.state 
   AND runs.state IN ('pending', 'failed') AND runs.not_before <= %(now)s
   -- a watched job's run (reason 'watch') is started and ended by pings, never here
   AND runs.reason <> 'watch'
+  AND (jobs.on_tags = '[]' OR %(tags)s::jsonb @> jobs.on_tags::jsonb)
+  AND NOT EXISTS (
+      SELECT 1 FROM maintenance m WHERE m.since <= %(now)s AND m.ended_at IS NULL
+        AND (m.until_at IS NULL OR m.until_at > %(now)s)
+  )
   AND (runs.deadline_at IS NULL OR runs.deadline_at >= %(now)s)
   AND NOT EXISTS (
       SELECT 1 FROM run_locks mine JOIN held_locks h ON h.name = mine.name
@@ -200,9 +214,9 @@ RETURNING id, job_id, scheduled_for
 
 UPSERT_DAEMON = """
 INSERT INTO daemons (id, pid, host, boot_id, started_at, heartbeat_at, expires_at, wake_address,
-    workers, reserved, reserved_priority)
+    workers, reserved, reserved_priority, tags)
 VALUES (%(id)s, %(pid)s, %(host)s, %(boot_id)s, %(now)s, %(now)s, %(until)s, NULL,
-    %(workers)s, %(reserved)s, %(rp)s)
+    %(workers)s, %(reserved)s, %(rp)s, %(tags)s)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at,
     expires_at = EXCLUDED.expires_at
 """
@@ -393,6 +407,7 @@ class PgDaemonStore(outbox.OutboxDaemon, WatchDaemon):
                 "workers": me.workers,
                 "reserved": me.reserved,
                 "rp": me.reserved_priority,
+                "tags": json.dumps(list(me.tags)),
             },
         )
 
@@ -518,6 +533,16 @@ class PgDaemonStore(outbox.OutboxDaemon, WatchDaemon):
         out: list[Fired] = []
         now_us = to_us(now)
         with self.db.write() as c:
+            # the maintenance windows (pause --all) that may hold the windows fired now
+            held = [
+                (from_us(r["since"]), None if r["ends"] is None else from_us(r["ends"]))
+                for r in c.execute(
+                    "SELECT since, COALESCE(ended_at, until_at) AS ends FROM maintenance "
+                    "WHERE since <= %(now)s AND (COALESCE(ended_at, until_at) IS NULL "
+                    "OR COALESCE(ended_at, until_at) > %(since)s) ORDER BY since",
+                    {"now": now_us, "since": min(d for _, d in due) if due else now_us},
+                ).fetchall()
+            ]
             for job_id, due_us in sorted(due, key=lambda d: d[0]):  # one lock order
                 row = c.execute(
                     "SELECT * FROM jobs WHERE id = %s AND state = 'active' AND next_run_at = %s "
@@ -533,7 +558,7 @@ class PgDaemonStore(outbox.OutboxDaemon, WatchDaemon):
                     "WHERE job_id = %(id)s AND state IN ('pending', 'failed')) AS waiting",
                     {"id": job_id, "queue": job.spec.overlap is Overlap.QUEUE},
                 ).fetchone()
-                p = plan(job, bool(flags["leased"]), bool(flags["waiting"]))
+                p = plan(job, bool(flags["leased"]), bool(flags["waiting"]), held)
                 if p is None:
                     continue
                 if p.replace_open:
@@ -717,7 +742,8 @@ class PgDaemonStore(outbox.OutboxDaemon, WatchDaemon):
         with self.db.write() as c:
             conn = c.connection
             n = min(CLAIM_BATCH, limit * 4)
-            first = {"now": now_us, "low_ok": True, "rp": rp, "tried": [], "n": n}
+            tags = json.dumps(list(self.identity.tags))
+            first = {"now": now_us, "low_ok": True, "rp": rp, "tried": [], "n": n, "tags": tags}
             # one sync: the expired leases, the runs past their deadline skipped, and the
             # first candidates (read after the skips: a skipped run is none)
             with conn.pipeline():
@@ -743,7 +769,14 @@ class PgDaemonStore(outbox.OutboxDaemon, WatchDaemon):
                     ahead_rows = None
                     cands = c.execute(
                         CANDIDATES,
-                        {"now": now_us, "low_ok": low_ok, "rp": rp, "tried": tried, "n": n},
+                        {
+                            "now": now_us,
+                            "low_ok": low_ok,
+                            "rp": rp,
+                            "tried": tried,
+                            "n": n,
+                            "tags": tags,
+                        },
                     ).fetchall()
                 picked: list[tuple[dict[str, Any], list[str], bool]] = []
                 keys_now: set[str] = set()
@@ -802,7 +835,14 @@ class PgDaemonStore(outbox.OutboxDaemon, WatchDaemon):
             ids = [cand["id"] for cand, _, _ in picked]
         if not ids:
             return {}
-        params = {"me": daemon_id, "until": until, "now": now_us, "host": host, "ids": ids}
+        params = {
+            "me": daemon_id,
+            "until": until,
+            "now": now_us,
+            "host": host,
+            "ids": ids,
+            "tags": json.dumps(list(self.identity.tags)),
+        }
         violation = self.db.psycopg.errors.UniqueViolation
         # pipelined: the savepoint goes with the claim, its release with the read after
         with c.connection.pipeline():
@@ -827,11 +867,13 @@ class PgDaemonStore(outbox.OutboxDaemon, WatchDaemon):
 
     def next_claim_at(self, now: datetime) -> datetime | None:
         now_us = to_us(now)
-        # the next run due, or the next open run past its --deadline (see SQLite's)
+        # the next run due, the next open run past its --deadline, or the end of a
+        # maintenance window that ends by itself (see SQLite's)
         a = self.db.scalar(
             "SELECT LEAST((SELECT MIN(not_before) FROM runs WHERE state IN ('pending', 'failed') "
             "AND not_before > %(now)s), (SELECT MIN(deadline_at) + 1000 FROM runs "
-            "WHERE deadline_at IS NOT NULL AND deadline_at >= %(now)s))",
+            "WHERE deadline_at IS NOT NULL AND deadline_at >= %(now)s), (SELECT MIN(until_at) "
+            "FROM maintenance WHERE ended_at IS NULL AND until_at > %(now)s))",
             {"now": now_us},
         )
         b = self.db.scalar(

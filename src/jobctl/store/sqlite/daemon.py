@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
@@ -169,6 +170,7 @@ class SqliteDaemonStore(outbox.OutboxDaemon, WatchDaemon):
                 "workers": me.workers,
                 "reserved": me.reserved,
                 "rp": me.reserved_priority,
+                "tags": json.dumps(list(me.tags)),
             },
         )
 
@@ -284,6 +286,13 @@ class SqliteDaemonStore(outbox.OutboxDaemon, WatchDaemon):
         with self.db.write() as c:
             marks = ", ".join("?" * len(due_at))
             rows = {r["id"]: r for r in named(c, sql.FIRE_JOBS.format(marks=marks), list(due_at))}
+            # the maintenance windows (pause --all) that may hold the windows fired now
+            held = [
+                (from_us(r["since"]), None if r["ends"] is None else from_us(r["ends"]))
+                for r in c.execute(
+                    sql.MAINTENANCE_SINCE, {"now": now_us, "since": min(due_at.values())}
+                ).fetchall()
+            ]
             rows_params: list[object] = []
             windows: list[tuple[Job, Window]] = []
             moves: list[dict[str, object]] = []
@@ -294,7 +303,7 @@ class SqliteDaemonStore(outbox.OutboxDaemon, WatchDaemon):
                 if row is None or row["next_run_at"] != due_us:
                     continue  # changed meanwhile (compare-and-set): the caller re-reads it
                 job = job_from_row(row)
-                p = plan(job, bool(row["has_leased"]), bool(row["has_waiting"]))
+                p = plan(job, bool(row["has_leased"]), bool(row["has_waiting"]), held)
                 if p is None:
                     continue
                 if p.replace_open:
@@ -524,6 +533,7 @@ class SqliteDaemonStore(outbox.OutboxDaemon, WatchDaemon):
             "host": host,
             "low_ok": 1,
             "rp": reserved_priority if reserved_priority is not None else -(2**62),
+            "tags": json.dumps(list(self.identity.tags)),
         }
         while len(claimed) < limit:
             low_ok = reserved_priority is None or low_limit is None or low_used < low_limit
@@ -544,7 +554,7 @@ class SqliteDaemonStore(outbox.OutboxDaemon, WatchDaemon):
 
     def next_claim_at(self, now: datetime) -> datetime | None:
         now_us = to_us(now)
-        a = self.db.read(sql.NEXT_NOT_BEFORE, (now_us, now_us))[0][0]
+        a = self.db.read(sql.NEXT_NOT_BEFORE, (now_us,))[0][0]
         b = self.db.read(sql.NEXT_LEASE_EXPIRY, (self.identity.id, now_us))[0][0]
         return next_claim_time(a, b)
 

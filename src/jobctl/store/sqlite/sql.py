@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..queries import (
     JOB_FREE,
     LOCKS_FREE,
+    NO_MAINTENANCE,
     RUN_DUE,
     RUN_OPEN,
     Fragments,
@@ -31,8 +32,8 @@ INSERT_RUN_LOCK = QUERIES.insert_run_lock
 DELETE_EXPIRED_DAEMONS = "DELETE FROM daemons WHERE expires_at < ?"
 UPSERT_DAEMON = """
 INSERT INTO daemons (id, pid, host, boot_id, started_at, heartbeat_at, expires_at, wake_address,
-    workers, reserved, reserved_priority)
-VALUES (:id, :pid, :host, :boot_id, :now, :now, :until, :wake, :workers, :reserved, :rp)
+    workers, reserved, reserved_priority, tags)
+VALUES (:id, :pid, :host, :boot_id, :now, :now, :until, :wake, :workers, :reserved, :rp, :tags)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,
     expires_at = excluded.expires_at
 """
@@ -133,10 +134,19 @@ WHERE id = :job_id AND state = 'active' AND next_run_at IS NULL
 # the deadline, which is passed once it is behind); only open runs keep a deadline_at
 NEXT_NOT_BEFORE = """
 SELECT MIN(t) FROM (
-    SELECT MIN(not_before) AS t FROM runs WHERE state IN ('pending', 'failed') AND not_before > ?
+    SELECT MIN(not_before) AS t FROM runs WHERE state IN ('pending', 'failed') AND not_before > ?1
     UNION ALL
-    SELECT MIN(deadline_at) + 1000 FROM runs WHERE deadline_at IS NOT NULL AND deadline_at >= ?
+    SELECT MIN(deadline_at) + 1000 FROM runs WHERE deadline_at IS NOT NULL AND deadline_at >= ?1
+    UNION ALL
+    -- a maintenance window that ends by itself (--until): the claim may start again then
+    SELECT MIN(until_at) FROM maintenance WHERE ended_at IS NULL AND until_at > ?1
 )"""
+# the maintenance windows that hold windows from :since on (pause --all)
+MAINTENANCE_SINCE = """
+SELECT since, COALESCE(ended_at, until_at) AS ends FROM maintenance
+WHERE since <= :now AND (COALESCE(ended_at, until_at) IS NULL
+    OR COALESCE(ended_at, until_at) > :since) ORDER BY since
+"""
 NEXT_LEASE_EXPIRY = (
     "SELECT MIN(lease_until) FROM runs WHERE state = 'leased' AND leased_by != ? "
     "AND lease_until > ?"
@@ -172,12 +182,20 @@ RETURNING id, job_id, scheduled_for
 # the reserved-worker quota: runs of priority < :rp only while :low_ok (per daemon)
 WITHIN_QUOTA = "(:low_ok OR runs.priority >= :rp)"
 
+# --on: every tag of the run's job is among this daemon's (:tags, a JSON array)
+TAGS_CARRIED = """NOT EXISTS (SELECT 1 FROM jobs jt, json_each(jt.on_tags) t
+    WHERE jt.id = runs.job_id AND jt.on_tags <> '[]'
+    AND t.value NOT IN (SELECT value FROM json_each(:tags)))"""
+
 # Claim the single best claimable run: due, pending or failed, none of its locks held by a
-# leased run, its job not paused, and (forbid/replace) no other run of its job leased.
+# leased run, its job not paused, (forbid/replace) no other run of its job leased, its
+# job's --on tags carried by this daemon, and no maintenance window in force.
 CLAIMABLE = f"""
     {RUN_OPEN} AND {RUN_DUE} AND {WITHIN_QUOTA}
     AND {LOCKS_FREE}
     AND {JOB_FREE}
+    AND {TAGS_CARRIED}
+    AND {NO_MAINTENANCE}
 """
 
 # walk the queue in order and stop at the first claimable run; without INDEXED BY the
