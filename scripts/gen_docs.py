@@ -401,7 +401,13 @@ ends the started run (by rid, else the latest started, else the latest pending)
 succeeded, or dead with its exit code. A run not started by its window + `--grace`
 (default 5m) is late; one still without its end ping at window + grace + `--timeout`
 (else the period to the next window) ends dead with error `no ping`, and a success ping
-for it later makes it succeeded and sends recovered.
+for it later makes it succeeded and sends recovered. A watched run is not retried:
+`retry-dead` refuses one (exit 1), and `retry-dead --all` leaves them alone.
+
+`export` writes a watched job with `watch = true` and its `ping_key`, so `export | apply
+-` keeps the URLs that ping it, onto the same database or a new one. A file may leave
+`ping_key` out (the key is a secret): `apply` then keeps the key of the job it changes, or
+makes one for a job it adds (the API always makes a new key).
 
 `jobctl exec NAME -- COMMAND` wraps a crontab line: it pings start, runs COMMAND in the
 foreground with its output passed through, pings success or its exit code with the last

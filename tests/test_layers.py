@@ -23,7 +23,8 @@ LAYERS = {
     "envfile": 2,
     "specs": 5,
     "jobfile": 5.5,
-    "watching": 5.5,
+    # the rules of watched jobs: below the job file, which reads and writes such jobs
+    "watching": 5.2,
     "reaper": 5,
     "notifications": 4,
     "notifier": 7,

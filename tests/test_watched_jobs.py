@@ -13,11 +13,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from conftest import BACKEND, wait_until
 from receivers import MainCli, http_receiver
 from webhelpers import TOKEN, Server, browser, needs_chromium, text_of, token_file
 
@@ -522,3 +523,118 @@ def test_pinged_runs_are_judged_for_anomaly_as_any_job(jobctl) -> None:
     slow = _runs(jobctl, "quick")[0]
     assert (note["event"], note["run_id"], note["job"]) == ("anomaly", slow["id"], "quick")
     assert slow["state"] == "succeeded" and slow["duration"] >= 1.3
+
+
+# ---------------------------------------------------------------------- jobs as code
+
+
+@pytest.fixture
+def other_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A second, empty database of the suite's backend."""
+    if BACKEND == "postgresql":
+        dbs = request.getfixturevalue("pg_databases")
+        url = dbs.new()
+        yield url
+        dbs.drop(url)
+    else:
+        yield tmp_path / "other.db"
+
+
+def _without_ping_keys(text: str) -> str:
+    return "".join(line for line in text.splitlines(True) if not line.startswith("ping_key ="))
+
+
+def test_export_then_apply_keeps_watched_jobs_and_their_ping_keys(jobctl, other_db, capsys) -> None:
+    jobctl("add", "nightly", "--watch", "--cron", "0 3 * * *", "--timeout", "1h")
+    jobctl("add", "ci", "--watch", "--every", "1h", "--grace", "10m", "--paused")
+    keys = {n: _key(jobctl, n) for n in ("nightly", "ci")}
+    text = jobctl("export").stdout
+    # a watched job's table: watch, its key, its schedule and policies; no command and
+    # none of a watched job's own defaults (retries 0, grace 5m)
+    assert "watch = true" in text and f'ping_key = "{keys["nightly"]}"' in text
+    assert "command" not in text and "retries" not in text and 'grace = "5m"' not in text
+    assert 'grace = "10m"' in text and 'timeout = "1h"' in text and "paused = true" in text
+    revisions = {j["name"]: j["revision"] for j in jobctl.json("list")}
+
+    # onto the same database: nothing changes, nothing is printed
+    assert jobctl("apply", "-", stdin=text).stdout == ""
+    # nor without the keys: a watched job of the file keeps the key its pingers use
+    assert jobctl("apply", "-", stdin=_without_ping_keys(text)).stdout == ""
+    assert {j["name"]: j["revision"] for j in jobctl.json("list")} == revisions
+    assert {n: _key(jobctl, n) for n in keys} == keys
+
+    # onto an empty database: the same watched jobs, the same keys (so the same URLs)
+    other = MainCli(other_db, capsys)
+    try:
+        assert other("apply", "-", stdin=text).stdout.split() == ["+", "ci", "+", "nightly"]
+        assert other("export").stdout == text
+        for name in keys:
+            job, copy = jobctl.json("show", name), other.json("show", name)
+            for field in ("watch", "ping_key", "command", "grace", "timeout", "retries"):
+                assert copy[field] == job[field], field
+            assert copy["trigger"]["expr"] == job["trigger"]["expr"]
+            assert copy["state"] == job["state"]
+        # its pings land there
+        other("ping", "nightly")
+        assert [r["state"] for r in _runs(other, "nightly")] == ["succeeded"]
+        # a new watched job written without a key gets one of its own
+        other("apply", "-", stdin='[jobs.new]\nevery = "30m"\nwatch = true\n')
+        new = other.json("show", "new")
+        assert new["watch"] and new["ping_key"] not in keys.values() and new["grace"] == 300
+    finally:
+        other.close()
+
+
+def test_apply_refuses_a_watched_table_with_start_keys_or_a_taken_ping_key(jobctl) -> None:
+    jobctl("add", "nightly", "--watch", "--cron", "0 3 * * *")
+    _key(jobctl, "nightly")
+    bad = (
+        '[jobs.a]\nevery = "1h"\nwatch = true\nretries = 2\nenv = { A = "1" }\n'
+        'command = "true"\n'
+        '[jobs.b]\nevery = "1h"\nping_key = "abc"\ncommand = "true"\n'
+        "[jobs.c]\nmanual = true\nwatch = true\n"
+        '[jobs.d]\nevery = "1h"\nwatch = true\nping_key = "not a key"\n'
+    )
+    r = jobctl("apply", "-", stdin=bad, ok=False)
+    assert r.exit_code == 2, r.output
+    for said in (
+        "line 4: job a: retries: it is about starting a command: not with watch = true",
+        "line 5: job a: env: it is about starting a command",
+        "line 6: job a: command: a watched job has no command",
+        "line 9: job b: ping_key: goes with watch = true",
+        "line 12: job c: manual: a watched job takes cron or every",
+        "line 17: job d: ping_key: invalid ping_key",
+    ):
+        assert said in r.output, (said, r.output)
+    # another job's key would make one URL ping two jobs
+    copy = jobctl("export", "nightly").stdout.replace("[jobs.nightly]", "[jobs.copy]")
+    r = jobctl("apply", "-", stdin=copy, ok=False)
+    assert r.exit_code == 2 and "job copy: ping_key: it is the key of job nightly" in r.output
+    assert [j["name"] for j in jobctl.json("list")] == ["nightly"]
+
+
+# ---------------------------------------------------------------------- retry-dead
+
+
+def test_retry_dead_refuses_a_watched_run_its_pings_end(jobctl, server) -> None:
+    jobctl("add", "etl", "--watch", "--every", "1h", "--grace", "1m", "--timeout", "1m")
+    jobctl("ping", "etl", "--start")
+    [run] = _runs(jobctl, "etl")
+    # its end ping never came: the scheduler-lease holder ends it dead
+    jobctl.store().settle_watched(datetime.now(UTC) + timedelta(hours=1))
+    assert (_inspect(jobctl, run["id"])["state"], _inspect(jobctl, run["id"])["last_error"]) == (
+        "dead",
+        "no ping",
+    )
+    # back to pending, its window's limit long passed, it would only end dead again
+    r = jobctl("retry-dead", str(run["id"]), ok=False)
+    assert r.exit_code == 1 and f"Error: run {run['id']} is watched" in r.output, r.output
+    r = jobctl("retry-dead", "etl", ok=False)
+    assert r.exit_code == 1 and "Error: job 'etl' is watched" in r.output, r.output
+    assert jobctl("retry-dead", "--all").stdout == "0 dead runs back to pending\n"
+    r = server.request("POST", f"/v1/runs/{run['id']}/retry")
+    assert r.status == 409 and "is watched" in r.json()["error"]
+    assert _inspect(jobctl, run["id"])["state"] == "dead"
+    # what ends it is its success ping, late
+    jobctl("ping", "etl")
+    assert _inspect(jobctl, run["id"])["state"] == "succeeded"

@@ -69,9 +69,33 @@ def plan_text(
                 problems.append(
                     Problem(None, f"job {spec.name}: except_calendars: no calendar named {name}")
                 )
+    problems += _shared_ping_keys(after)
     if problems:
         raise FileErrors(problems)
     return plan
+
+
+def _shared_ping_keys(jobs: Sequence[Job]) -> list[Problem]:
+    """A ``ping_key`` held by two jobs as they would be (``jobs``: those the file leaves
+    alone, then the file's): a table copied from one job to another, or two tables with
+    the same key. Each key is one job's ``/ping/KEY``; the later job is named."""
+    holder: dict[str, str] = {}
+    problems = []
+    for job in jobs:
+        key = job.spec.ping_key
+        if key is None:
+            continue
+        if key in holder:
+            problems.append(
+                Problem(
+                    None,
+                    f"job {job.name}: ping_key: it is the key of job {holder[key]} (leave "
+                    "ping_key out and a new one is made)",
+                )
+            )
+        else:
+            holder[key] = job.name
+    return problems
 
 
 def check_unchanged(base: Sequence[Job], current: Sequence[Job]) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from datetime import date, datetime, time
 from typing import Any
 
-from . import durations, specs, triggers, zones
+from . import durations, specs, triggers, watching, zones
 from .errors import JobctlError, UsageError
 from .models import Job, JobSpec, JobState, Limits, Overlap, Trigger, TriggerKind
 from .triggers import named
@@ -137,6 +137,15 @@ def _overlap_default(d: Definition) -> str:
     return str((Overlap.ALLOW if manual else Overlap.FORBID).value)
 
 
+def _retries_default(d: Definition) -> int:
+    return 0 if d.spec.watched else int(_spec_default("retries"))
+
+
+def _grace_default(d: Definition) -> str | None:
+    """A watched job's grace is 5m unless given (as ``add --watch`` makes it)."""
+    return _duration(watching.DEFAULT_GRACE_SECONDS) if d.spec.watched else None
+
+
 _D = JobSpec.__dataclass_fields__
 
 
@@ -193,15 +202,18 @@ FIELDS: tuple[Field, ...] = (
         [],
         "except_calendar",
     ),
-    # what runs
-    Field("command", "str", lambda d: d.spec.command, None, None),
+    # what runs: a command, or (watch = true) nothing here: the work runs elsewhere and
+    # pings /ping/KEY (README "Watching jobs that jobctl does not run")
+    Field("command", "str", lambda d: None if d.spec.watched else d.spec.command, None, None),
+    Field("watch", "bool", lambda d: d.spec.watched, False, None),
+    Field("ping_key", "str", lambda d: d.spec.ping_key, None, None),
     Field("description", "str", lambda d: d.spec.description),
     # policies, in the order of `add --help`
     Field("catchup", "str", lambda d: d.spec.catchup.value, _spec_default("catchup").value),
     Field("catchup_limit", "int", lambda d: d.spec.catchup_limit, _spec_default("catchup_limit")),
     Field("overlap", "str", lambda d: d.spec.overlap.value, _overlap_default),
     Field("timeout", "duration", lambda d: _duration(d.spec.timeout_seconds)),
-    Field("retries", "int", lambda d: d.spec.retries, _spec_default("retries")),
+    Field("retries", "int", lambda d: d.spec.retries, _retries_default),
     Field(
         "backoff",
         "duration",
@@ -243,7 +255,7 @@ FIELDS: tuple[Field, ...] = (
     Field("keep_for", "duration", lambda d: _duration(d.spec.keep_for_seconds)),
     # notifications (README, Getting told): "CHANNEL:EVENTS" as --notify takes them
     Field("notify", "strings", lambda d: _notify(d.spec.notify), [], "notify"),
-    Field("grace", "duration", lambda d: _duration(d.spec.grace_seconds)),
+    Field("grace", "duration", lambda d: _duration(d.spec.grace_seconds), _grace_default),
     Field("warn_after", "duration", lambda d: _duration(d.spec.warn_after_seconds)),
     # the job's state
     Field("paused", "bool", lambda d: d.paused, False, None),
@@ -570,10 +582,15 @@ def _definition(
                     changes[field_name] = field_value
         except JobctlError as e:
             problem(key, str(e))
-    command: str | None = None
-    if "command" not in table:
+    watch = bool(given.get("watch", False))
+    if watch:
+        _check_watch(table, problem)
+    elif "ping_key" in table:
+        problem("ping_key", "goes with watch = true")
+    command: str | None = "" if watch else None
+    if not watch and "command" not in table:
         problem(None, "command is required")
-    elif "command" in given:
+    elif not watch and "command" in given:
         try:
             command = specs.join_command([specs.check_text(given["command"], "command")])
         except UsageError as e:
@@ -583,8 +600,22 @@ def _definition(
         trigger = _trigger(given, table, now, existing, name, problem)
     except _KeyProblem as e:
         problem(e.key, e.message)
+    if watch and trigger is not None:
+        try:
+            watching.check_watch_trigger(trigger)
+        except UsageError:
+            key = next(k for k in TRIGGER_KEYS if k in table)
+            problem(key, "a watched job takes cron or every (fixed rate)")
     if problems or trigger is None or command is None:
         return None
+    if watch:
+        changes["retries"] = 0
+        changes.setdefault("grace_seconds", watching.DEFAULT_GRACE_SECONDS)
+        changes["ping_key"] = given.get("ping_key") or (
+            existing.spec.ping_key
+            if existing is not None and existing.spec.ping_key is not None
+            else watching.new_ping_key()
+        )
     if trigger.kind is TriggerKind.MANUAL:
         changes.setdefault("overlap", Overlap.ALLOW)
     if "limits" in changes:
@@ -597,6 +628,24 @@ def _definition(
         problem(None, str(e))
         return None
     return Definition(spec, bool(given.get("paused", False)))
+
+
+def _check_watch(table: Mapping[str, Any], problem: Callable[[str | None, str], None]) -> None:
+    """A watched job's table (``watch = true``) holds no command and no key about starting
+    one (``timeout`` stays: how long a started run may go without its end ping), and a
+    ``ping_key`` only as ``/ping/KEY`` takes it."""
+    if "command" in table:
+        problem("command", "a watched job has no command: the work runs elsewhere and pings")
+    for key in table:
+        opt = BY_KEY[key].option_key() if key in BY_KEY else None
+        if opt in watching.START_FLAGS:
+            problem(key, "it is about starting a command: not with watch = true")
+    ping_key = table.get("ping_key")
+    if isinstance(ping_key, str):
+        try:
+            watching.check_ping_key(ping_key)
+        except UsageError as e:
+            problem("ping_key", str(e))
 
 
 class _KeyProblem(Exception):

@@ -170,6 +170,13 @@ def new_rid() -> str:
     return uuid.uuid4().hex
 
 
+def check_ping_key(key: str) -> str:
+    """A ping key given (a job file, the API): what ``/ping/KEY`` takes. Raises UsageError."""
+    if not _KEY_RE.fullmatch(key):
+        raise UsageError(f"invalid ping_key {key!r}: 1-128 letters, digits, _ or -")
+    return key
+
+
 def new_ping_key() -> str:
     import uuid
 
@@ -249,6 +256,7 @@ __all__ = [
     "Ping",
     "PingKind",
     "build_watch_spec",
+    "check_ping_key",
     "check_watch_trigger",
     "latest_window",
     "make_ping",

@@ -49,6 +49,12 @@ from .secrets import SecretCommands, check_secrets
 from .values import Backfilled, BackfillFn, CopiedJob, DbInfo, Revision, Status
 from .watch import WatchCommands
 
+#: why retry-dead refuses a watched run (README "Watching jobs that jobctl does not run")
+_NOT_RETRIED = (
+    "watched: its work runs elsewhere and only its pings start and end it, so it is not "
+    "retried (a success ping still ends a run dead with 'no ping' succeeded)"
+)
+
 if TYPE_CHECKING:  # imported where used: a listing never needs them
     from .. import jobfile
     from ..checks import CheckFacts
@@ -896,9 +902,16 @@ class Commands(outbox.OutboxCommands, SecretCommands, WatchCommands):
                         raise NotFound(f"no run with id {run_id}")
                     if row["state"] != "dead":
                         raise Conflict(f"run {run_id} is {row['state']}, not dead")
+                    if row["reason"] == RunReason.WATCH.value:
+                        raise Conflict(f"run {run_id} is {_NOT_RETRIED}")
                     ids.append(run_id)
             elif job_name is not None:
-                job_id = job_row(self.db, c, job_name)["id"]
+                job = job_row(self.db, c, job_name)
+                if job["ping_key"] is not None:
+                    raise Conflict(
+                        f"job {job_name!r} is watched: each of its runs is {_NOT_RETRIED}"
+                    )
+                job_id = job["id"]
                 ids = [r["id"] for r in c.execute(self.q.dead_ids_of_job, (job_id,))]
             elif all_jobs:
                 ids = [r["id"] for r in c.execute(self.q.dead_ids)]

@@ -229,7 +229,7 @@ FROM jobs {only}""",
         attempts_of_run="SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt",
         last_attempt="SELECT * FROM attempts WHERE run_id = ? ORDER BY attempt DESC LIMIT 1",
         one_attempt="SELECT * FROM attempts WHERE run_id = ? AND attempt = ?",
-        run_state_locked="SELECT state FROM runs WHERE id = ?" + d.for_update,
+        run_state_locked="SELECT state, reason FROM runs WHERE id = ?" + d.for_update,
         run_by_key="SELECT id FROM runs WHERE job_id = ? AND run_key = ?",
         window_taken="SELECT 1 FROM runs WHERE job_id = ? AND scheduled_for = ?",
         leased_of_job="SELECT COUNT(*) AS n FROM runs WHERE job_id = ? AND state = 'leased'",
@@ -237,7 +237,9 @@ FROM jobs {only}""",
         "AND state IN ('pending', 'failed', 'leased') ORDER BY id",
         dead_ids_of_job="SELECT id FROM runs WHERE job_id = ? AND state = 'dead' ORDER BY id"
         + d.for_update,
-        dead_ids="SELECT id FROM runs WHERE state = 'dead' ORDER BY id" + d.for_update,
+        # retry-dead --all: a watched run (reason 'watch') is ended by pings, never retried
+        dead_ids="SELECT id FROM runs WHERE state = 'dead' AND reason <> 'watch' ORDER BY id"
+        + d.for_update,
         # status's counts: the open runs off the (state, ...) indexes, the finished ones
         # from the tallies (SPEC §13: no read counts every run)
         open_counts="SELECT state, COUNT(*) AS n FROM runs "
