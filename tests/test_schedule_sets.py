@@ -596,3 +596,31 @@ def test_the_api_creates_a_set_from_the_json_a_job_shows(
         assert server.request("POST", "/v1/jobs", bad).status == 422  # invalid input
     finally:
         server.close()
+
+
+def test_a_calendar_change_reaches_the_jobs_that_use_it(jobctl: Any) -> None:
+    jobctl("calendar", "add", "off", "2026-08-01")
+    jobctl(
+        "add", "daily", "--cron", "0 12 * * *", "--tz", "UTC", "--except-calendar", "off",
+        "--", "true",
+    )  # fmt: skip
+    frm = ["-n", "3", "--from", "2026-08-01T00:00Z"]
+    assert jobctl.json("next", "daily", *frm)[0] == "2026-08-02T12:00:00Z"
+    jobctl("calendar", "add", "off", "2026-08-02")
+    assert jobctl.json("next", "daily", *frm)[0] == "2026-08-03T12:00:00Z"
+    # the scheduler reads the job's own copy of the dates: a fire records it excluded
+    view = jobctl.store()
+    job = view.get_job("daily")
+    assert date(2026, 8, 2) in job.except_dates
+    plan = planner.plan_due(
+        job.moved_to(datetime(2026, 8, 2, 12, tzinfo=UTC)),
+        datetime(2026, 8, 2, 12, tzinfo=UTC),
+        missed=False,
+        rng=random.Random(0),
+    )
+    assert plan is not None
+    assert [(w.state, w.skip_reason) for w in plan.windows] == [
+        (RunState.SKIPPED, SkipReason.EXCLUDED)
+    ]
+    jobctl("calendar", "rm", "off", "2026-08-01", "2026-08-02")
+    assert jobctl.json("next", "daily", *frm)[0] == "2026-08-01T12:00:00Z"
