@@ -369,6 +369,24 @@ def test_after_the_active_range_the_job_is_done(jobctl: Any) -> None:
     assert len(jobctl.json("runs", "r")) == 2
 
 
+def test_a_job_added_or_edited_after_its_active_range_is_done_at_once(jobctl: Any) -> None:
+    # no scheduler turn ever comes for a job with no window left: it is done from the start
+    past = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    jobctl(
+        "add", "gone", "--cron", "* * * * *", "--tz", "UTC", "--active-until", past, "--", "true"
+    )
+    job = _job(jobctl, "gone")
+    assert (job["state"], job["next_run_at"]) == ("done", None)
+    assert [j["state"] for j in jobctl.json("list")] == ["done"]
+    jobctl("add", "e", "--cron", "* * * * *", "--tz", "UTC", "--", "true")
+    jobctl("edit", "e", "--active-until", past)
+    assert _job(jobctl, "e")["state"] == "done"
+    # a range in the future keeps the job active
+    later = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    jobctl("edit", "e", "--active-until", later)
+    assert _job(jobctl, "e")["state"] == "active"
+
+
 def test_coverage_shows_excluded_windows_and_backfill_never_runs_them(jobctl: Any) -> None:
     jobctl(
         "add", "h", "--cron", "0 * * * *", "--tz", "UTC", "--except", "0 2 * * *", "--", "true",

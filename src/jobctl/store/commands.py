@@ -134,6 +134,16 @@ def cancel_runs_tx(db: Dialect, c: Any, ids: Sequence[int], now: datetime) -> No
         c.execute(db.q.request_cancel, (run_id,))
 
 
+def _fresh_state(spec: JobSpec, next_run_at: datetime | None, now: datetime) -> JobState:
+    """The state of a job whose schedule starts now: ``done`` when its active range
+    (``--active-until``) has passed and no window is left, as the scheduler makes it
+    after the range's last window; else active."""
+    until = spec.trigger.active_until
+    if next_run_at is None and until is not None and until <= now:
+        return JobState.DONE
+    return JobState.ACTIVE
+
+
 def withdraw_early(db: Dialect, c: Any, job_id: int, now: datetime) -> list[int]:
     """Delete the job's windows recorded ahead of their time that have not come yet (a
     pause, an edit or a cancel decides them again); their times (µs)."""
@@ -412,7 +422,7 @@ class Commands(outbox.OutboxCommands, SecretCommands, WatchCommands):
         cols = spec_columns(spec)
         cols["except_dates"] = calendars.job_dates(c, self._q, spec.except_calendars, spec.name)
         cols.update(
-            state=(JobState.PAUSED if paused else JobState.ACTIVE).value,
+            state=(JobState.PAUSED if paused else _fresh_state(spec, next_run_at, now)).value,
             paused_reason="user" if paused else None,
             schedule_from=to_us(now),
             next_run_at=None if paused else opt_us(next_run_at),
@@ -537,7 +547,7 @@ class Commands(outbox.OutboxCommands, SecretCommands, WatchCommands):
         early = withdraw_early(self.db, c, job.id, now)
         if restart_schedule and job.state in (JobState.ACTIVE, JobState.DONE):
             # a new trigger starts from now; a one-shot that was done becomes active
-            cols["state"] = JobState.ACTIVE.value
+            cols["state"] = _fresh_state(new_spec, next_run_at, now).value
             cols["schedule_from"] = to_us(now)
             cols["next_run_at"] = opt_us(next_run_at)
         elif early:
