@@ -10,7 +10,7 @@ import sys
 import click
 
 from ..errors import JobctlError, UsageError
-from .base import Ctx, _complete_jobs, cli, pass_ctx, warn
+from .base import Ctx, Integer, _complete_jobs, cli, pass_ctx, warn
 
 
 @cli.command()
@@ -21,7 +21,7 @@ from .base import Ctx, _complete_jobs, cli, pass_ctx, warn
 @click.option(
     "--exit",
     "exit_code",
-    type=click.IntRange(0, 255),
+    type=Integer(0, 255),
     metavar="N",
     help="The work ended with exit code N (0 is success).",
 )
