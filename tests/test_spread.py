@@ -102,7 +102,11 @@ def test_show_json_next_and_rename_agree_with_the_formula(jobctl):
     assert [n if isinstance(n, str) else n["at"] for n in nxt][:1] == [
         first.strftime("%Y-%m-%dT%H:%M:%SZ")
     ]
-    assert f"resolved     {minute} {hour} * * *" in jobctl("show", "report").stdout
+    shown = jobctl("show", "report").stdout
+    assert f"resolved     {minute} {hour} * * *" in shown
+    # the resolved line moves none of the others: the command is shown, the state once
+    keys = [line.split()[0] for line in shown.splitlines() if line.strip()][:8]
+    assert "command" in keys and keys.count("state") == 1, shown
     # renaming a job moves it
     jobctl("edit", "report", "--rename", "summary")
     moved = jobctl.json("show", "summary")["trigger"]["resolved"]

@@ -75,7 +75,10 @@ def test_add_watch_gives_a_ping_key_no_command_and_refuses_start_flags(jobctl) -
     job = jobctl.json("show", "nightly")
     assert job["watch"] is True and job["command"] is None
     assert job["grace"] == 300 and job["timeout"] == 3600
-    assert f"/ping/{key}" in jobctl("show", "nightly").stdout
+    shown = jobctl("show", "nightly").stdout
+    assert f"ping         /ping/{key}" in shown and "command" not in shown
+    keys = [line.split()[0] for line in shown.splitlines() if line.strip()]
+    assert keys.count("grace") == 1 and keys.count("state") == 1, shown
     # another watched job gets another key
     jobctl("add", "hourly", "--watch", "--every", "1h", "--grace", "10m")
     assert _key(jobctl, "hourly") != key and jobctl.json("show", "hourly")["grace"] == 600

@@ -433,11 +433,12 @@ def print_job(job: Job, runs: Sequence[Run]) -> None:
         ("keeps", keep_text(s.keep_runs, s.keep_for_seconds)),
         ("missed", str(job.missed_total)),
     ]
-    fields[4:5] = [("state", job.state.value + _paused_by(job))]
+    fields = [
+        ("state", job.state.value + _paused_by(job)) if k == "state" else (k, v) for k, v in fields
+    ]
     if s.ping_key is not None:
         # watched (README "Watching jobs that jobctl does not run"): no command runs here
-        fields[3:4] = [("ping", f"/ping/{s.ping_key}")]
-        fields.insert(6, ("grace", format_duration(s.grace_seconds) if s.grace_seconds else "-"))
+        fields = [("ping", f"/ping/{s.ping_key}") if k == "command" else (k, v) for k, v in fields]
         starting = {"catch-up", "overlap", "retries", "priority", "jitter", "env", "cwd"}
         starting |= {"shell", "stdin", "on failure", "locks"}
         fields = [(k, v) for k, v in fields if k not in starting]
