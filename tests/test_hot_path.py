@@ -391,7 +391,7 @@ def test_hot_path_rows_follow_a_schema_change_under_a_running_daemon(tmp_path):
     import sqlite3
 
     from jobctl.store.sqlite import sql
-    from jobctl.store.sqlite.daemon import named
+    from jobctl.store.sqlite.driver import named
 
     store = open_store(tmp_path / "j.db")
     try:

@@ -62,15 +62,23 @@ STORE_LAYERS = {
     "calendars": 1,
     "dialect": 1,
     "secrets": 1.5,
+    "daemon_sql": 1,
+    "driver": 2,
+    "writes": 2,
     "transfer": 2,
     "retention": 2,
     "watch": 2,
     "commands": 3,
     "dashboard": 3,
+    "daemon": 3,
     "protocol": 4,
 }
-SQLITE_LAYERS = {"sql": 0, "schema": 0, "wake": 0, "db": 1, "daemon": 2}
-POSTGRESQL_LAYERS = {"url": 0, "schema": 0, "sql": 0, "db": 1, "waker": 2, "daemon": 3}
+SQLITE_LAYERS = {"sql": 0, "schema": 0, "wake": 0, "db": 1, "driver": 2}
+POSTGRESQL_LAYERS = {"url": 0, "schema": 0, "sql": 0, "db": 1, "waker": 2, "driver": 3}
+#: the faces of the store, written once above the backends
+FACES = ("jobctl.store.commands", "jobctl.store.daemon", "jobctl.store.dashboard")
+#: the backends' packages: each a driver, its connection handling and its schema
+BACKENDS = ("jobctl.store.sqlite", "jobctl.store.postgresql")
 
 
 SQL_TEXT = re.compile(
@@ -266,6 +274,29 @@ def test_the_postgresql_backend_imports_nothing_from_sqlite():
         if d == "jobctl.store.sqlite" or d.startswith("jobctl.store.sqlite.")
     ]
     assert bad == []
+
+
+def _under(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_drivers_import_no_face_and_faces_import_no_driver():
+    """A backend's modules (its driver, connection and schema) never reach a face; a face
+    never reaches a backend: it is handed its dialect or driver. Only a backend package's
+    ``__init__`` puts the two together (it opens the connection and gives each face it)."""
+    bad = []
+    for m in MODULES:
+        deps = _resolved_imports(m)
+        if _under(m, BACKENDS) and m not in BACKENDS:
+            bad += [f"{m} imports {d}" for d in deps if _under(d, FACES)]
+        if _under(m, FACES):
+            bad += [f"{m} imports {d}" for d in deps if _under(d, BACKENDS) or _under(d, FACES)]
+    assert bad == []
+    # the daemons' face is one module over the drivers' protocol, not a class a backend
+    graph = _graph()
+    assert "jobctl.store.driver" in graph["jobctl.store.daemon"]
+    for backend in BACKENDS:
+        assert "jobctl.store.daemon" not in graph[backend + ".driver"]
 
 
 def test_outside_the_store_only_its_protocols_are_imported():

@@ -273,7 +273,7 @@ def test_a_claims_candidates_read_no_more_jobs_than_candidates(pg_url):
     a round of 16 reads 16 jobs, not every job (a plan that hashed all the jobs made each
     claim's cost grow with the number of jobs)."""
     from jobctl.clock import to_us
-    from jobctl.store.postgresql.daemon import CANDIDATES
+    from jobctl.store.postgresql.driver import CANDIDATES
 
     with _view(pg_url) as s:
         for i in range(300):

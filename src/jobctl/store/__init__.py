@@ -65,7 +65,7 @@ def daemon_clock(daemon: DaemonStore, base: Clock) -> Clock:
     if daemon.backend == "postgresql":
         from .postgresql import ServerClock
 
-        clock: Clock = ServerClock(daemon, base)  # type: ignore[arg-type]
+        clock: Clock = ServerClock(daemon, base)
         return clock
     return base
 

@@ -19,6 +19,7 @@ something with ``fetchone``, ``fetchall`` and ``rowcount``.
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -26,6 +27,16 @@ from typing import Any, Protocol, TypeVar
 
 from ..errors import StoreError
 from .queries import Queries
+
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+def pyformat(sql: str) -> str:
+    """SQLite's parameter style (``?``, ``:name``), in which every shared statement is
+    written, as psycopg's (``%s``, ``%(name)s``); a literal ``%`` is doubled. Fields in
+    braces stay for ``str.format``. The one translator of parameter style."""
+    sql = sql.replace("%", "%%").replace("?", "%s")
+    return _NAMED.sub(r"%(\1)s", sql)
 
 
 class Retryable(StoreError):

@@ -16,7 +16,6 @@ often its cause is looked at.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import uuid
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import from_us, to_us
 from ..errors import Conflict, NotFound, UsageError
-from ..models import Attempt, Event, Job, NotifyRule, Plan, Run, RunState, SkipReason
+from ..models import Event, Job, NotifyRule, Plan, RunState, SkipReason
 from ..notifications import (
     DROP_AFTER_SECONDS,
     Channel,
@@ -34,7 +33,6 @@ from ..notifications import (
     EventNote,
     Notification,
     NotificationState,
-    Outcome,
     Outgoing,
     channels_for,
     event_text,
@@ -790,6 +788,7 @@ class OutboxCommands(_OutboxFace):
         return counts(self._reader(), self._oq)
 
 
+#: an attempt's row with its stored output tail, for a notification's context
 ATTEMPT_ROW = "SELECT * FROM attempts WHERE run_id = ? AND attempt = ?"
 #: a job's most recent run by window that was not skipped (its ``last_run``), walked down
 #: the (job_id, scheduled_for) index
@@ -799,87 +798,8 @@ LAST_RUN_ID = (
 )
 
 
-class OutboxDaemon(_OutboxFace):
-    """What a daemon asks of the outbox, with ``get_job_by_id``, ``get_run`` and
-    ``_attempt_of(row)`` of the backend."""
-
-    def get_job_by_id(self, job_id: int) -> Job | None:
-        raise NotImplementedError
-
-    def get_run(self, run_id: int) -> Run:
-        raise NotImplementedError
-
-    def _attempt_of(self, row: Any) -> Attempt:
-        raise NotImplementedError
-
-    def exchange_notifications(
-        self,
-        now: datetime,
-        outcomes: Sequence[Outcome],
-        *,
-        limit: int,
-        lease_seconds: float,
-    ) -> tuple[list[Outgoing], datetime | None]:
-        """One transaction: record ``outcomes`` (fenced by this daemon's lease), lease up
-        to ``limit`` due notifications, and say when the next one is due."""
-        daemon_id: str = self.identity.id  # type: ignore[attr-defined]
-        with self._ob.write() as c:
-            for o in outcomes:
-                record_outcome(
-                    c,
-                    self._oq,
-                    daemon_id,
-                    o.id,
-                    now,
-                    error=o.error,
-                    retry_at=o.retry_at,
-                    dropped=o.dropped,
-                )
-            claimed = claim_due(c, self._oq, daemon_id, now, lease_seconds, limit)
-            return claimed, next_due(c, self._oq, now)
-
-    def next_notification_at(self, now: datetime) -> datetime | None:
-        return next_due(self._reader(), self._oq, now)
-
-    def note_overdue(self, now: datetime) -> datetime | None:
-        if self._reader().execute(self._oq(ANY_CHANNEL)).fetchone() is None:
-            return None  # no channel: nothing to tell, and no write transaction for it
-        with self._ob.write() as c:
-            return note_overdue(c, self._oq, now)
-
-    def notification_context(
-        self, job_id: int | None, run_id: int | None, attempt: int | None
-    ) -> tuple[Job | None, Run | None, Run | None, Attempt | None, bytes]:
-        """The job a notification is about with its last run (as ``show`` gives it), the
-        run and attempt it is about (each None when gone, or when it is about none), and
-        the attempt's stored output tail."""
-        job = self.get_job_by_id(job_id) if job_id is not None else None
-        last_run = None
-        if job is not None:
-            ids = self._ob.read(self._oq(LAST_RUN_ID), (job.id,))
-            if ids:
-                with contextlib.suppress(NotFound):
-                    last_run = self.get_run(int(ids[0]["id"]))
-        run = None
-        if run_id is not None:
-            try:
-                run = self.get_run(run_id)
-            except NotFound:
-                run = None
-        got = None
-        output = b""
-        if run is not None:
-            number = attempt if attempt is not None else run.attempt
-            rows = self._ob.read(self._oq(ATTEMPT_ROW), (run_id, number))
-            if rows:
-                got = self._attempt_of(rows[0])
-                output = bytes(rows[0]["output"] or b"")
-        return job, last_run, run, got, output
-
-
 __all__ = [
     "OutboxCommands",
-    "OutboxDaemon",
     "ReadCursor",
     "Sql",
     "Targets",

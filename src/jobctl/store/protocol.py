@@ -490,6 +490,12 @@ class DaemonStore(Protocol):
     backend: str
     identity: DaemonIdentity
 
+    @property
+    def clock_offset_seconds(self) -> float:
+        """The database server's clock minus this host's, re-measured at each heartbeat
+        (0 on SQLite: one host's clock); what the daemon's clock adds to this host's."""
+        ...
+
     def open_waker(self) -> Waker:
         """This daemon's wake-up source, published to the commands by :meth:`register_daemon`."""
         ...

@@ -392,28 +392,4 @@ class WatchCommands:
             return run_id
 
 
-class WatchDaemon:
-    """What the scheduler-lease holder asks: :func:`settle_watched`, when some watched
-    run is open."""
-
-    def settle_watched(self, now: datetime) -> datetime | None:
-        db: Any = self.db  # type: ignore[attr-defined]
-        q: Sql = self._q  # type: ignore[attr-defined]
-        if not db.read(
-            q(
-                "SELECT 1 FROM runs WHERE reason = 'watch' AND state IN "
-                "('pending', 'leased') LIMIT 1"
-            ),
-            (),
-        ):
-            return None
-        with db.write() as c:
-            ended, nxt = settle_watched(c, q, now)
-            for job_id, _ in ended:
-                db.announce(f"job:{job_id}")
-            if ended:
-                db.announce("run")
-            return nxt
-
-
-__all__ = ["WatchCommands", "WatchDaemon", "record_ping", "settle_watched", "watched_job"]
+__all__ = ["WatchCommands", "record_ping", "settle_watched", "watched_job"]

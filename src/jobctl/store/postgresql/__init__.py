@@ -1,14 +1,15 @@
-"""The PostgreSQL backend (SPEC §10): the same operations and results as the SQLite store,
-for any number of daemons on any number of hosts.
+"""The PostgreSQL backend (README "Many hosts on PostgreSQL"): the same operations and
+results as the SQLite store, for any number of daemons on any number of hosts.
 
 :func:`open_postgres` gives a :class:`PostgresStore` over one connection: its
 :attr:`~PostgresStore.commands` (the shared :class:`~jobctl.store.commands.Commands`),
 its :attr:`~PostgresStore.dashboard`, and, for a daemon, :meth:`~PostgresStore.open_daemon`
-(:class:`~.daemon.PgDaemonStore`). psycopg (the ``jobctl[postgresql]`` extra) is
-imported when a store is opened, never by importing :mod:`jobctl.store` for a SQLite
-file. Layers, one idea a module: :mod:`.url` (no driver) › :mod:`.schema` › :mod:`.sql`
-› :mod:`.db` (the dialect: open, migrate, transactions, reconnects, NOTIFY) ›
-:mod:`.daemon`; :mod:`.waker` is a daemon's LISTEN connection.
+(the shared :class:`~jobctl.store.daemon.Daemons` over the :class:`~.driver.PgDriver`).
+psycopg (the ``jobctl[postgresql]`` extra) is imported when a store is opened, never by
+importing :mod:`jobctl.store` for a SQLite file. Layers, one idea a module: :mod:`.url`
+(no psycopg) › :mod:`.schema` › :mod:`.sql` › :mod:`.db` (the dialect: open, migrate,
+transactions, reconnects, NOTIFY) › :mod:`.driver`; :mod:`.waker` is a daemon's LISTEN
+connection.
 """
 
 from __future__ import annotations
@@ -19,24 +20,20 @@ from typing import TYPE_CHECKING, Any
 from ...clock import Clock
 from ..commands import Commands
 from ..dashboard import Dashboard
-from ..protocol import CommandStore, DashboardReads
+from ..protocol import CommandStore, DaemonStore, DashboardReads
 from ..values import DaemonIdentity
 from .db import EXTRA_MISSING, PgDb, load_driver
 from .schema import SCHEMA_VERSION
 from .url import is_postgresql_url, redact
 
 if TYPE_CHECKING:
-    from .daemon import PgDaemonStore
+    from ..daemon import Daemons
     from .waker import Waker
 
 
 def __getattr__(name: str) -> Any:
     """The daemon's modules are imported when a daemon asks for them, not by every command
-    (a ``list`` on PostgreSQL already pays for importing the driver)."""
-    if name == "PgDaemonStore":
-        from .daemon import PgDaemonStore
-
-        return PgDaemonStore
+    (a ``list`` on PostgreSQL already pays for importing psycopg)."""
     if name == "Waker":
         from .waker import Waker
 
@@ -56,10 +53,11 @@ class PostgresStore:
         self.commands: CommandStore = Commands(db)
         self.dashboard: DashboardReads = Dashboard(db)
 
-    def open_daemon(self, identity: DaemonIdentity) -> PgDaemonStore:
-        from .daemon import PgDaemonStore
+    def open_daemon(self, identity: DaemonIdentity) -> Daemons:
+        from ..daemon import Daemons
+        from .driver import PgDriver
 
-        return PgDaemonStore(self.db, identity)
+        return Daemons(PgDriver(self.db), identity)
 
     @classmethod
     def open(cls, url: str, *, create: bool = True) -> PostgresStore:
@@ -88,10 +86,11 @@ def open_postgres(url: str, *, create: bool = True) -> PostgresStore:
 
 class ServerClock:
     """This host's clock plus the offset to the database server's clock that the store
-    re-measures at each heartbeat (SPEC §10: leases and due times are judged by the
-    server's clock, so a host whose clock is wrong neither steals a lease nor fires early)."""
+    re-measures at each heartbeat (README "Many hosts on PostgreSQL": leases and due times
+    are judged by the server's clock, so a host whose clock is wrong neither steals a lease
+    nor fires early)."""
 
-    def __init__(self, store: PgDaemonStore, base: Clock) -> None:
+    def __init__(self, store: DaemonStore, base: Clock) -> None:
         self.store = store
         self.base = base
 
@@ -105,7 +104,6 @@ class ServerClock:
 __all__ = [
     "EXTRA_MISSING",
     "SCHEMA_VERSION",
-    "PgDaemonStore",
     "PostgresStore",
     "ServerClock",
     "Waker",

@@ -5,19 +5,8 @@ stay with :mod:`.daemon`."""
 
 from __future__ import annotations
 
-import re
-
+from ..dialect import pyformat
 from ..queries import Fragments, queries
-
-_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
-
-
-def pyformat(sql: str) -> str:
-    """SQLite's parameter style (``?``, ``:name``) as psycopg's (``%s``, ``%(name)s``); a
-    literal ``%`` is doubled. Fields in braces stay for ``str.format``."""
-    sql = sql.replace("%", "%%").replace("?", "%s")
-    return _NAMED.sub(r"%(\1)s", sql)
-
 
 QUERIES = queries(
     Fragments(

@@ -1,10 +1,11 @@
 """The SQLite backend: one file, WAL, ``BEGIN IMMEDIATE`` for every write.
 
-:class:`SqliteStore` is an open file with its two faces, built by composition over one
-:class:`~.db.Db` (the SQLite dialect): :attr:`commands` (the shared
-:class:`~jobctl.store.commands.Commands`) and, for a daemon, :meth:`open_daemon`
-(:class:`~.daemon.SqliteDaemonStore`). Every statement lives in :mod:`.sql` or in
-:mod:`jobctl.store.queries`.
+:class:`SqliteStore` is an open file with the faces written once above the backends, built
+by composition over one :class:`~.db.Db` (the SQLite dialect): :attr:`commands`
+(:class:`~jobctl.store.commands.Commands`), :attr:`dashboard` and, for a daemon,
+:meth:`open_daemon` (:class:`~jobctl.store.daemon.Daemons` over the
+:class:`~.driver.SqliteDriver`). The statements live in :mod:`.sql`,
+:mod:`jobctl.store.queries` and :mod:`jobctl.store.daemon_sql`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .db import Db
 from .schema import SCHEMA_VERSION, check_ownership, migrations, schema_sql, split_statements
 
 if TYPE_CHECKING:
-    from .daemon import SqliteDaemonStore
+    from ..daemon import Daemons
 
 
 class SqliteStore:
@@ -33,10 +34,12 @@ class SqliteStore:
         self.commands = Commands(db)
         self.dashboard = Dashboard(db)
 
-    def open_daemon(self, identity: DaemonIdentity) -> SqliteDaemonStore:
-        from .daemon import SqliteDaemonStore  # off the commands' path, as on PostgreSQL
+    def open_daemon(self, identity: DaemonIdentity) -> Daemons:
+        # off the commands' path, as on PostgreSQL
+        from ..daemon import Daemons
+        from .driver import SqliteDriver
 
-        return SqliteDaemonStore(self.db, identity)
+        return Daemons(SqliteDriver(self.db), identity)
 
     @classmethod
     def open(cls, path: Path | str, *, create: bool = True) -> SqliteStore:

@@ -21,30 +21,10 @@ QUERIES = queries(
     Fragments(lines_of=lambda column: f"group_concat({column}, char(10))", for_update="")
 )
 
-# a run with its job's name, its locks, and its last attempt's start, end and host
-RUN_SELECT = QUERIES.run_select
-RUN_BY_ID = QUERIES.run_by_id
-JOB_BY_ID = "SELECT * FROM jobs WHERE id = ?"
-INSERT_RUN_LOCK = QUERIES.insert_run_lock
 
 # ---------------------------------------------------------------------------- daemons
 
-DELETE_EXPIRED_DAEMONS = "DELETE FROM daemons WHERE expires_at < ?"
-UPSERT_DAEMON = """
-INSERT INTO daemons (id, pid, host, boot_id, started_at, heartbeat_at, expires_at, wake_address,
-    workers, reserved, reserved_priority, tags)
-VALUES (:id, :pid, :host, :boot_id, :now, :now, :until, :wake, :workers, :reserved, :rp, :tags)
-ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,
-    expires_at = excluded.expires_at
-"""
-DELETE_DAEMON = "DELETE FROM daemons WHERE id = ?"
 WAKE_ADDRESSES = "SELECT wake_address FROM daemons WHERE wake_address IS NOT NULL"
-LOCAL_DAEMONS = (
-    "SELECT id, pid FROM daemons WHERE host = ? AND boot_id = ? AND expires_at >= ? AND id != ?"
-)
-EXPIRE_LEADER_OF = "UPDATE scheduler_lease SET expires_at = 0 WHERE holder = ?"
-EXPIRE_LEASES_OF = "UPDATE runs SET lease_until = 0 WHERE state = 'leased' AND leased_by = ?"
-RENEW_DAEMON = "UPDATE daemons SET heartbeat_at = ?, expires_at = ? WHERE id = ?"
 ENSURE_LEADER_ROW = (
     "INSERT INTO scheduler_lease (id, holder, expires_at) VALUES (1, NULL, 0) "
     "ON CONFLICT (id) DO NOTHING"
@@ -53,8 +33,6 @@ TAKE_LEADER = """
 UPDATE scheduler_lease SET holder = :me, expires_at = :until
 WHERE id = 1 AND (holder = :me OR holder IS NULL OR expires_at < :now)
 """
-RELEASE_LEADER = "UPDATE scheduler_lease SET holder = NULL, expires_at = 0 WHERE holder = ?"
-LEADER_LEASE = "SELECT holder, expires_at FROM scheduler_lease WHERE id = 1"
 RENEW_RUN = """
 UPDATE runs SET lease_until = ? WHERE id = ? AND attempt = ? AND state = 'leased'
 AND leased_by = ? RETURNING cancel_requested
@@ -68,12 +46,10 @@ SCHEDULE_HEADS = (
     "ORDER BY next_run_at, id"
 )
 COUNT_SCHEDULED = "SELECT COUNT(*) FROM jobs WHERE state = 'active' AND next_run_at IS NOT NULL"
-REBOOT_JOBS = "SELECT * FROM jobs WHERE state = 'active' AND trigger_kind = 'reboot'"
 DATA_VERSION = "PRAGMA data_version"
 JOBS_CHANGED_SINCE = (
     "SELECT id, CASE WHEN state = 'active' THEN next_run_at END FROM jobs WHERE updated_at >= ?"
 )
-ACTIVE_JOB_AT = "SELECT * FROM jobs WHERE id = ? AND state = 'active' AND next_run_at = ?"
 # the due jobs of one firing chunk in one read, each with whether a run of it is leased;
 # the caller keeps those whose next_run_at is still the due time (compare-and-set)
 FIRE_JOBS = """
@@ -83,95 +59,19 @@ SELECT jobs.*, EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id
                        AND runs.state IN ('pending', 'failed')) AS has_waiting
 FROM jobs WHERE state = 'active' AND id IN ({marks})
 """
-# the windows of one chunk in one statement: (job_id, scheduled_for) of those inserted
-INSERT_RUNS = """
-INSERT INTO runs (job_id, scheduled_for, state, skip_reason, reason, catchup_from, attempt,
-    max_attempts, not_before, priority, run_key, env, settings, created_at, finished_at,
-    job_revision, deadline_at)
-VALUES {values}
-ON CONFLICT (job_id, scheduled_for) DO NOTHING
-RETURNING id, job_id, scheduled_for
-"""
-INSERT_RUNS_ROW = "(?, ?, ?, ?, ?, ?, 0, ?, ?, ?, NULL, '{}', ?, ?, ?, ?, ?)"
-INSERT_RUNS_ROW_PARAMS = 14
-REPLACE_LEASED = "UPDATE runs SET cancel_requested = 1 WHERE job_id = ? AND state = 'leased'"
-# keyed/manual runs and the rows this same turn inserts stay
-REPLACE_WAITING = """
-UPDATE runs SET state = 'cancelled', finished_at = :now, last_error = 'replaced'
-WHERE job_id = :job_id AND state IN ('pending', 'failed') AND reason != 'manual'
-AND created_at < :now
-"""
-TRIM_MISSED = """
-DELETE FROM runs WHERE job_id = :job_id AND state = 'skipped' AND skip_reason = 'missed'
-AND id NOT IN (SELECT id FROM runs WHERE job_id = :job_id AND state = 'skipped'
-               AND skip_reason = 'missed' ORDER BY scheduled_for DESC LIMIT :keep)
-"""
-MOVE_SCHEDULE = """
-UPDATE jobs SET next_run_at = :next, last_window_at = COALESCE(:last, last_window_at),
-    missed_total = missed_total + :missed, state = :state,
-    last_boot_id = COALESCE(:boot_id, last_boot_id)
-WHERE id = :job_id
-"""
-IDLE_FIXED_DELAY = """
-SELECT jobs.*, (SELECT MAX(COALESCE(finished_at, scheduled_for)) FROM runs
-                WHERE runs.job_id = jobs.id) AS ended_at
-FROM jobs
-WHERE state = 'active' AND trigger_kind = 'interval' AND after_completion = 1
-  AND next_run_at IS NULL {only}
-  AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id
-                  AND runs.state IN ('pending', 'leased', 'failed'))
-"""
-SET_NEXT_RUN = """
-UPDATE jobs SET next_run_at = :next, updated_at = :now
-WHERE id = :job_id AND state = 'active' AND next_run_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.job_id = jobs.id
-                  AND runs.state IN ('pending', 'leased', 'failed'))
-"""
 
 # ---------------------------------------------------------------------------- claims
 
-# the next run due, or the next open run past its --deadline (a claim skips it: 1 ms after
-# the deadline, which is passed once it is behind); only open runs keep a deadline_at
-NEXT_NOT_BEFORE = """
-SELECT MIN(t) FROM (
-    SELECT MIN(not_before) AS t FROM runs WHERE state IN ('pending', 'failed') AND not_before > ?1
-    UNION ALL
-    SELECT MIN(deadline_at) + 1000 FROM runs WHERE deadline_at IS NOT NULL AND deadline_at >= ?1
-    UNION ALL
-    -- a maintenance window that ends by itself (--until): the claim may start again then
-    SELECT MIN(until_at) FROM maintenance WHERE ended_at IS NULL AND until_at > ?1
-)"""
-# the maintenance windows that hold windows from :since on (pause --all)
-MAINTENANCE_SINCE = """
-SELECT since, COALESCE(ended_at, until_at) AS ends FROM maintenance
-WHERE since <= :now AND (COALESCE(ended_at, until_at) IS NULL
-    OR COALESCE(ended_at, until_at) > :since) ORDER BY since
-"""
-NEXT_LEASE_EXPIRY = (
-    "SELECT MIN(lease_until) FROM runs WHERE state = 'leased' AND leased_by != ? "
-    "AND lease_until > ?"
-)
-HELD_BY = "SELECT id, attempt, cancel_requested FROM runs WHERE state = 'leased' AND leased_by = ?"
 # our own leases are renewed (fenced) by the heartbeat, never taken back here
 EXPIRED_LEASES = """
 SELECT id, job_id, attempt, max_attempts, cancel_requested FROM runs
 WHERE state = 'leased' AND lease_until < ? AND leased_by != ?
 """
-ATTEMPT_LOST = """
-UPDATE attempts SET finished_at = ?, error = 'lost'
-WHERE run_id = ? AND attempt = ? AND finished_at IS NULL
-"""
-SETTLE_EXPIRED = """
-UPDATE runs SET state = :state, last_error = :error, leased_by = NULL, lease_until = NULL,
-    not_before = CASE WHEN :state = 'failed' THEN :now ELSE not_before END,
-    finished_at = CASE WHEN :state IN ('dead', 'cancelled') THEN :now ELSE finished_at END
-WHERE id = :run_id AND state = 'leased'
-"""
 
-#: SPEC §14 --deadline, decided where a run would start: the runs not started by their
-#: deadline are skipped (``deadline``) by the claim, in its transaction, before it picks.
-#: Through runs_deadline (only runs with a deadline): the planner would otherwise walk
-#: every pending run on each claim (O(n²) in a burst)
+#: --deadline (README, Run policies and what a run costs), decided where a run would
+#: start: the runs not started by their deadline are skipped (``deadline``) by the claim,
+#: in its transaction, before it picks. Through runs_deadline (only runs with a deadline):
+#: the planner would otherwise walk every pending run on each claim (O(n²) in a burst)
 SKIP_PAST_DEADLINE = """
 UPDATE runs INDEXED BY runs_deadline
 SET state = 'skipped', skip_reason = 'deadline', finished_at = :now, deadline_at = NULL
@@ -241,12 +141,6 @@ UPDATE attempts SET pid = ?1 WHERE run_id = ?2 AND attempt = ?3
 AND EXISTS (SELECT 1 FROM runs WHERE id = ?2 AND attempt = ?3 AND state = 'leased'
             AND leased_by = ?4)
 """
-SAVE_OUTPUT = """
-UPDATE attempts SET output = :output, output_bytes = :total
-WHERE run_id = :run_id AND attempt = :attempt AND finished_at IS NULL
-  AND EXISTS (SELECT 1 FROM runs WHERE id = :run_id AND attempt = :attempt
-              AND state = 'leased' AND leased_by = :me)
-"""
 
 # ---------------------------------------------------------------------------- finishes
 
@@ -280,4 +174,3 @@ UPDATE attempts SET finished_at = :now, exit_code = :exit_code, error = :error,
     cpu_user = :cpu_user, cpu_system = :cpu_system, max_rss = :max_rss
 WHERE run_id = :run_id AND attempt = :attempt
 """
-RECORD_HOOK = "UPDATE runs SET hook_status = ? WHERE id = ?"
