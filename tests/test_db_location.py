@@ -251,3 +251,18 @@ def test_newer_schema_in_wal_mode_is_refused_untouched(
     assert code == 1
     assert_error(err)
     assert db.read_bytes() == data
+
+
+@pytest.mark.parametrize("scheme", ["POSTGRESQL", "Postgres", "postgresql"])
+def test_a_url_in_any_case_is_postgresql_never_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], scheme: str
+) -> None:
+    # one rule for the whole program: the option, the store and ``db info`` agree that
+    # POSTGRESQL://… is a server (unreachable here: exit 1), and no file is made for it
+    monkeypatch.chdir(tmp_path)
+    url = f"{scheme}://nobody@127.0.0.1:1/jobs"
+    assert resolve_db_path(url) == url
+    code, _, err = run(capsys, "--db", url, "db", "info")
+    assert code == 1, err
+    assert "127.0.0.1" in err and "jobs.db" not in err
+    assert list(tmp_path.iterdir()) == []

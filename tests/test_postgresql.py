@@ -18,7 +18,8 @@ import pytest
 
 from jobctl.errors import NotFound, StoreError
 from jobctl.models import JobSpec, Overlap, RunState, Trigger, TriggerKind
-from jobctl.store.postgresql.url import insecure_reason, is_postgresql_url, redact
+from jobctl.paths import is_db_url
+from jobctl.store.postgresql.url import insecure_reason, redact
 
 pytestmark = pytest.mark.postgresql
 
@@ -175,10 +176,23 @@ def test_the_password_is_removed(url, shown):
 
 
 def test_which_locations_are_urls():
-    assert is_postgresql_url("postgresql://h/db")
-    assert is_postgresql_url("postgres://h/db")
-    assert not is_postgresql_url("/home/me/jobctl.db")
-    assert not is_postgresql_url("postgresql.db")
+    assert is_db_url("postgresql://h/db")
+    assert is_db_url("postgres://h/db")
+    assert is_db_url("POSTGRESQL://h/db") and is_db_url("Postgres://h/db")
+    assert not is_db_url("/home/me/jobctl.db")
+    assert not is_db_url("postgresql.db")
+
+
+def test_a_url_whose_scheme_is_in_capitals_opens_the_server(pg_url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shouted = "POSTGRESQL" + pg_url[pg_url.index("://") :]
+    s = _open(shouted, create=False)
+    try:
+        assert s.backend == "postgresql"
+        assert s.commands.info().location.startswith("postgresql://")
+    finally:
+        s.close()
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,21 @@ def default_db_path() -> Path:
     return Path(platformdirs.user_data_path("jobctl")) / "jobctl.db"
 
 
-def is_db_url(location: str) -> bool:
-    """A PostgreSQL URL (README, Many hosts on PostgreSQL) rather than a file path."""
-    return location.lower().startswith(("postgresql://", "postgres://"))
+#: the schemes of a PostgreSQL URL (libpq's), in any case
+POSTGRESQL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_db_url(location: str | Path) -> bool:
+    """A PostgreSQL URL (README, Many hosts on PostgreSQL) rather than a file path: the one
+    rule of the whole program. The scheme is matched in any case (``POSTGRESQL://h/db`` is
+    a URL, as libpq reads it); a ``Path`` is always a file."""
+    return isinstance(location, str) and location.lower().startswith(POSTGRESQL_SCHEMES)
+
+
+def db_url(location: str) -> str:
+    """A PostgreSQL URL with its scheme in lower case, as libpq accepts it."""
+    scheme, sep, rest = location.partition("://")
+    return scheme.lower() + sep + rest
 
 
 def resolve_db_path(cli_value: str | None, environ: dict[str, str] | None = None) -> Path | str:

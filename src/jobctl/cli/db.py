@@ -19,8 +19,8 @@ def _info(obj: Ctx) -> Any:
     """The database's DbInfo, or that of an empty one (with a warning) when it does not
     exist: a read creates nothing."""
     from ..errors import NotFound
-    from ..paths import resolve_db_path
-    from ..store import DbInfo, is_postgres_url, open_store, shown_location
+    from ..paths import is_db_url, resolve_db_path
+    from ..store import DbInfo, open_store, shown_location
 
     location = resolve_db_path(obj.db_option)
     try:
@@ -28,7 +28,7 @@ def _info(obj: Ctx) -> Any:
     except NotFound:
         shown = shown_location(location)
         print(f"warning: no database at {shown}", file=sys.stderr)
-        backend = "postgresql" if is_postgres_url(location) else "sqlite"
+        backend = "postgresql" if is_db_url(location) else "sqlite"
         return DbInfo(backend, shown, 0, 0, 0, 0)
     try:
         return handle.commands.info()

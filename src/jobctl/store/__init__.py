@@ -5,8 +5,8 @@ daemons (:class:`~.protocol.DaemonStore`) may ask, with the ordering, lease and 
 rules every backend keeps; :mod:`.values` holds what they take and return. The commands'
 logic is written once (:mod:`.commands`, :mod:`.transfer`) over a dialect
 (:mod:`.dialect`); :mod:`.sqlite` and :mod:`.postgresql` hold what truly differs.
-:func:`open_store` picks the backend from the location: a
-``postgresql://`` or ``postgres://`` URL, or else a SQLite file path.
+:func:`open_store` picks the backend from the location: a PostgreSQL URL
+(:func:`jobctl.paths.is_db_url`, the program's one rule), or else a SQLite file path.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..clock import Clock
+from ..paths import db_url, is_db_url
 from .protocol import CommandStore, DaemonStore, Store
 from .values import (
     Claimed,
@@ -26,12 +27,6 @@ from .values import (
     Status,
 )
 
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_postgres_url(location: str | Path) -> bool:
-    return isinstance(location, str) and location.startswith(POSTGRES_SCHEMES)
-
 
 def open_store(location: str | Path, *, create: bool = True) -> Store:
     """Open the database at ``location`` (creating and migrating it with ``create``).
@@ -39,10 +34,10 @@ def open_store(location: str | Path, *, create: bool = True) -> Store:
     Raises StoreError when it cannot be used, NotFound when it does not exist and
     ``create`` is false.
     """
-    if is_postgres_url(location):
+    if is_db_url(location):
         from .postgresql import open_postgres  # type: ignore[import-not-found,unused-ignore]
 
-        store: Store = open_postgres(str(location), create=create)
+        store: Store = open_postgres(db_url(str(location)), create=create)
         return store
     from .sqlite import SqliteStore
 
@@ -51,10 +46,10 @@ def open_store(location: str | Path, *, create: bool = True) -> Store:
 
 def shown_location(location: str | Path) -> str:
     """The location as it may be shown or handed on: a URL loses its password."""
-    if is_postgres_url(location):
+    if is_db_url(location):
         from .postgresql.url import redact
 
-        return redact(str(location))
+        return redact(db_url(str(location)))
     return str(location)
 
 
@@ -89,7 +84,6 @@ __all__ = [
     "Status",
     "Store",
     "daemon_clock",
-    "is_postgres_url",
     "open_store",
     "read_copy",
     "shown_location",

@@ -24,7 +24,7 @@ from ..protocol import CommandStore, DaemonStore, DashboardReads
 from ..values import DaemonIdentity
 from .db import EXTRA_MISSING, PgDb, load_driver
 from .schema import SCHEMA_VERSION
-from .url import is_postgresql_url, redact
+from .url import redact
 
 if TYPE_CHECKING:
     from ..daemon import Daemons
@@ -107,7 +107,6 @@ __all__ = [
     "PostgresStore",
     "ServerClock",
     "Waker",
-    "is_postgresql_url",
     "load_driver",
     "open_postgres",
     "redact",

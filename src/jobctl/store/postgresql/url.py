@@ -1,4 +1,5 @@
-"""PostgreSQL URLs (SPEC §10): which locations are URLs, and the URL without its password.
+"""PostgreSQL URLs (README "Many hosts on PostgreSQL"): the URL without its password, and
+whether it travels in clear text (which locations are URLs: :func:`jobctl.paths.is_db_url`).
 
 No driver is imported here: the CLI asks these questions before it knows it needs one.
 """
@@ -8,14 +9,8 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-SCHEMES = ("postgresql://", "postgres://")
 #: query parameters that may carry a secret, removed with the password
 _SECRET_PARAMS = frozenset({"password", "sslpassword"})
-
-
-def is_postgresql_url(location: str) -> bool:
-    """True for a ``postgresql://`` or ``postgres://`` URL (libpq syntax)."""
-    return location.lower().startswith(SCHEMES)
 
 
 def redact(url: str) -> str:
