@@ -204,4 +204,12 @@ def test_coverage_shows_none_where_no_row_is_kept():
 def test_the_age_cutoff_is_keep_for_before_now():
     now = z(2026, 3, 8)
     assert history_cutoff(None, now) is None
-    assert history_cutoff(7 * 86400, now) == z(2026, 3, 1)
+    # at or before the cut is deleted: a run whose window is exactly --keep-for old stays
+    assert history_cutoff(7 * 86400, now) == z(2026, 3, 1) - timedelta(microseconds=1)
+    # --keep-runs' cut and --keep-for's: the later wins
+    late, early = z(2026, 3, 5), z(2026, 2, 1)
+    assert history_cutoff(7 * 86400, now, beyond_kept=late) == late
+    assert history_cutoff(7 * 86400, now, beyond_kept=early) == z(2026, 3, 1) - timedelta(
+        microseconds=1
+    )
+    assert history_cutoff(None, now, beyond_kept=early) == early

@@ -30,7 +30,7 @@ LAYERS = {
     "notifier": 7,
     "delivery": 6,
     "store": 6,
-    "planner": 6,
+    "planner": 5.9,
     "loadplan": 5,
     "worker": 6,
     "pinger": 6,

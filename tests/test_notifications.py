@@ -16,6 +16,7 @@ from jobctl.notifications import (
     event_text,
     finish_events,
     parse_notify,
+    possible_finish_events,
     retry_delay_seconds,
     rules_from_json,
     shown_url,
@@ -99,6 +100,23 @@ def test_finish_events() -> None:
         Event.SUCCEEDED,
         Event.ANOMALY,
     ]
+
+
+def test_every_event_an_end_causes_is_one_it_may_cause() -> None:
+    # the store asks the channels about possible_finish_events before reading the facts
+    # finish_events needs: an event it leaves out would never be written
+    for state in RunState:
+        for retry in (False, True):
+            for previous in (None, RunState.DEAD, RunState.SUCCEEDED):
+                got = finish_events(
+                    state=state,
+                    retry_scheduled=retry,
+                    previous_final=previous,
+                    duration_seconds=40.0,
+                    previous_durations=[10.0] * 5,
+                )
+                assert {e for e, _ in got} <= set(possible_finish_events(state)), state
+    assert possible_finish_events(RunState.CANCELLED) == ()
 
 
 def test_anomaly() -> None:

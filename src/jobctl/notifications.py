@@ -302,6 +302,18 @@ def channels_for(
     return [c.name for c in defaults if event in c.default_events]
 
 
+def possible_finish_events(state: RunState) -> tuple[Event, ...]:
+    """The events an attempt's end in ``state`` may cause (:func:`finish_events` decides
+    which it does): what the store asks the channels about before it reads the facts."""
+    if state is RunState.SUCCEEDED:
+        return (Event.SUCCEEDED, Event.RECOVERED, Event.ANOMALY)
+    if state is RunState.FAILED:
+        return (Event.FAILED,)
+    if state is RunState.DEAD:
+        return (Event.DEAD,)
+    return ()
+
+
 def finish_events(
     *,
     state: RunState,

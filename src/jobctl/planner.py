@@ -436,12 +436,18 @@ def plan_coverage(
     return out
 
 
-def history_cutoff(keep_for_seconds: float | None, now: datetime) -> datetime | None:
-    """Finished runs whose window is before this are past ``--keep-for`` (None: no age
-    limit)."""
-    if keep_for_seconds is None:
-        return None
-    return now - timedelta(seconds=keep_for_seconds)
+def history_cutoff(
+    keep_for_seconds: float | None, now: datetime, *, beyond_kept: datetime | None = None
+) -> datetime | None:
+    """Retention's cut for one job (jobctl(1), jobctl add's --keep-runs and --keep-for): its
+    finished runs whose window is at or before the time returned are deleted (None: none).
+    ``beyond_kept``: the window of its newest finished run beyond the ``--keep-runs`` N it
+    keeps (None: it keeps no more); ``keep_for_seconds``: a run whose window is before
+    ``now`` minus that is past ``--keep-for``. The later of the two cuts wins."""
+    cuts = [] if beyond_kept is None else [beyond_kept]
+    if keep_for_seconds is not None:
+        cuts.append(now - timedelta(seconds=keep_for_seconds) - timedelta(microseconds=1))
+    return max(cuts) if cuts else None
 
 
 def waiting_reason(facts: WaitFacts | None) -> Waiting | None:

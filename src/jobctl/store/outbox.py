@@ -37,6 +37,7 @@ from ..notifications import (
     channels_for,
     event_text,
     finish_events,
+    possible_finish_events,
     rules_from_json,
 )
 
@@ -297,12 +298,7 @@ def note_finish(
         return
     job_id = row["job_id"]
     state = RunState(row["state"])
-    possible = {
-        RunState.SUCCEEDED: (Event.SUCCEEDED, Event.RECOVERED, Event.ANOMALY),
-        RunState.FAILED: (Event.FAILED,),
-        RunState.DEAD: (Event.DEAD,),
-    }.get(state, ())
-    wanted = targets.wants(job_id, possible)
+    wanted = targets.wants(job_id, possible_finish_events(state))
     if not wanted:
         return
     started = row["started_at"]

@@ -1,6 +1,7 @@
-"""Retention's transaction (SPEC §13), written once over a :class:`~.dialect.Dialect`:
-the daemons' halves of both backends call it for
-:meth:`~jobctl.store.protocol.DaemonStore.trim_history`.
+"""Retention's transaction (README "History: what is kept, what failed, what never ran"),
+written once over a :class:`~.dialect.Dialect`: the daemons' face calls it for
+:meth:`~jobctl.store.protocol.DaemonStore.trim_history`; the cut of each job is the
+planner's (:func:`jobctl.planner.history_cutoff`).
 
 A pass after the first looks only at what changed since the last one started (its
 :class:`~.values.RetentionMarks`): the jobs of runs that ended since, the jobs edited
@@ -17,7 +18,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..clock import to_us
+from ..clock import from_us, to_us
+from ..planner import history_cutoff
 from .dialect import Dialect
 from .values import RetentionMarks
 
@@ -63,7 +65,6 @@ def trim_history(
     """See :meth:`~jobctl.store.protocol.DaemonStore.trim_history`."""
     q = db.q
     budget = max_rows
-    now_us = to_us(now)
     with db.write() as c:
         if since is None:
             jobs = c.execute(q.retention_candidates, (after_job_id, JOBS_A_STEP)).fetchall()
@@ -76,16 +77,17 @@ def trim_history(
             more = len(step) == JOBS_A_STEP
             last = step[-1] if step else after_job_id
         for j in jobs:
-            cut: int | None = None
+            beyond_kept = None
             if int(j["kept"]) > int(j["keep_runs"]):
                 row = c.execute(q.nth_finished, (j["id"], int(j["keep_runs"]))).fetchone()
-                cut = None if row is None else int(row["scheduled_for"])
-            if j["keep_for_seconds"] is not None:
-                age_cut = now_us - round(float(j["keep_for_seconds"]) * 1_000_000) - 1
-                cut = age_cut if cut is None else max(cut, age_cut)
+                beyond_kept = None if row is None else from_us(int(row["scheduled_for"]))
+            keep_for = j["keep_for_seconds"]
+            cut = history_cutoff(
+                None if keep_for is None else float(keep_for), now, beyond_kept=beyond_kept
+            )
             if cut is None:
                 continue
-            ids = [int(r["id"]) for r in c.execute(q.trim_ids, (j["id"], cut, budget))]
+            ids = [int(r["id"]) for r in c.execute(q.trim_ids, (j["id"], to_us(cut), budget))]
             if not ids:
                 continue
             marks = db.marks(len(ids))

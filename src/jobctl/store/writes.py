@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..clock import from_us, to_us
 from ..errors import NotFound
 from ..models import Job, Run, RunReason, RunState, Window, after_parts
+from ..planner import after_fires, should_pause
 from . import outbox
 from .dialect import Dialect
 from .rows import job_from_row, opt_us, run_from_row, settings_json
@@ -161,7 +162,7 @@ def fire_after(
     ids: dict[str, int | None] = {}
     for row in c.execute(db.q.after_jobs).fetchall():
         job = job_from_row(row)
-        upstream, states = after_parts(job.trigger.expr or "")
+        upstream, _ = after_parts(job.trigger.expr or "")
         if upstream not in ids:
             found = c.execute(db.q.job_id_by_name, (upstream,)).fetchone()
             ids[upstream] = None if found is None else int(found["id"])
@@ -173,7 +174,7 @@ def fire_after(
         ended = c.execute(db.q.after_upstream_runs, (up_id, cursor - AFTER_LOOKBACK_US))
         for r in ended.fetchall():
             last = max(last, int(r["finished_at"]))
-            if r["state"] not in states:
+            if not after_fires(job, RunState(r["state"])):
                 continue
             w = Window(
                 from_us(r["scheduled_for"]), RunState.PENDING, RunReason.AFTER, not_before=now
@@ -200,8 +201,8 @@ def pause_after_failures(
     n = None if row is None else row["pause_after_failures"]
     if not n:
         return None
-    states = [r["state"] for r in c.execute(db.q.recent_final_states, (job_id, n)).fetchall()]
-    if len(states) < n or any(s != RunState.DEAD.value for s in states):
+    rows = c.execute(db.q.recent_final_states, (job_id, n)).fetchall()
+    if not should_pause([RunState(r["state"]) for r in rows], int(n)):
         return None
     paused = c.execute(db.q.pause_by_failures, (to_us(now), job_id)).fetchone()
     if paused is None:
