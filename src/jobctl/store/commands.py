@@ -311,7 +311,7 @@ class Commands(outbox.OutboxCommands, SecretCommands, WatchCommands):
                     f"job {name!r} is at revision {job.revision}, not {wanted}: it changed "
                     "since it was read; nothing was changed"
                 )
-            if job.state is JobState.CANCELLED:  # stopped for good (SPEC §7)
+            if job.state is JobState.CANCELLED:  # stopped for good (see jobctl(1), COMMANDS)
                 raise Conflict(f"job {name!r} is cancelled: it is stopped for good")
             new = self._edit_tx(c, job, changes, now, next_run_at, restart_schedule)
             return self._revise(c, job.id, job, new, now)
@@ -429,7 +429,8 @@ class Commands(outbox.OutboxCommands, SecretCommands, WatchCommands):
         *,
         source: str = "apply",
     ) -> None:
-        """Make the jobs as ``plan`` says, all or nothing (SPEC §15): deleted as ``rm``
+        """Make the jobs as ``plan`` says, all or nothing (see jobctl(1), jobctl history): deleted
+        as ``rm``
         deletes (Conflict while one has a leased run), changed as ``edit`` changes (runs
         already created keep their settings; ``paused`` pauses or resumes), added as
         ``add`` adds. ``next_runs`` holds the first window of each added or changed job
@@ -897,7 +898,8 @@ class Commands(outbox.OutboxCommands, SecretCommands, WatchCommands):
 
     def run_counters(self) -> list[tuple[str, int, str | None, int]]:
         """(job name, its missed_total, a finished state or None, runs that ever ended in
-        that state) for every job: the tallies kept apart from the rows (SPEC §13), which
+        that state) for every job: the tallies kept apart from the rows (see README, History: what
+        is kept, what failed, what never ran), which
         neither retention nor ``prune`` lowers. One query."""
         rows = self.db.read(self.q.run_counters)
         return [(r["name"], int(r["missed_total"]), r["state"], int(r["ended"])) for r in rows]

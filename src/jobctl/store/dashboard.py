@@ -3,7 +3,8 @@ a :class:`~.dialect.Dialect` with the statements ``dash_*`` of :mod:`.queries`.
 
 Each read is one statement, or one short indexed statement a job of the page shown (at most
 50): none reads every run, so a page costs about the same with 10 million runs as with a
-thousand (SPEC §17). Every job's last run state, which the overview ranks and filters by,
+thousand (see jobctl(1), jobctl serve). Every job's last run state, which the overview ranks and
+filters by,
 comes from ``last_ends`` (each job's newest ended run, kept by triggers as runs change) and
 the open runs, never from a look at each job's history.
 """

@@ -75,7 +75,7 @@ class CommandStore(Protocol):
 
     backend: str
     #: who this face's changes are made by (``USER@HOST``, ``api``) and from where
-    #: (``cli``, ``api``), as their revisions name them (SPEC §15)
+    #: (``cli``, ``api``), as their revisions name them (see jobctl(1), jobctl history)
     who: str
     source: str
 
@@ -161,7 +161,7 @@ class CommandStore(Protocol):
         its time that has not come yet is taken back, not cancelled)."""
         ...
 
-    # jobs as code (SPEC §15) ---------------------------------------------------------
+    # jobs as code (see jobctl(1), jobctl history)
     # every method above that changes a job writes its revision in its own transaction
 
     def apply_plan(
@@ -220,7 +220,8 @@ class CommandStore(Protocol):
         since: datetime | None = None,
     ) -> list[Run]:
         """Runs, newest window first (then newest id); with ``since``, only windows at or
-        after it. Served by an index whatever the history's length (SPEC §13)."""
+        after it. Served by an index whatever the history's length (see README 'History: what is
+        kept, what failed, what never ran')."""
         ...
 
     def last_attempted_run(self, job_name: str) -> Run:
@@ -399,7 +400,7 @@ class CommandStore(Protocol):
 
     # used by jobctl serve
 
-    # notifications (SPEC §12) ---------------------------------------------------------
+    # notifications (see jobctl(1), jobctl notify)
     def add_channel(self, channel: Channel, now: datetime, *, replace: bool = False) -> Channel:
         """Create a channel (``replace``: overwrite one of that name). Conflict when the
         name is taken."""
@@ -465,20 +466,22 @@ class CommandStore(Protocol):
 
     def run_counters(self) -> list[tuple[str, int, str | None, int]]:
         """(job, its missed_total, finished state or None, runs that ever ended in it) for
-        every job: counters that never go down (SPEC §13)."""
+        every job: counters that never go down (see README 'History: what is kept, what failed,
+        what never ran')."""
         ...
 
     def run_costs_by_job(self) -> list[tuple[str, float | None, int | None]]:
         """(job name, CPU seconds of every attempt that ever finished, the largest resident
-        set in bytes of its last finished run's last attempt) for every job, by name (SPEC
-        §16); None where nothing was counted. One query."""
+        set in bytes of its last finished run's last attempt) for every job, by name (see
+        README 'Run policies and what a run costs'); None where nothing was counted. One query."""
         ...
 
     def attempt_duration_histogram(
         self, bounds_seconds: Sequence[float]
     ) -> list[tuple[str, list[int], int, float]]:
         """Per job: (name, cumulative counts at each bound, count, sum of seconds) of its
-        finished attempts ever, whatever was deleted since (SPEC §13)."""
+        finished attempts ever, whatever was deleted since (see README 'History: what is kept, what
+        failed, what never ran')."""
         ...
 
 
@@ -589,7 +592,8 @@ class DaemonStore(Protocol):
         max_rows: int,
         since: RetentionMarks | None = None,
     ) -> tuple[int, int | None]:
-        """One retention transaction (SPEC §13): for jobs with id > ``after_job_id``, in id
+        """One retention transaction (see README 'History: what is kept, what failed, what never
+        ran'): for jobs with id > ``after_job_id``, in id
         order, delete finished runs (succeeded, dead, cancelled, skipped; never pending,
         leased or failed), with their attempts and delivered notifications, beyond the
         job's ``keep_runs`` most recent by window or whose window is older than
@@ -608,7 +612,8 @@ class DaemonStore(Protocol):
     def fire_after(
         self, upstream_ids: Sequence[int] | None, now: datetime
     ) -> list[tuple[Job, int, int]]:
-        """SPEC §14 ``--after``: record the runs of the jobs that follow these jobs (None:
+        """see README 'Run policies and what a run costs' ``--after``: record the runs of the jobs
+        that follow these jobs (None:
         any) for their upstream runs that ended since each one last looked (see
         :func:`jobctl.store.commands.fire_after`). Returns (job, run id, upstream run id)
         of the runs created."""
@@ -678,7 +683,7 @@ class DaemonStore(Protocol):
         """How the run's ``--on-failure`` command ended (``exit 0``, ``signal 9``, ...)."""
         ...
 
-    # notifications (SPEC §12) ---------------------------------------------------------
+    # notifications (see jobctl(1), jobctl notify)
     def exchange_notifications(
         self,
         now: datetime,
@@ -727,7 +732,8 @@ class DaemonStore(Protocol):
 
 
 class DashboardReads(Protocol):
-    """What ``jobctl serve``'s dashboard reads (SPEC §17), each an indexed statement or a
+    """What ``jobctl serve``'s dashboard reads (see jobctl(1), jobctl serve), each an indexed
+    statement or a
     few: none reads every run. Times are aware UTC datetimes passed in."""
 
     def job_facts(

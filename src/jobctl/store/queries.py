@@ -41,7 +41,8 @@ class Fragments:
 NO_MAINTENANCE = """NOT EXISTS (SELECT 1 FROM maintenance m WHERE m.since <= :now
     AND m.ended_at IS NULL AND (m.until_at IS NULL OR m.until_at > :now))"""
 
-# The claim's rules (SPEC §5, §9), one named piece each, over the row ``runs`` (and, in the
+# The claim's rules (see jobctl(1), THE DAEMON; README, Two workloads: the daily digest and the
+# polite crawler), one named piece each, over the row ``runs`` (and, in the
 # job pieces, its job ``j``). ``inspect`` (WAITING) and the SQLite claim are both built
 # from these, so ``inspect`` never says a run is free while the claim passes it by.
 RUN_OPEN = "runs.state IN ('pending', 'failed')"
@@ -133,7 +134,7 @@ class Queries:
     resume_job: str
     cancel_job: str
     delete_job: str
-    # revisions (SPEC §15)
+    # revisions (see jobctl(1), jobctl history)
     job_revision_number: str
     set_job_revision: str
     insert_revision: str
@@ -173,7 +174,7 @@ class Queries:
     insert_row: str
     insert_row_with_id: str
     set_last_window: str
-    # the dashboard (SPEC §17): jobctl.store.dashboard
+    # the dashboard (see jobctl(1), jobctl serve): jobctl.store.dashboard
     dash_job_facts: str
     dash_open_runs: str
     dash_job_names: str
@@ -241,7 +242,8 @@ FROM jobs {only}""",
         dead_ids="SELECT id FROM runs WHERE state = 'dead' AND reason <> 'watch' ORDER BY id"
         + d.for_update,
         # status's counts: the open runs off the (state, ...) indexes, the finished ones
-        # from the tallies (SPEC §13: no read counts every run)
+        # from the tallies (see README, History: what is kept, what failed, what never ran: no read
+        # counts every run)
         open_counts="SELECT state, COUNT(*) AS n FROM runs "
         "WHERE state IN ('pending', 'leased', 'failed') GROUP BY state",
         kept_counts="SELECT t.state, SUM(t.kept) AS n FROM run_tallies t "
@@ -463,7 +465,8 @@ ORDER BY jobs.id LIMIT ?
         trim_notifications="DELETE FROM notifications WHERE run_id IN ({marks}) "
         "AND state <> 'pending'",
         trim_runs=f"DELETE FROM runs WHERE id IN ({{marks}}) AND state IN {FINISHED}",
-        # SPEC §14 --after: the jobs that follow another, and the runs of an upstream job
+        # see README, Run policies and what a run costs --after: the jobs that follow another, and
+        # the runs of an upstream job
         # that ended since a cursor (its window is the downstream run's)
         after_jobs="SELECT * FROM jobs WHERE trigger_kind = 'after' AND state = 'active' "
         "ORDER BY id",
@@ -476,7 +479,8 @@ ORDER BY jobs.id LIMIT ?
         "WHERE job_id = ? AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at > ? "
         "ORDER BY finished_at, id",
         after_cursor="UPDATE jobs SET schedule_from = ? WHERE id = ? AND schedule_from < ?",
-        # SPEC §14 --pause-after-failures: the job's most recent runs that ended succeeded
+        # see README, Run policies and what a run costs --pause-after-failures: the job's most
+        # recent runs that ended succeeded
         # or dead, off the (job_id, state, scheduled_for) index
         job_pause_rule="SELECT pause_after_failures FROM jobs WHERE id = ?",
         recent_final_states="SELECT state FROM runs WHERE job_id = ? "

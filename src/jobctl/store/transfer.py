@@ -1,4 +1,5 @@
-"""A whole database as values (:class:`~.values.CopiedJob`), for ``db copy`` (SPEC §7):
+"""A whole database as values (:class:`~.values.CopiedJob`), for ``db copy`` (see jobctl(1),
+COMMANDS):
 read through the commands' protocol from one backend, and loaded whole into another in one
 transaction of its dialect."""
 

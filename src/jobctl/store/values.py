@@ -221,7 +221,7 @@ ExpiredFn = Callable[[ExpiredLease], Decision]
 @dataclass(frozen=True)
 class JobFacts:
     """What the dashboard's overview needs of every job to filter and rank it, before it
-    pages (SPEC §17)."""
+    pages (see jobctl(1), jobctl serve)."""
 
     id: int
     name: str
@@ -264,7 +264,8 @@ class TimelineBar:
 
 @dataclass(frozen=True)
 class Revision:
-    """One change to a job (SPEC §15): its number (1, 2, ... per job), when, who
+    """One change to a job (see jobctl(1), jobctl history): its number (1, 2, ... per job), when,
+    who
     (``USER@HOST``, ``api``, ``daemon``), from where (``cli``, ``apply``, ``import``,
     ``api``, ``daemon``), ``{KEY: [old, new]}`` with the keys of the job file, and the
     job's table of the job file after it (what ``rollback`` goes back to)."""

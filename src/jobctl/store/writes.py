@@ -104,7 +104,8 @@ def write_revision(
     source: str,
     changes: Mapping[str, list[Any]] | None = None,
 ) -> int | None:
-    """Inside a write: record a change to job ``job_id`` as its next revision (SPEC §15),
+    """Inside a write: record a change to job ``job_id`` as its next revision (see jobctl(1),
+    jobctl history),
     ``{KEY: [old, new]}`` from the two definitions (``old`` None: a new job) unless
     ``changes`` says it; nothing when nothing changed. Every change to a job calls this in
     its own transaction (a daemon's too: ``who`` and ``source`` ``daemon``). Returns the
@@ -151,7 +152,8 @@ def fire_after_jobs(
 def fire_after(
     db: Dialect, c: Any, upstream_ids: Sequence[int] | None, now: datetime
 ) -> list[tuple[Job, int, int]]:
-    """SPEC §14 ``--after``: for each active job that follows one of ``upstream_ids`` (None:
+    """see README 'Run policies and what a run costs' ``--after``: for each active job that follows
+    one of ``upstream_ids`` (None:
     any), a ``pending`` run (reason ``after``) for each run of its upstream that ended in
     one of its states since its cursor (``schedule_from``: when it was added, edited or
     resumed, then the last such end seen), with that run's window and
@@ -194,7 +196,8 @@ def pause_after_failures(
     db: Dialect, c: Any, q: outbox.Sql, job_id: int, now: datetime
 ) -> str | None:
     """A run of the job just ended ``dead``: pause the job when its last
-    ``--pause-after-failures`` N finished runs all did (SPEC §14), with its ``paused``
+    ``--pause-after-failures`` N finished runs all did (see README 'Run policies and what a run
+    costs'), with its ``paused``
     notification, in the transaction of that end. Returns the job's name when it was
     paused now."""
     row = c.execute(db.q.job_pause_rule, (job_id,)).fetchone()
@@ -222,7 +225,7 @@ def pause_after_failures(
 def note_deadline_skips(c: Any, q: outbox.Sql, rows: Sequence[Any], now: datetime) -> None:
     """The ``missed`` notification (reason ``deadline``) of the runs a claim just skipped
     past their ``--deadline`` (``SKIP_PAST_DEADLINE``'s rows), one per job, in the claim's
-    transaction (SPEC §12, §14)."""
+    transaction (see jobctl(1), jobctl notify; README 'Run policies and what a run costs')."""
     windows: dict[int, list[int]] = {}
     for r in rows:
         windows.setdefault(int(r["job_id"]), []).append(int(r["scheduled_for"]))

@@ -1,4 +1,4 @@
--- 0003: notifications (SPEC §12): channels, a job's --notify, --grace and --warn-after, the
+-- 0003: notifications (see jobctl(1), jobctl notify): channels, a job's --notify, --grace and --warn-after, the
 -- outbox each notification is written to in the transaction of the change it reports, and
 -- the delivered/failed counters that no retention lowers.
 ALTER TABLE jobctl.jobs ADD COLUMN notify TEXT NOT NULL DEFAULT '[]';

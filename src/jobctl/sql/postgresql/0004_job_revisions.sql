@@ -1,4 +1,4 @@
--- 0004: jobs as code (SPEC §15). Every change to a job writes a revision in the same
+-- 0004: jobs as code (see jobctl(1), jobctl history). Every change to a job writes a revision in the same
 -- transaction: its number (1, 2, ... per job, the job's `revision`), who and from where,
 -- `changes` ({KEY: [old, new]}, keys of the job file) and `definition` (the job's table
 -- of the job file after the change, what `rollback` goes back to). A run keeps the

@@ -50,16 +50,16 @@ CREATE TABLE jobctl.jobs (
     last_boot_id TEXT,
     created_at BIGINT NOT NULL,
     updated_at BIGINT NOT NULL,
-    -- retention (SPEC §13): finished runs kept, and for how long (NULL: no age limit)
+    -- retention (see README 'History: what is kept, what failed, what never ran'): finished runs kept, and for how long (NULL: no age limit)
     keep_runs BIGINT NOT NULL DEFAULT 1000 CHECK (keep_runs >= 0),
     keep_for_seconds DOUBLE PRECISION,
-    -- notifications (SPEC §12): [{channel, events}], and when a run is late or long
+    -- notifications (see jobctl(1), jobctl notify): [{channel, events}], and when a run is late or long
     notify TEXT NOT NULL DEFAULT '[]',
     grace_seconds DOUBLE PRECISION,
     warn_after_seconds DOUBLE PRECISION,
-    -- the number of its last revision (SPEC §15)
+    -- the number of its last revision (see jobctl(1), jobctl history)
     revision BIGINT NOT NULL DEFAULT 0,
-    -- run policies (SPEC §14) and limits (SPEC §16, a JSON object of the set ones)
+    -- run policies (see README 'Run policies and what a run costs') and limits (see README 'Run policies and what a run costs', a JSON object of the set ones)
     deadline_seconds DOUBLE PRECISION,
     pause_after_failures BIGINT CHECK (pause_after_failures >= 1),
     max_running BIGINT CHECK (max_running >= 1),
@@ -123,10 +123,10 @@ CREATE TABLE jobctl.runs (
     -- how the --on-failure command ended
     hook_status TEXT,
     created_at BIGINT NOT NULL,
-    -- the revision of its job when it was created (SPEC §15)
+    -- the revision of its job when it was created (see jobctl(1), jobctl history)
     job_revision BIGINT,
     UNIQUE (job_id, scheduled_for),
-    -- the instant after which a run that has not started is skipped (SPEC §14 --deadline;
+    -- the instant after which a run that has not started is skipped (see README 'Run policies and what a run costs' --deadline;
     -- cleared by its first claim)
     deadline_at BIGINT,
     -- --max-running: which of the job's N places a leased run holds
@@ -138,7 +138,7 @@ CREATE INDEX runs_claimable ON jobctl.runs (state, not_before);
 CREATE INDEX runs_queue ON jobctl.runs (priority DESC, scheduled_for, id)
     WHERE state IN ('pending', 'failed');
 CREATE INDEX runs_job_state ON jobctl.runs (job_id, state, scheduled_for);
--- the listings of SPEC §13 (runs, runs --state, --since), newest window first
+-- the listings of see README 'History: what is kept, what failed, what never ran' (runs, runs --state, --since), newest window first
 CREATE INDEX runs_window ON jobctl.runs (scheduled_for, id);
 CREATE INDEX runs_state_window ON jobctl.runs (state, scheduled_for, id);
 CREATE INDEX runs_finished ON jobctl.runs (finished_at);
@@ -191,7 +191,7 @@ CREATE TABLE jobctl.attempts (
     host TEXT,
     pid INTEGER,
     PRIMARY KEY (run_id, attempt),
-    -- what the kernel counted for the attempt (SPEC §16)
+    -- what the kernel counted for the attempt (see README 'Run policies and what a run costs')
     cpu_user DOUBLE PRECISION,
     cpu_system DOUBLE PRECISION,
     max_rss BIGINT
@@ -221,7 +221,7 @@ CREATE TABLE jobctl.scheduler_lease (
     term BIGINT NOT NULL DEFAULT 0
 );
 
--- Counters kept apart from the rows (SPEC §13): retention and prune delete runs and
+-- Counters kept apart from the rows (see README 'History: what is kept, what failed, what never ran'): retention and prune delete runs and
 -- attempts, never these, so jobctl_runs_finished_total and jobctl_run_duration_seconds
 -- never go down. The triggers below append one row of deltas per change (no row is
 -- ever updated, so concurrent daemons never wait on each other for a counter); readers
@@ -322,7 +322,7 @@ CREATE TRIGGER jobs_tally_delete AFTER DELETE ON jobctl.jobs
     FOR EACH ROW EXECUTE FUNCTION jobctl.forget_tallies();
 
 -- cpu_tallies: per job, the CPU (user + system, microseconds) of finished attempts
--- (jobctl_run_cpu_seconds_total, SPEC §16), one row of deltas per attempt as the other
+-- (jobctl_run_cpu_seconds_total, see README 'Run policies and what a run costs'), one row of deltas per attempt as the other
 -- tallies; readers sum them.
 CREATE TABLE jobctl.cpu_tallies (
     job_id BIGINT NOT NULL,
@@ -345,7 +345,7 @@ CREATE TRIGGER attempts_cpu_finish AFTER UPDATE OF finished_at ON jobctl.attempt
         AND NEW.cpu_user IS NOT NULL)
     EXECUTE FUNCTION jobctl.tally_cpu();
 
--- notifications (SPEC §12): channels, the outbox, and the sent/failed counters
+-- notifications (see jobctl(1), jobctl notify): channels, the outbox, and the sent/failed counters
 CREATE TABLE jobctl.channels (
     name TEXT COLLATE "C" PRIMARY KEY,
     kind TEXT NOT NULL CHECK (kind IN ('webhook', 'email', 'command')),
@@ -395,7 +395,7 @@ CREATE TABLE jobctl.notification_counts (
     PRIMARY KEY (channel, event, state)
 );
 
--- Every change to a job (SPEC §15): its number, when, who (USER@HOST, api, daemon), from
+-- Every change to a job (see jobctl(1), jobctl history): its number, when, who (USER@HOST, api, daemon), from
 -- where, {KEY: [old, new]} and the job's table of the job file after it (JSON).
 CREATE TABLE jobctl.job_revisions (
     job_id BIGINT NOT NULL REFERENCES jobctl.jobs (id) ON DELETE CASCADE,

@@ -1,4 +1,4 @@
--- 0007: run policies and what a run costs (SPEC §14, §16).
+-- 0007: run policies and what a run costs (see README 'Run policies and what a run costs').
 -- Jobs may follow another job (trigger_kind 'after') and queue one window (overlap
 -- 'queue'), and gain --deadline, --pause-after-failures (with why a job is paused),
 -- --max-running, --ok-exit, --no-retry-exit and the limits; a run keeps the instant its
@@ -47,16 +47,16 @@ CREATE TABLE jobs (
     last_boot_id TEXT,
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
-    -- retention (SPEC §13): finished runs kept, and for how long (NULL: no age limit)
+    -- retention (see README 'History: what is kept, what failed, what never ran'): finished runs kept, and for how long (NULL: no age limit)
     keep_runs INTEGER NOT NULL DEFAULT 1000 CHECK (keep_runs >= 0),
     keep_for_seconds REAL,
-    -- notifications (SPEC §12): [{channel, events}], and when a run is late or long
+    -- notifications (see jobctl(1), jobctl notify): [{channel, events}], and when a run is late or long
     notify TEXT NOT NULL DEFAULT '[]',
     grace_seconds REAL,
     warn_after_seconds REAL,
-    -- the number of its last revision (SPEC §15)
+    -- the number of its last revision (see jobctl(1), jobctl history)
     revision INTEGER NOT NULL DEFAULT 0,
-    -- run policies (SPEC §14) and limits (SPEC §16, a JSON object of the set ones)
+    -- run policies (see README 'Run policies and what a run costs') and limits (see README 'Run policies and what a run costs', a JSON object of the set ones)
     deadline_seconds REAL,
     pause_after_failures INTEGER CHECK (pause_after_failures >= 1),
     max_running INTEGER CHECK (max_running >= 1),
@@ -81,7 +81,7 @@ ALTER TABLE attempts ADD COLUMN cpu_system REAL;
 ALTER TABLE attempts ADD COLUMN max_rss INTEGER;
 
 -- cpu_tallies: per job, the CPU (user + system, microseconds) of every finished attempt
--- (jobctl_run_cpu_seconds_total, SPEC §16), kept apart from the rows as the others are.
+-- (jobctl_run_cpu_seconds_total, see README 'Run policies and what a run costs'), kept apart from the rows as the others are.
 CREATE TABLE cpu_tallies (
     job_id INTEGER PRIMARY KEY,
     cpu_us INTEGER NOT NULL

@@ -169,7 +169,8 @@ WITH s AS (
 UPDATE attempts SET pid = s.pid FROM s WHERE attempts.run_id = s.id AND attempts.attempt = s.attempt
 """
 
-# SPEC §14 --deadline, decided where a run would start: the claim skips the runs not
+# see README 'Run policies and what a run costs' --deadline, decided where a run would start: the
+# claim skips the runs not
 # started by their deadline before it picks (rows another claimer holds are its to judge)
 SKIP_PAST_DEADLINE = """
 UPDATE runs SET state = 'skipped', skip_reason = 'deadline', finished_at = %(now)s,
