@@ -56,7 +56,7 @@ def shown_location(location: str | Path) -> str:
 def daemon_clock(daemon: DaemonStore, base: Clock) -> Clock:
     """The clock a daemon reads: on PostgreSQL the server's (this host's clock plus the
     offset each heartbeat measures), so leases and due times are judged by one clock for
-    every host (see README 'Many hosts on PostgreSQL')."""
+    every host (see README, Many hosts on PostgreSQL)."""
     if daemon.backend == "postgresql":
         from .postgresql import ServerClock
 

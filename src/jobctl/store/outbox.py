@@ -348,8 +348,8 @@ def missed_note(
     job_id: int, job_name: str, count: int, first: datetime, last: datetime, reason: str
 ) -> EventNote:
     """The ``missed`` event of one decision that recorded windows ``skipped`` (reason
-    ``missed`` here; ``deadline`` from the claim of see README 'Run policies and what a run
-    costs')."""
+    ``missed`` here; ``deadline`` from the claim of see README, Run policies and what a run
+    costs)."""
     from ..clock import iso
 
     detail = {"count": count, "first": iso(first), "last": iso(last), "reason": reason}
@@ -363,8 +363,8 @@ def missed_note(
 
 
 def paused_note(job_id: int, job_name: str, failures: int, now: datetime) -> EventNote:
-    """The ``paused`` event of a job paused by ``--pause-after-failures`` (see README 'Run policies
-    and what a run costs'): the
+    """The ``paused`` event of a job paused by ``--pause-after-failures`` (see README, Run policies
+    and what a run costs): the
     pause's transaction passes it to :func:`enqueue`."""
     detail = {"failures": failures}
     return EventNote(

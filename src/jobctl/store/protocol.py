@@ -220,8 +220,8 @@ class CommandStore(Protocol):
         since: datetime | None = None,
     ) -> list[Run]:
         """Runs, newest window first (then newest id); with ``since``, only windows at or
-        after it. Served by an index whatever the history's length (see README 'History: what is
-        kept, what failed, what never ran')."""
+        after it. Served by an index whatever the history's length (see README, History: what is
+        kept, what failed, what never ran)."""
         ...
 
     def last_attempted_run(self, job_name: str) -> Run:
@@ -466,22 +466,22 @@ class CommandStore(Protocol):
 
     def run_counters(self) -> list[tuple[str, int, str | None, int]]:
         """(job, its missed_total, finished state or None, runs that ever ended in it) for
-        every job: counters that never go down (see README 'History: what is kept, what failed,
-        what never ran')."""
+        every job: counters that never go down (see README, History: what is kept, what failed,
+        what never ran)."""
         ...
 
     def run_costs_by_job(self) -> list[tuple[str, float | None, int | None]]:
         """(job name, CPU seconds of every attempt that ever finished, the largest resident
         set in bytes of its last finished run's last attempt) for every job, by name (see
-        README 'Run policies and what a run costs'); None where nothing was counted. One query."""
+        README, Run policies and what a run costs); None where nothing was counted. One query."""
         ...
 
     def attempt_duration_histogram(
         self, bounds_seconds: Sequence[float]
     ) -> list[tuple[str, list[int], int, float]]:
         """Per job: (name, cumulative counts at each bound, count, sum of seconds) of its
-        finished attempts ever, whatever was deleted since (see README 'History: what is kept, what
-        failed, what never ran')."""
+        finished attempts ever, whatever was deleted since (see README, History: what is kept, what
+        failed, what never ran)."""
         ...
 
 
@@ -592,8 +592,8 @@ class DaemonStore(Protocol):
         max_rows: int,
         since: RetentionMarks | None = None,
     ) -> tuple[int, int | None]:
-        """One retention transaction (see README 'History: what is kept, what failed, what never
-        ran'): for jobs with id > ``after_job_id``, in id
+        """One retention transaction (see README, History: what is kept, what failed, what never
+        ran): for jobs with id > ``after_job_id``, in id
         order, delete finished runs (succeeded, dead, cancelled, skipped; never pending,
         leased or failed), with their attempts and delivered notifications, beyond the
         job's ``keep_runs`` most recent by window or whose window is older than
@@ -612,7 +612,7 @@ class DaemonStore(Protocol):
     def fire_after(
         self, upstream_ids: Sequence[int] | None, now: datetime
     ) -> list[tuple[Job, int, int]]:
-        """see README 'Run policies and what a run costs' ``--after``: record the runs of the jobs
+        """see README, Run policies and what a run costs ``--after``: record the runs of the jobs
         that follow these jobs (None:
         any) for their upstream runs that ended since each one last looked (see
         :func:`jobctl.store.commands.fire_after`). Returns (job, run id, upstream run id)

@@ -1,4 +1,4 @@
-"""Retention's transaction (README "History: what is kept, what failed, what never ran"),
+"""Retention's transaction (README, History: what is kept, what failed, what never ran),
 written once over a :class:`~.dialect.Dialect`: the daemons' face calls it for
 :meth:`~jobctl.store.protocol.DaemonStore.trim_history`; the cut of each job is the
 planner's (:func:`jobctl.planner.history_cutoff`).

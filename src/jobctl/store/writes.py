@@ -152,7 +152,7 @@ def fire_after_jobs(
 def fire_after(
     db: Dialect, c: Any, upstream_ids: Sequence[int] | None, now: datetime
 ) -> list[tuple[Job, int, int]]:
-    """see README 'Run policies and what a run costs' ``--after``: for each active job that follows
+    """see README, Run policies and what a run costs ``--after``: for each active job that follows
     one of ``upstream_ids`` (None:
     any), a ``pending`` run (reason ``after``) for each run of its upstream that ended in
     one of its states since its cursor (``schedule_from``: when it was added, edited or
@@ -196,8 +196,8 @@ def pause_after_failures(
     db: Dialect, c: Any, q: outbox.Sql, job_id: int, now: datetime
 ) -> str | None:
     """A run of the job just ended ``dead``: pause the job when its last
-    ``--pause-after-failures`` N finished runs all did (see README 'Run policies and what a run
-    costs'), with its ``paused``
+    ``--pause-after-failures`` N finished runs all did (see README, Run policies and what a run
+    costs), with its ``paused``
     notification, in the transaction of that end. Returns the job's name when it was
     paused now."""
     row = c.execute(db.q.job_pause_rule, (job_id,)).fetchone()
@@ -225,7 +225,7 @@ def pause_after_failures(
 def note_deadline_skips(c: Any, q: outbox.Sql, rows: Sequence[Any], now: datetime) -> None:
     """The ``missed`` notification (reason ``deadline``) of the runs a claim just skipped
     past their ``--deadline`` (``SKIP_PAST_DEADLINE``'s rows), one per job, in the claim's
-    transaction (see jobctl(1), jobctl notify; README 'Run policies and what a run costs')."""
+    transaction (see jobctl(1), jobctl notify; README, Run policies and what a run costs)."""
     windows: dict[int, list[int]] = {}
     for r in rows:
         windows.setdefault(int(r["job_id"]), []).append(int(r["scheduled_for"]))

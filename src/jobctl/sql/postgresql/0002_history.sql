@@ -1,6 +1,6 @@
--- 0002: history that stays fast and bounded (see README 'History: what is kept, what failed, what never ran').
+-- 0002: history that stays fast and bounded (see README, History: what is kept, what failed, what never ran).
 -- Jobs gain retention (keep_runs, default 1000 for every existing job, keep_for_seconds);
--- runs may have reason 'backfill' (and 'after', skip_reason 'deadline', see README 'Run policies and what a run costs');
+-- runs may have reason 'backfill' (and 'after', skip_reason 'deadline', see README, Run policies and what a run costs);
 -- indexes serve every listing without a scan of all runs; the counters move out of the
 -- rows into tallies, seeded from the rows there are.
 
@@ -17,11 +17,11 @@ ALTER TABLE jobctl.runs ADD CONSTRAINT runs_reason_check
 
 DROP INDEX jobctl.runs_job_state;
 CREATE INDEX runs_job_state ON jobctl.runs (job_id, state, scheduled_for);
--- the listings of see README 'History: what is kept, what failed, what never ran' (runs, runs --state, --since), newest window first
+-- the listings of see README, History: what is kept, what failed, what never ran (runs, runs --state, --since), newest window first
 CREATE INDEX runs_window ON jobctl.runs (scheduled_for, id);
 CREATE INDEX runs_state_window ON jobctl.runs (state, scheduled_for, id);
 
--- Counters kept apart from the rows (see README 'History: what is kept, what failed, what never ran'): retention and prune delete runs and
+-- Counters kept apart from the rows (see README, History: what is kept, what failed, what never ran): retention and prune delete runs and
 -- attempts, never these, so jobctl_runs_finished_total and jobctl_run_duration_seconds
 -- never go down. The triggers below append one row of deltas per change (no row is
 -- ever updated, so concurrent daemons never wait on each other for a counter); readers

@@ -1,4 +1,4 @@
--- 0005: run policies and what a run costs (see README 'Run policies and what a run costs').
+-- 0005: run policies and what a run costs (see README, Run policies and what a run costs).
 -- Jobs may follow another job (trigger_kind 'after') and queue one window (overlap
 -- 'queue'), and gain --deadline, --pause-after-failures (with why a job is paused),
 -- --max-running, --ok-exit, --no-retry-exit and the limits; a run keeps the instant its

@@ -50,7 +50,7 @@ CREATE TABLE jobctl.jobs (
     last_boot_id TEXT,
     created_at BIGINT NOT NULL,
     updated_at BIGINT NOT NULL,
-    -- retention (see README 'History: what is kept, what failed, what never ran'): finished runs kept, and for how long (NULL: no age limit)
+    -- retention (see README, History: what is kept, what failed, what never ran): finished runs kept, and for how long (NULL: no age limit)
     keep_runs BIGINT NOT NULL DEFAULT 1000 CHECK (keep_runs >= 0),
     keep_for_seconds DOUBLE PRECISION,
     -- notifications (see jobctl(1), jobctl notify): [{channel, events}], and when a run is late or long
@@ -59,7 +59,7 @@ CREATE TABLE jobctl.jobs (
     warn_after_seconds DOUBLE PRECISION,
     -- the number of its last revision (see jobctl(1), jobctl history)
     revision BIGINT NOT NULL DEFAULT 0,
-    -- run policies (see README 'Run policies and what a run costs') and limits (see README 'Run policies and what a run costs', a JSON object of the set ones)
+    -- run policies (see README, Run policies and what a run costs) and limits (see README, Run policies and what a run costs, a JSON object of the set ones)
     deadline_seconds DOUBLE PRECISION,
     pause_after_failures BIGINT CHECK (pause_after_failures >= 1),
     max_running BIGINT CHECK (max_running >= 1),
@@ -126,7 +126,7 @@ CREATE TABLE jobctl.runs (
     -- the revision of its job when it was created (see jobctl(1), jobctl history)
     job_revision BIGINT,
     UNIQUE (job_id, scheduled_for),
-    -- the instant after which a run that has not started is skipped (see README 'Run policies and what a run costs' --deadline;
+    -- the instant after which a run that has not started is skipped (see README, Run policies and what a run costs --deadline;
     -- cleared by its first claim)
     deadline_at BIGINT,
     -- --max-running: which of the job's N places a leased run holds
@@ -138,7 +138,7 @@ CREATE INDEX runs_claimable ON jobctl.runs (state, not_before);
 CREATE INDEX runs_queue ON jobctl.runs (priority DESC, scheduled_for, id)
     WHERE state IN ('pending', 'failed');
 CREATE INDEX runs_job_state ON jobctl.runs (job_id, state, scheduled_for);
--- the listings of see README 'History: what is kept, what failed, what never ran' (runs, runs --state, --since), newest window first
+-- the listings of see README, History: what is kept, what failed, what never ran (runs, runs --state, --since), newest window first
 CREATE INDEX runs_window ON jobctl.runs (scheduled_for, id);
 CREATE INDEX runs_state_window ON jobctl.runs (state, scheduled_for, id);
 CREATE INDEX runs_finished ON jobctl.runs (finished_at);
@@ -191,7 +191,7 @@ CREATE TABLE jobctl.attempts (
     host TEXT,
     pid INTEGER,
     PRIMARY KEY (run_id, attempt),
-    -- what the kernel counted for the attempt (see README 'Run policies and what a run costs')
+    -- what the kernel counted for the attempt (see README, Run policies and what a run costs)
     cpu_user DOUBLE PRECISION,
     cpu_system DOUBLE PRECISION,
     max_rss BIGINT
@@ -221,7 +221,7 @@ CREATE TABLE jobctl.scheduler_lease (
     term BIGINT NOT NULL DEFAULT 0
 );
 
--- Counters kept apart from the rows (see README 'History: what is kept, what failed, what never ran'): retention and prune delete runs and
+-- Counters kept apart from the rows (see README, History: what is kept, what failed, what never ran): retention and prune delete runs and
 -- attempts, never these, so jobctl_runs_finished_total and jobctl_run_duration_seconds
 -- never go down. The triggers below append one row of deltas per change (no row is
 -- ever updated, so concurrent daemons never wait on each other for a counter); readers
@@ -322,7 +322,7 @@ CREATE TRIGGER jobs_tally_delete AFTER DELETE ON jobctl.jobs
     FOR EACH ROW EXECUTE FUNCTION jobctl.forget_tallies();
 
 -- cpu_tallies: per job, the CPU (user + system, microseconds) of finished attempts
--- (jobctl_run_cpu_seconds_total, see README 'Run policies and what a run costs'), one row of deltas per attempt as the other
+-- (jobctl_run_cpu_seconds_total, see README, Run policies and what a run costs), one row of deltas per attempt as the other
 -- tallies; readers sum them.
 CREATE TABLE jobctl.cpu_tallies (
     job_id BIGINT NOT NULL,

@@ -1,6 +1,6 @@
--- 0004: history that stays fast and bounded (see README 'History: what is kept, what failed, what never ran').
+-- 0004: history that stays fast and bounded (see README, History: what is kept, what failed, what never ran).
 -- Jobs gain retention (keep_runs, default 1000 for every existing job, keep_for_seconds);
--- runs may have reason 'backfill' (and 'after', skip_reason 'deadline', see README 'Run policies and what a run costs', so
+-- runs may have reason 'backfill' (and 'after', skip_reason 'deadline', see README, Run policies and what a run costs, so
 -- that issue needs no second copy of the table); indexes serve every listing without a
 -- scan of all runs; the counters move out of the rows into tallies, seeded from the rows
 -- there are. SQLite cannot change a CHECK in place: jobs and runs are copied into their
@@ -45,7 +45,7 @@ CREATE TABLE jobs (
     last_boot_id TEXT,
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
-    -- retention (see README 'History: what is kept, what failed, what never ran'): finished runs kept, and for how long (NULL: no age limit)
+    -- retention (see README, History: what is kept, what failed, what never ran): finished runs kept, and for how long (NULL: no age limit)
     keep_runs INTEGER NOT NULL DEFAULT 1000 CHECK (keep_runs >= 0),
     keep_for_seconds REAL
 );
@@ -99,10 +99,10 @@ CREATE INDEX runs_claimable ON runs (state, not_before);
 CREATE INDEX runs_queue ON runs (priority DESC, scheduled_for, id)
     WHERE state IN ('pending', 'failed');
 CREATE INDEX runs_job_state ON runs (job_id, state, scheduled_for);
--- the listings of see README 'History: what is kept, what failed, what never ran' (runs, runs --state, --since), newest window first
+-- the listings of see README, History: what is kept, what failed, what never ran (runs, runs --state, --since), newest window first
 CREATE INDEX runs_window ON runs (scheduled_for, id);
 CREATE INDEX runs_state_window ON runs (state, scheduled_for, id);
--- Counters kept apart from the rows (see README 'History: what is kept, what failed, what never ran'): retention and prune delete runs and
+-- Counters kept apart from the rows (see README, History: what is kept, what failed, what never ran): retention and prune delete runs and
 -- attempts, never these, so jobctl_runs_finished_total and jobctl_run_duration_seconds
 -- never go down. Kept by the triggers below, whatever statement changes a run.
 -- run_tallies: per job and finished state, the runs that ever entered it (ended) and

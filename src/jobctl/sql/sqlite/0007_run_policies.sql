@@ -1,4 +1,4 @@
--- 0007: run policies and what a run costs (see README 'Run policies and what a run costs').
+-- 0007: run policies and what a run costs (see README, Run policies and what a run costs).
 -- Jobs may follow another job (trigger_kind 'after') and queue one window (overlap
 -- 'queue'), and gain --deadline, --pause-after-failures (with why a job is paused),
 -- --max-running, --ok-exit, --no-retry-exit and the limits; a run keeps the instant its
@@ -47,7 +47,7 @@ CREATE TABLE jobs (
     last_boot_id TEXT,
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
-    -- retention (see README 'History: what is kept, what failed, what never ran'): finished runs kept, and for how long (NULL: no age limit)
+    -- retention (see README, History: what is kept, what failed, what never ran): finished runs kept, and for how long (NULL: no age limit)
     keep_runs INTEGER NOT NULL DEFAULT 1000 CHECK (keep_runs >= 0),
     keep_for_seconds REAL,
     -- notifications (see jobctl(1), jobctl notify): [{channel, events}], and when a run is late or long
@@ -56,7 +56,7 @@ CREATE TABLE jobs (
     warn_after_seconds REAL,
     -- the number of its last revision (see jobctl(1), jobctl history)
     revision INTEGER NOT NULL DEFAULT 0,
-    -- run policies (see README 'Run policies and what a run costs') and limits (see README 'Run policies and what a run costs', a JSON object of the set ones)
+    -- run policies (see README, Run policies and what a run costs) and limits (see README, Run policies and what a run costs, a JSON object of the set ones)
     deadline_seconds REAL,
     pause_after_failures INTEGER CHECK (pause_after_failures >= 1),
     max_running INTEGER CHECK (max_running >= 1),
@@ -81,7 +81,7 @@ ALTER TABLE attempts ADD COLUMN cpu_system REAL;
 ALTER TABLE attempts ADD COLUMN max_rss INTEGER;
 
 -- cpu_tallies: per job, the CPU (user + system, microseconds) of every finished attempt
--- (jobctl_run_cpu_seconds_total, see README 'Run policies and what a run costs'), kept apart from the rows as the others are.
+-- (jobctl_run_cpu_seconds_total, see README, Run policies and what a run costs), kept apart from the rows as the others are.
 CREATE TABLE cpu_tallies (
     job_id INTEGER PRIMARY KEY,
     cpu_us INTEGER NOT NULL

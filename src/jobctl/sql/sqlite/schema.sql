@@ -42,7 +42,7 @@ CREATE TABLE jobs (
     last_boot_id TEXT,
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
-    -- retention (see README 'History: what is kept, what failed, what never ran'): finished runs kept, and for how long (NULL: no age limit)
+    -- retention (see README, History: what is kept, what failed, what never ran): finished runs kept, and for how long (NULL: no age limit)
     keep_runs INTEGER NOT NULL DEFAULT 1000 CHECK (keep_runs >= 0),
     keep_for_seconds REAL,
     -- notifications (see jobctl(1), jobctl notify): [{channel, events}], and when a run is late or long
@@ -51,7 +51,7 @@ CREATE TABLE jobs (
     warn_after_seconds REAL,
     -- the number of its last revision (see jobctl(1), jobctl history)
     revision INTEGER NOT NULL DEFAULT 0,
-    -- run policies (see README 'Run policies and what a run costs') and limits (see README 'Run policies and what a run costs', a JSON object of the set ones)
+    -- run policies (see README, Run policies and what a run costs) and limits (see README, Run policies and what a run costs, a JSON object of the set ones)
     deadline_seconds REAL,
     pause_after_failures INTEGER CHECK (pause_after_failures >= 1),
     max_running INTEGER CHECK (max_running >= 1),
@@ -105,14 +105,14 @@ CREATE TABLE runs (
     UNIQUE (job_id, scheduled_for)
 );
 -- (deadline_at as ALTER TABLE ADD COLUMN leaves it, migration 0007: the instant after which
--- a run that has not started is skipped, see README 'Run policies and what a run costs' --deadline; cleared by its first claim)
+-- a run that has not started is skipped, see README, Run policies and what a run costs --deadline; cleared by its first claim)
 
 CREATE UNIQUE INDEX runs_job_key ON runs (job_id, run_key) WHERE run_key IS NOT NULL;
 CREATE INDEX runs_claimable ON runs (state, not_before);
 CREATE INDEX runs_queue ON runs (priority DESC, scheduled_for, id)
     WHERE state IN ('pending', 'failed');
 CREATE INDEX runs_job_state ON runs (job_id, state, scheduled_for);
--- the listings of see README 'History: what is kept, what failed, what never ran' (runs, runs --state, --since), newest window first
+-- the listings of see README, History: what is kept, what failed, what never ran (runs, runs --state, --since), newest window first
 CREATE INDEX runs_window ON runs (scheduled_for, id);
 CREATE INDEX runs_state_window ON runs (state, scheduled_for, id);
 CREATE INDEX runs_deadline ON runs (deadline_at) WHERE deadline_at IS NOT NULL;
@@ -140,7 +140,7 @@ CREATE TABLE attempts (
     PRIMARY KEY (run_id, attempt)
 );
 -- (the last three as ALTER TABLE ADD COLUMN leaves them, migration 0007: what the kernel
--- counted for the attempt, see README 'Run policies and what a run costs': CPU seconds in user and system mode, the largest
+-- counted for the attempt, see README, Run policies and what a run costs: CPU seconds in user and system mode, the largest
 -- resident set in bytes)
 
 CREATE TABLE daemons (
@@ -160,7 +160,7 @@ CREATE TABLE scheduler_lease (
     expires_at INTEGER NOT NULL DEFAULT 0
 );
 
--- Counters kept apart from the rows (see README 'History: what is kept, what failed, what never ran'): retention and prune delete runs and
+-- Counters kept apart from the rows (see README, History: what is kept, what failed, what never ran): retention and prune delete runs and
 -- attempts, never these, so jobctl_runs_finished_total and jobctl_run_duration_seconds
 -- never go down. Kept by the triggers below, whatever statement changes a run.
 -- run_tallies: per job and finished state, the runs that ever entered it (ended) and
@@ -264,7 +264,7 @@ BEGIN
 END;
 
 -- cpu_tallies: per job, the CPU (user + system, microseconds) of every finished attempt
--- (jobctl_run_cpu_seconds_total, see README 'Run policies and what a run costs'), kept apart from the rows as the others are.
+-- (jobctl_run_cpu_seconds_total, see README, Run policies and what a run costs), kept apart from the rows as the others are.
 CREATE TABLE cpu_tallies (
     job_id INTEGER PRIMARY KEY,
     cpu_us INTEGER NOT NULL

@@ -1,4 +1,4 @@
-"""The PostgreSQL backend (README "Many hosts on PostgreSQL"): the same operations and
+"""The PostgreSQL backend (README, Many hosts on PostgreSQL): the same operations and
 results as the SQLite store, for any number of daemons on any number of hosts.
 
 :func:`open_postgres` gives a :class:`PostgresStore` over one connection: its
@@ -86,7 +86,7 @@ def open_postgres(url: str, *, create: bool = True) -> PostgresStore:
 
 class ServerClock:
     """This host's clock plus the offset to the database server's clock that the store
-    re-measures at each heartbeat (README "Many hosts on PostgreSQL": leases and due times
+    re-measures at each heartbeat (README, Many hosts on PostgreSQL: leases and due times
     are judged by the server's clock, so a host whose clock is wrong neither steals a lease
     nor fires early)."""
 

@@ -1,6 +1,6 @@
 """The PostgreSQL driver of the daemons' face (:class:`~jobctl.store.driver.DaemonDriver`):
 the same results as the SQLite driver, safe with any number of daemons on any number of
-hosts (README "Many hosts on PostgreSQL").
+hosts (README, Many hosts on PostgreSQL).
 
 Claims (jobctl(1), THE DAEMON; jobctl add's --overlap, --lock and --max-running).
 ``FOR UPDATE SKIP LOCKED`` lets claimers pass each other's candidates without waiting, but
@@ -169,7 +169,7 @@ WITH s AS (
 UPDATE attempts SET pid = s.pid FROM s WHERE attempts.run_id = s.id AND attempts.attempt = s.attempt
 """
 
-# see README 'Run policies and what a run costs' --deadline, decided where a run would start: the
+# see README, Run policies and what a run costs --deadline, decided where a run would start: the
 # claim skips the runs not
 # started by their deadline before it picks (rows another claimer holds are its to judge)
 SKIP_PAST_DEADLINE = """

@@ -1,4 +1,4 @@
-"""PostgreSQL URLs (README "Many hosts on PostgreSQL"): the URL without its password, and
+"""PostgreSQL URLs (README, Many hosts on PostgreSQL): the URL without its password, and
 whether it travels in clear text (which locations are URLs: :func:`jobctl.paths.is_db_url`).
 
 No driver is imported here: the CLI asks these questions before it knows it needs one.
