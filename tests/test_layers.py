@@ -55,7 +55,7 @@ ROLES = {"scheduler", "executor", "retention", "notifier"}
 # dialect, then the protocols; each backend's modules, one idea each
 STORE_LAYERS = {
     "values": 0,
-    "outbox": 0,
+    "outbox": 1.5,
     "queries": 0,
     "sqlfiles": 0,
     "rows": 1,

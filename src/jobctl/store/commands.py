@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..clock import from_us, iso, to_us
 from ..errors import Conflict, NameTaken, NotFound, RevisionChanged, StoreError, UsageError
 from ..models import (
+    ApiToken,
     Attempt,
     DaemonInfo,
     DaemonLoad,
@@ -27,13 +28,17 @@ from ..models import (
     JobSpec,
     JobState,
     Maintenance,
+    Role,
     Run,
     RunReason,
     RunState,
+    SecretInfo,
     WaitFacts,
     Window,
     after_parts,
 )
+from ..notifications import Channel, Notification, NotificationState
+from ..watching import Ping
 from . import calendars, outbox
 from .dialect import Dialect, retrying
 from .rows import (
@@ -44,9 +49,9 @@ from .rows import (
     run_from_row,
     spec_columns,
 )
-from .secrets import SecretCommands, check_secrets
+from .secrets import Secrets, check_secrets
 from .values import Backfilled, BackfillFn, CopiedJob, DbInfo, Revision, Status
-from .watch import WatchCommands
+from .watch import Watch
 from .writes import (
     insert_run,
     job_row,
@@ -133,13 +138,16 @@ def maintenance_of(r: Any) -> Maintenance:
 
 
 @retrying
-class Commands(outbox.OutboxCommands, SecretCommands, WatchCommands):
+class Commands:
     """See :class:`~jobctl.store.protocol.CommandStore` for the rules of every method."""
 
     def __init__(self, db: Dialect) -> None:
         self.db = db
         self.q = db.q
-        self._q = outbox.Sql(psycopg=db.backend == "postgresql")
+        self.outbox = outbox.Outbox(db)
+        self._q = self.outbox.q
+        self.secrets = Secrets(db, self._q)
+        self.watch = Watch(db, self._q)
         self.backend = db.backend
         #: who and from where this face's changes are made, as revisions name them
         self.who = default_who()
@@ -797,7 +805,12 @@ class Commands(outbox.OutboxCommands, SecretCommands, WatchCommands):
 
     def check_facts(self, now: datetime, late_seconds: float, since_seconds: float) -> CheckFacts:
         facts = outbox.check_counts(
-            self._reader(), self._q, now, late_seconds, since_seconds, self.q.check_late
+            outbox.ReadCursor(self.db.read),
+            self._q,
+            now,
+            late_seconds,
+            since_seconds,
+            self.q.check_late,
         )
         held = self.maintenance(now)
         if held is None:
@@ -934,6 +947,77 @@ class Commands(outbox.OutboxCommands, SecretCommands, WatchCommands):
                 cumulative.append(running)
             out.append((name, cumulative, total, us / 1e6))
         return out
+
+    # ------------------------------------------------------------------ notifications
+
+    def add_channel(self, channel: Channel, now: datetime, *, replace: bool = False) -> Channel:
+        return self.outbox.add_channel(channel, now, replace=replace)
+
+    def get_channel(self, name: str) -> Channel:
+        return self.outbox.get_channel(name)
+
+    def list_channels(self) -> list[Channel]:
+        return self.outbox.list_channels()
+
+    def delete_channel(self, name: str, now: datetime) -> int:
+        return self.outbox.delete_channel(name, now)
+
+    def list_notifications(
+        self,
+        *,
+        job: str | None = None,
+        state: NotificationState | None = None,
+        run_id: int | None = None,
+        limit: int = 20,
+    ) -> list[Notification]:
+        return self.outbox.list_notifications(job=job, state=state, run_id=run_id, limit=limit)
+
+    def notification_counts(self) -> list[tuple[str, str, str, int]]:
+        return self.outbox.counts()
+
+    # ------------------------------------------------------------------ secrets and tokens
+
+    def set_secret(self, name: str, value: bytes, now: datetime) -> bool:
+        return self.secrets.set_secret(name, value, now)
+
+    def list_secrets(self) -> list[SecretInfo]:
+        return self.secrets.list_secrets()
+
+    def delete_secret(self, name: str) -> None:
+        self.secrets.delete_secret(name)
+
+    def add_token(self, name: str, role: Role, token: str, now: datetime) -> ApiToken:
+        return self.secrets.add_token(name, role, token, now)
+
+    def list_tokens(self) -> list[ApiToken]:
+        return self.secrets.list_tokens()
+
+    def delete_token(self, name: str) -> None:
+        self.secrets.delete_token(name)
+
+    def token_for(self, token: str, now: datetime) -> ApiToken | None:
+        return self.secrets.token_for(token, now)
+
+    def secrets_for_copy(self) -> list[tuple[str, bytes, datetime]]:
+        return self.secrets.secrets_for_copy()
+
+    # ------------------------------------------------------------------ watched jobs
+
+    def ping_many(
+        self, pings: Sequence[tuple[Ping, str, str]], now: datetime
+    ) -> list[int | NotFound | None]:
+        return self.watch.ping_many(pings, now)
+
+    def ping(
+        self,
+        ping: Ping,
+        now: datetime,
+        *,
+        key: str | None = None,
+        name: str | None = None,
+        host: str,
+    ) -> int | None:
+        return self.watch.ping(ping, now, key=key, name=name, host=host)
 
 
 __all__ = ["Commands", "cancel_runs_tx", "daemon_info"]

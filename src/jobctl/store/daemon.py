@@ -78,7 +78,8 @@ class Daemons:
         self.dq = driver.dq
         self.backend = driver.backend
         self.identity = identity
-        self._oq = outbox.Sql(psycopg=driver.backend == "postgresql")
+        self.outbox = outbox.Outbox(driver.db)
+        self._oq = self.outbox.q
 
     @property
     def clock_offset_seconds(self) -> float:
@@ -499,33 +500,15 @@ class Daemons:
         limit: int,
         lease_seconds: float,
     ) -> tuple[list[Outgoing], datetime | None]:
-        me = self.identity.id
-        with self.db.write() as c:
-            for o in outcomes:
-                outbox.record_outcome(
-                    c,
-                    self._oq,
-                    me,
-                    o.id,
-                    now,
-                    error=o.error,
-                    retry_at=o.retry_at,
-                    dropped=o.dropped,
-                )
-            claimed = outbox.claim_due(c, self._oq, me, now, lease_seconds, limit)
-            return claimed, outbox.next_due(c, self._oq, now)
-
-    def _reader(self) -> outbox.ReadCursor:
-        return outbox.ReadCursor(self.db.read)
+        return self.outbox.exchange(
+            self.identity.id, now, outcomes, limit=limit, lease_seconds=lease_seconds
+        )
 
     def next_notification_at(self, now: datetime) -> datetime | None:
-        return outbox.next_due(self._reader(), self._oq, now)
+        return self.outbox.next_due(now)
 
     def note_overdue(self, now: datetime) -> datetime | None:
-        if self._reader().execute(self._oq(outbox.ANY_CHANNEL)).fetchone() is None:
-            return None  # no channel: nothing to tell, and no write transaction for it
-        with self.db.write() as c:
-            return outbox.note_overdue(c, self._oq, now)
+        return self.outbox.note_overdue(now)
 
     def notification_context(
         self, job_id: int | None, run_id: int | None, attempt: int | None

@@ -18,7 +18,6 @@ often its cause is looked at.
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -34,6 +33,7 @@ from ..notifications import (
     EventNote,
     Notification,
     NotificationState,
+    Outcome,
     Outgoing,
     channels_for,
     event_text,
@@ -41,26 +41,25 @@ from ..notifications import (
     possible_finish_events,
     rules_from_json,
 )
+from .dialect import Dialect, pyformat
 
 if TYPE_CHECKING:  # only jobctl check builds one
     from ..checks import CheckFacts
 
 
 class Sql:
-    """A backend's way of writing the statements of this module: its parameter marks
-    and whether a claim may pass rows other transactions hold (``SKIP LOCKED``)."""
+    """A backend's way of writing the statements of this module: its parameter marks (the
+    one translator, :func:`~.dialect.pyformat`, on PostgreSQL) and whether a claim may pass
+    rows other transactions hold (``SKIP LOCKED``)."""
 
-    def __init__(self, *, psycopg: bool) -> None:
-        self.psycopg = psycopg
+    def __init__(self, backend: str) -> None:
+        self.psycopg = backend == "postgresql"
         self._cache: dict[str, str] = {}
 
     def __call__(self, text: str) -> str:
         out = self._cache.get(text)
         if out is None:
-            out = text
-            if self.psycopg:
-                out = re.sub(r"(?<!:):(\w+)", r"%(\1)s", out.replace("?", "%s"))
-            self._cache[text] = out
+            out = self._cache[text] = pyformat(text) if self.psycopg else text
         return out
 
     @property
@@ -736,55 +735,80 @@ class ReadCursor:
         return iter(self._rows)
 
 
-class _OutboxFace:
-    """What both faces of the outbox need of the store they are mixed into: ``db``
-    (``write()``, ``read(sql, params)``) and ``_q`` (its :class:`Sql`)."""
+class Outbox:
+    """The outbox as the faces use it, over one backend's connection (``write()``,
+    ``read(sql, params)``): a collaborator each face holds and calls from its own methods,
+    so its writes are retried with the face's (:func:`~.dialect.retrying`)."""
 
-    @property
-    def _ob(self) -> Any:
-        """The backend's database (``write()``, ``read()``)."""
-        return self.db  # type: ignore[attr-defined]
-
-    @property
-    def _oq(self) -> Sql:
-        q: Sql = self._q  # type: ignore[attr-defined]
-        return q
+    def __init__(self, db: Dialect) -> None:
+        self.db = db
+        self.q = Sql(db.backend)
 
     def _reader(self) -> ReadCursor:
-        return ReadCursor(self._ob.read)
+        return ReadCursor(self.db.read)
 
+    # ------------------------------------------------------------------ the commands
 
-class OutboxCommands(_OutboxFace):
-    """What the commands ask of the outbox."""
-
-    def add_channel(self, channel: Channel, now: datetime, *, replace: bool = False) -> Channel:
-        with self._ob.write() as c:
-            return add_channel(c, self._oq, channel, now, replace=replace)
+    def add_channel(self, channel: Channel, now: datetime, *, replace: bool) -> Channel:
+        with self.db.write() as c:
+            return add_channel(c, self.q, channel, now, replace=replace)
 
     def get_channel(self, name: str) -> Channel:
-        return get_channel(self._reader(), self._oq, name)
+        return get_channel(self._reader(), self.q, name)
 
     def list_channels(self) -> list[Channel]:
-        return list_channels(self._reader(), self._oq)
+        return list_channels(self._reader(), self.q)
 
     def delete_channel(self, name: str, now: datetime) -> int:
-        with self._ob.write() as c:
-            return delete_channel(c, self._oq, name, now)
+        with self.db.write() as c:
+            return delete_channel(c, self.q, name, now)
 
     def list_notifications(
-        self,
-        *,
-        job: str | None = None,
-        state: NotificationState | None = None,
-        run_id: int | None = None,
-        limit: int = 20,
+        self, *, job: str | None, state: NotificationState | None, run_id: int | None, limit: int
     ) -> list[Notification]:
         return list_notifications(
-            self._reader(), self._oq, job=job, state=state, run_id=run_id, limit=limit
+            self._reader(), self.q, job=job, state=state, run_id=run_id, limit=limit
         )
 
-    def notification_counts(self) -> list[tuple[str, str, str, int]]:
-        return counts(self._reader(), self._oq)
+    def counts(self) -> list[tuple[str, str, str, int]]:
+        return counts(self._reader(), self.q)
+
+    # ------------------------------------------------------------------ the daemons
+
+    def exchange(
+        self,
+        daemon_id: str,
+        now: datetime,
+        outcomes: Sequence[Outcome],
+        *,
+        limit: int,
+        lease_seconds: float,
+    ) -> tuple[list[Outgoing], datetime | None]:
+        """One transaction: record ``outcomes`` (fenced by the daemon's lease), lease up to
+        ``limit`` due notifications, and say when the next one is due."""
+        with self.db.write() as c:
+            for o in outcomes:
+                record_outcome(
+                    c,
+                    self.q,
+                    daemon_id,
+                    o.id,
+                    now,
+                    error=o.error,
+                    retry_at=o.retry_at,
+                    dropped=o.dropped,
+                )
+            claimed = claim_due(c, self.q, daemon_id, now, lease_seconds, limit)
+            return claimed, next_due(c, self.q, now)
+
+    def next_due(self, now: datetime) -> datetime | None:
+        return next_due(self._reader(), self.q, now)
+
+    def note_overdue(self, now: datetime) -> datetime | None:
+        if self._reader().execute(self.q(ANY_CHANNEL)).fetchone() is None:
+            return None  # no channel: nothing to tell, and no write transaction for it
+        with self.db.write() as c:
+            return note_overdue(c, self.q, now)
 
 
 #: an attempt's row with its stored output tail, for a notification's context
@@ -798,7 +822,7 @@ LAST_RUN_ID = (
 
 
 __all__ = [
-    "OutboxCommands",
+    "Outbox",
     "ReadCursor",
     "Sql",
     "Targets",

@@ -1,7 +1,7 @@
 """Secrets and API tokens in the database (README "Secrets", "Tokens"), written once for
 both backends.
 
-A secret's value is written by :meth:`SecretCommands.set_secret` and read back by one
+A secret's value is written by :meth:`Secrets.set_secret` and read back by one
 thing only: :func:`secret_values`, which a daemon calls when an attempt starts. Nothing
 else here returns a value. A token is kept as the SHA-256 of its text: the text is shown
 once, by the command that made it, and never again.
@@ -80,11 +80,13 @@ def _token(r: Any) -> ApiToken:
     )
 
 
-class SecretCommands:
-    """What the commands ask about secrets and tokens (mixed into the commands' face)."""
+class Secrets:
+    """What the commands ask about secrets and tokens: a collaborator the commands' face
+    holds and calls from its own methods, so its writes are retried with the face's."""
 
-    db: Dialect
-    _q: Sql
+    def __init__(self, db: Dialect, q: Sql) -> None:
+        self.db = db
+        self._q = q
 
     # ------------------------------------------------------------------ secrets
 

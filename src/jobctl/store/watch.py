@@ -23,6 +23,7 @@ from ..models import Event, Job, RunState
 from ..notifications import EventNote, event_text
 from ..watching import NO_PING, PING_BODY_LIMIT_BYTES, Ping, PingKind, latest_window, watch_until
 from . import outbox
+from .dialect import Dialect
 from .outbox import Cursor, Sql
 from .rows import job_from_row, settings_json
 
@@ -346,8 +347,14 @@ def settle_watched(
     return ended, None if nxt is None else from_us(nxt)
 
 
-class WatchCommands:
-    """What the commands (``ping``, ``exec``, ``serve``'s ``/ping``) ask of the store."""
+class Watch:
+    """What the commands (``ping``, ``exec``, ``serve``'s ``/ping``) ask of the store: a
+    collaborator the commands' face holds and calls from its own methods, so its writes
+    are retried with the face's."""
+
+    def __init__(self, db: Dialect, q: Sql) -> None:
+        self.db = db
+        self._q = q
 
     def ping_many(
         self, pings: Sequence[tuple[Ping, str, str]], now: datetime
@@ -355,8 +362,7 @@ class WatchCommands:
         """Record ``(ping, key, host)`` items in order, in one transaction (what ``serve``
         does with the pings that arrived together: one commit for all). An unknown key
         is that item's NotFound, and writes nothing for it; the others are written."""
-        db: Any = self.db  # type: ignore[attr-defined]
-        q: Sql = self._q  # type: ignore[attr-defined]
+        db, q = self.db, self._q
         with db.write() as c:
             out: list[int | NotFound | None] = []
             targets = outbox.Targets(c, q)  # who is told, read once for the batch
@@ -383,8 +389,7 @@ class WatchCommands:
     ) -> int | None:
         """Record ``ping`` for the watched job of ``key`` (else ``name``) in one
         transaction (see :func:`record_ping`). Raises NotFound."""
-        db: Any = self.db  # type: ignore[attr-defined]
-        q: Sql = self._q  # type: ignore[attr-defined]
+        db, q = self.db, self._q
         with db.write() as c:
             job = watched_job(c, q, key=key, name=name)
             run_id = record_ping(c, q, job, ping, host, now)
@@ -392,4 +397,4 @@ class WatchCommands:
             return run_id
 
 
-__all__ = ["WatchCommands", "record_ping", "settle_watched", "watched_job"]
+__all__ = ["Watch", "record_ping", "settle_watched", "watched_job"]
