@@ -35,7 +35,7 @@ from .notifier import Notifier, Render
 from .reaper import StrayReaper
 from .retention import RETENTION_SLACK_SECONDS, Retention
 from .spawner import Spawner
-from .store import DaemonIdentity, Store, daemon_clock
+from .store import DaemonIdentity, Store
 from .worker import mark_inherited_fds_cloexec
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
@@ -197,7 +197,7 @@ class Daemon:
         self.store = store = handle.open_daemon(identity)
         self.config = config
         # on PostgreSQL the server's clock (README, Many hosts on PostgreSQL: One clock)
-        self.clock: Clock = clock or daemon_clock(store, SystemClock())
+        self.clock: Clock = clock or store.clock(SystemClock())
         self.log: LogFn = log or Log()
         env = dict(os.environ if environ is None else environ)
         # a job that calls jobctl (a fan-out) reaches the daemon's own database

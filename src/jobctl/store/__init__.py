@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..clock import Clock
 from ..paths import db_url, is_db_url
 from .protocol import CommandStore, DaemonStore, Store
 from .values import (
@@ -35,7 +34,7 @@ def open_store(location: str | Path, *, create: bool = True) -> Store:
     ``create`` is false.
     """
     if is_db_url(location):
-        from .postgresql import open_postgres  # type: ignore[import-not-found,unused-ignore]
+        from .postgresql import open_postgres
 
         store: Store = open_postgres(db_url(str(location)), create=create)
         return store
@@ -51,18 +50,6 @@ def shown_location(location: str | Path) -> str:
 
         return redact(db_url(str(location)))
     return str(location)
-
-
-def daemon_clock(daemon: DaemonStore, base: Clock) -> Clock:
-    """The clock a daemon reads: on PostgreSQL the server's (this host's clock plus the
-    offset each heartbeat measures), so leases and due times are judged by one clock for
-    every host (see README, Many hosts on PostgreSQL)."""
-    if daemon.backend == "postgresql":
-        from .postgresql import ServerClock
-
-        clock: Clock = ServerClock(daemon, base)
-        return clock
-    return base
 
 
 def read_copy(commands: CommandStore, *, history: bool) -> list[CopiedJob]:
@@ -83,7 +70,6 @@ __all__ = [
     "Renewal",
     "Status",
     "Store",
-    "daemon_clock",
     "open_store",
     "read_copy",
     "shown_location",

@@ -184,18 +184,21 @@ class Commands:
     # ------------------------------------------------------------------ jobs
 
     def get_job(self, name: str) -> Job:
+        """The job of that name. Raises NotFound."""
         rows = self.db.read(self.q.job_by_name, (name,))
         if not rows:
             raise NotFound(f"no job named {name!r}")
         return job_from_row(rows[0])
 
     def list_jobs(self) -> list[Job]:
+        """Every job, ordered by name (byte order)."""
         return [job_from_row(r) for r in self.db.read(self.q.jobs_all)]
 
     def job_names(self) -> list[str]:
         return [r["name"] for r in self.db.read(self.q.job_names)]
 
     def last_runs(self, job_ids: Sequence[int] | None = None) -> dict[int, Run]:
+        """The most recent run that was not skipped, per job id."""
         ids = None if job_ids is None else sorted(set(job_ids))
         if ids == []:
             return {}
@@ -255,6 +258,8 @@ class Commands:
         paused: bool = False,
         replace_existing: bool = False,
     ) -> Job:
+        """Create a job whose first window is ``next_run_at`` (or overwrite the one of that
+        name with ``replace_existing``). Raises Conflict when the name is taken."""
         with self.db.write() as c:
             self.db.lock_name(c, spec.name)
             existing = c.execute(self.q.job_id_by_name, (spec.name,)).fetchone()
@@ -276,6 +281,10 @@ class Commands:
         delete: Sequence[str] = (),
         source: str = "import",
     ) -> list[tuple[Job, bool]]:
+        """Create or overwrite several jobs at once (import), deleting the jobs named in
+        ``delete`` first (Conflict while one has a leased run). Returns (job, changed): a
+        job identical to the stored one is left untouched, so a second import changes
+        nothing. Each change is a revision from ``source``."""
         out = []
         with self.db.write() as c:
             for name in delete:
@@ -311,6 +320,12 @@ class Commands:
         restart_schedule: bool = False,
         if_revision: Collection[int] | None = None,
     ) -> Job:
+        """Change fields of a job's spec (JobSpec field names). With ``restart_schedule``
+        the schedule starts again at ``next_run_at`` (a one-shot that was done becomes
+        active). Runs already created keep their settings, but for a window recorded ahead
+        of its time that has not come yet: that one is taken back, and the job gets its
+        window again (decided with the job as it is now). Raises NotFound, Conflict (a
+        name taken, or a cancelled job: it is stopped for good)."""
         with self.db.write() as c:
             job = job_from_row(job_row(self.db, c, name, lock=True))
             if if_revision is not None and job.revision not in if_revision:
@@ -363,6 +378,9 @@ class Commands:
         return job_from_row(job_row(self.db, c, new_spec.name))
 
     def pause_job(self, name: str, now: datetime) -> Job:
+        """Stop firing; a window recorded ahead of its time that has not come yet is taken
+        back (a paused job's windows are neither run nor recorded). Raises Conflict for a
+        cancelled or done job."""
         with self.db.write() as c:
             row = job_row(self.db, c, name, lock=True)
             if row["state"] in (JobState.CANCELLED.value, JobState.DONE.value):
@@ -374,6 +392,7 @@ class Commands:
             return self._revise(c, job.id, job_from_row(row), job, now)
 
     def resume_job(self, name: str, next_run_at: datetime | None, now: datetime) -> Job:
+        """Restart firing at ``next_run_at`` (missed windows are not run)."""
         with self.db.write() as c:
             row = job_row(self.db, c, name, lock=True)
             if row["state"] in (JobState.CANCELLED.value, JobState.DONE.value):
@@ -386,6 +405,9 @@ class Commands:
             return self._revise(c, job.id, job_from_row(row), job, now)
 
     def delete_job(self, name: str, *, force: bool = False) -> Job:
+        """Delete a job and its history. Refused (Conflict) while a run is leased unless
+        ``force``: the daemon holding it then finds its lease gone (fenced) and kills the
+        attempt. The ids are never given again."""
         with self.db.write() as c:
             row = job_row(self.db, c, name, lock=True)
             if not force and c.execute(self.q.leased_of_job, (row["id"],)).fetchone()["n"]:
@@ -413,6 +435,8 @@ class Commands:
         return out
 
     def cancel_job(self, name: str, now: datetime) -> tuple[Job, list[int]]:
+        """Cancel a job's open runs and stop the job for good (a window recorded ahead of
+        its time that has not come yet is taken back, not cancelled)."""
         with self.db.write() as c:
             row = job_row(self.db, c, name, lock=True)
             withdraw_early(self.db, c, row["id"], now)
@@ -494,19 +518,27 @@ class Commands:
     # ------------------------------------------------------------------ calendars
 
     def calendar_add(self, name: str, days: Sequence[date]) -> None:
+        """Create calendar ``name`` with ``days`` or add them to it; the jobs that name it
+        exclude them from their next window on."""
         with self.db.write() as c:
             self._calendar_changed(calendars.add_dates(c, self._q, name, days))
 
     def calendar_set(self, items: Mapping[str, Sequence[date]]) -> None:
+        """Make each calendar hold exactly its dates (created when missing), as ``apply``
+        does; one transaction for all."""
         with self.db.write() as c:
             for name, days in items.items():
                 self._calendar_changed(calendars.set_dates(c, self._q, name, days))
 
     def calendar_rm(self, name: str, days: Sequence[date]) -> None:
+        """Remove ``days`` from calendar ``name`` or, with none, the calendar. NotFound for
+        an unknown calendar; Conflict (naming them) while a job uses the calendar."""
         with self.db.write() as c:
             self._calendar_changed(calendars.remove(c, self._q, name, days))
 
     def calendar_list(self, name: str | None = None) -> list[tuple[str, list[date], list[str]]]:
+        """(name, dates, names of the jobs that use it) of every calendar by name, or of
+        the one named (NotFound when there is none). Reads only."""
         return calendars.listing(self.db.read, self._q, name)
 
     def _calendar_changed(self, job_ids: Sequence[int]) -> None:
@@ -568,6 +600,9 @@ class Commands:
         *,
         since: datetime | None = None,
     ) -> list[Run]:
+        """Runs, newest window first (then newest id); with ``since``, only windows at or
+        after it. Served by an index whatever the history's length (see README, History: what is
+        kept, what failed, what never ran)."""
         mark = self.db.marks(1)
         where: list[str] = []
         params: list[Any] = []
@@ -587,9 +622,11 @@ class Commands:
         return [run_from_row(r) for r in rows]
 
     def get_attempts(self, run_id: int) -> list[Attempt]:
+        """The attempts of a run, oldest first."""
         return [attempt_from_row(r) for r in self.db.read(self.q.attempts_of_run, (run_id,))]
 
     def get_output(self, run_id: int, attempt: int | None = None) -> tuple[Attempt, bytes]:
+        """An attempt's stored output tail (default: the last attempt). Raises NotFound."""
         self.get_run(run_id)
         if attempt is None:
             rows = self.db.read(self.q.last_attempt, (run_id,))
@@ -601,6 +638,23 @@ class Commands:
         return attempt_from_row(rows[0]), bytes(rows[0]["output"] or b"")
 
     def waiting(self, run_id: int, now: datetime) -> WaitFacts | None:
+        """What keeps run ``run_id`` from being claimed at ``now``, read in one statement (or
+        one read transaction) from the very predicates the claim uses; None when the run is
+        not ``pending``/``failed``. Raises NotFound for an unknown id.
+
+        - ``due``: ``not_before <= now``.
+        - ``paused``: its job's state is ``paused``.
+        - ``lock``: ``(name, run id)`` of a leased run (another run) holding one of this
+          run's locks; the smallest name, then the smallest holder id; else None.
+        - ``overlap_run_id``: when its job's overlap is ``forbid`` or ``replace``, the
+          smallest id of another leased run of the same job; else None.
+        - ``claimable``: the claim's whole condition (open, due, locks free, job neither
+          paused nor overlap-blocked), without the per-daemon reserved-worker quota.
+        - ``live_daemons``: daemons whose row has not expired at ``now``; ``leased_runs``:
+          runs in state ``leased``.
+
+        :func:`jobctl.planner.waiting_reason` turns these facts into one reason.
+        """
         rows = self.db.read(self.q.waiting, {"run_id": run_id, "now": to_us(now)})
         if not rows:
             raise NotFound(f"no run with id {run_id}")
@@ -658,6 +712,8 @@ class Commands:
         locks: Sequence[str] = (),
         priority: int | None = None,
     ) -> tuple[Run, bool]:
+        """A manual run with window ``now`` (moved on by 1 µs while taken). With ``key``
+        at most one run per (job, key): an existing one is returned (created False)."""
         with self.db.write() as c:
             # the job's row lock serialises the enqueues of one job: keys and windows stay
             # unique without a retry
@@ -690,6 +746,8 @@ class Commands:
             return run_by_id(self.db, c, run_id), True
 
     def cancel_runs(self, ids: Sequence[int], now: datetime) -> list[Run]:
+        """Pending/failed runs become cancelled at once; leased ones get a cancel request
+        that their daemon acts on. Raises NotFound (nothing written) for an unknown id."""
         with self.db.write() as c:
             runs = [run_by_id(self.db, c, run_id) for run_id in ids]
             cancel_runs_tx(self.db, c, ids, now)
@@ -706,6 +764,7 @@ class Commands:
         run_ids: Sequence[int] = (),
         all_jobs: bool = False,
     ) -> list[Run]:
+        """Dead runs back to pending with a fresh set of attempts, numbered on."""
         with self.db.write() as c:
             if run_ids:
                 ids = []
@@ -737,6 +796,8 @@ class Commands:
             return [run_by_id(self.db, c, i) for i in ids]
 
     def last_attempted_run(self, job_name: str) -> Run:
+        """``logs NAME``: the job's run of the newest window that has an attempt. Raises
+        NotFound (no such job, or no attempt yet)."""
         job_id = self.get_job(job_name).id
         rows = self.db.read(self.q.last_attempted_run, (job_id,))
         if not rows:
@@ -744,9 +805,14 @@ class Commands:
         return run_from_row(rows[0])
 
     def failing_jobs(self) -> set[int]:
+        """``list --failing``: ids of jobs whose newest run among the succeeded and dead
+        ones is dead, or that have a run whose last attempt failed (a retry scheduled or
+        under way)."""
         return {int(r["id"]) for r in self.db.read(self.q.failing_jobs)}
 
     def recent_durations(self, job_ids: Sequence[int], per_job: int) -> dict[int, list[float]]:
+        """``plan``: per job among ``job_ids`` with any, the seconds its newest ``per_job``
+        succeeded runs took (each run's last attempt), newest first."""
         out: dict[int, list[float]] = {}
         for job_id in job_ids:
             rows = self.db.read(self.q.recent_durations, (job_id, per_job))
@@ -755,6 +821,8 @@ class Commands:
         return out
 
     def window_runs(self, job_name: str, first: datetime, last: datetime) -> dict[datetime, Run]:
+        """``coverage``: the job's runs whose window is in ``[first, last]``, by window.
+        Raises NotFound."""
         job_id = self.get_job(job_name).id
         rows = self.db.read(self.q.window_runs, (job_id, to_us(first), to_us(last)))
         return {run.scheduled_for: run for run in map(run_from_row, rows)}
@@ -768,6 +836,12 @@ class Commands:
         *,
         dry_run: bool = False,
     ) -> Backfilled:
+        """``backfill``: in one transaction, read the job's runs of ``windows`` (oldest
+        first), let ``plan`` decide, then insert a ``pending`` run (reason ``backfill``,
+        the job's settings, locks and priority) for each window to create and make each
+        run to requeue ``pending`` again with attempts numbered on. A window the
+        scheduler records at the same moment keeps one row (the insert yields to it).
+        ``dry_run`` writes nothing. Raises NotFound."""
         with self.db.write() as c:
             row = job_row(self.db, c, job_name, lock=True)
             job = job_from_row(row)
@@ -798,12 +872,16 @@ class Commands:
             return Backfilled(decided, created, requeued)
 
     def prune(self, cutoff: datetime) -> int:
+        """Delete finished runs that ended before ``cutoff``; returns how many."""
         with self.db.write() as c:
             return int(c.execute(self.q.prune, (to_us(cutoff),)).rowcount)
 
     # ------------------------------------------------------------------ the system
 
     def check_facts(self, now: datetime, late_seconds: float, since_seconds: float) -> CheckFacts:
+        """What ``jobctl check`` judges: live daemons, the scheduler-lease holder's host,
+        runs due and unclaimed longer than ``late_seconds`` (of jobs not paused), runs
+        ended ``dead`` and notifications ``failed`` within ``since_seconds``."""
         facts = outbox.check_counts(
             outbox.ReadCursor(self.db.read),
             self._q,
@@ -820,6 +898,7 @@ class Commands:
         return replace(facts, late=0, maintenance_until=until)
 
     def status(self, now: datetime) -> Status:
+        """Live daemons, run counts by state, the earliest next window or due run."""
         daemons = self.live_daemons(now)
         counts = {s.value: 0 for s in RunState}
         for r in self.db.read(self.q.open_counts) + self.db.read(self.q.kept_counts):
@@ -832,12 +911,16 @@ class Commands:
         return Status(daemons, counts, from_us(min(vals)) if vals else None, self.maintenance(now))
 
     def maintenance(self, now: datetime) -> Maintenance | None:
+        """The maintenance window in force at ``now`` (``pause --all``), or None."""
         rows = self.db.read(self.q.maintenance_now, {"now": to_us(now)})
         return maintenance_of(rows[0]) if rows else None
 
     def start_maintenance(
         self, until: datetime | None, reason: str | None, now: datetime
     ) -> Maintenance:
+        """``pause --all``: a maintenance window from ``now`` until ``until`` (None: until
+        ``resume --all``); one already in force gets the new end and reason. Wakes every
+        daemon. Returns the window in force."""
         now_us = to_us(now)
         with self.db.write() as c:
             held = c.execute(self.q.maintenance_now, {"now": now_us}).fetchone()
@@ -859,6 +942,8 @@ class Commands:
         return maintenance_of(row)
 
     def end_maintenance(self, now: datetime) -> Maintenance | None:
+        """``resume --all``: end the window in force at ``now`` (None when there was none);
+        the window's row stays, so the windows that fell in it stay skipped."""
         now_us = to_us(now)
         with self.db.write() as c:
             held = c.execute(self.q.maintenance_now, {"now": now_us}).fetchone()
@@ -918,6 +1003,9 @@ class Commands:
         return [(r["name"], int(r["missed_total"]), r["state"], int(r["ended"])) for r in rows]
 
     def run_costs_by_job(self) -> list[tuple[str, float | None, int | None]]:
+        """(job name, CPU seconds of every attempt that ever finished, the largest resident
+        set in bytes of its last finished run's last attempt) for every job, by name (see
+        README, Run policies and what a run costs); None where nothing was counted. One query."""
         rows = self.db.read(self.q.run_costs_by_job)
         return [
             (r["name"], None if r["cpu_us"] is None else int(r["cpu_us"]) / 1e6, r["max_rss"])
@@ -951,15 +1039,21 @@ class Commands:
     # ------------------------------------------------------------------ notifications
 
     def add_channel(self, channel: Channel, now: datetime, *, replace: bool = False) -> Channel:
+        """Create a channel (``replace``: overwrite one of that name). Conflict when the
+        name is taken."""
         return self.outbox.add_channel(channel, now, replace=replace)
 
     def get_channel(self, name: str) -> Channel:
+        """Raises NotFound."""
         return self.outbox.get_channel(name)
 
     def list_channels(self) -> list[Channel]:
+        """Every channel, by name."""
         return self.outbox.list_channels()
 
     def delete_channel(self, name: str, now: datetime) -> int:
+        """Delete a channel; its undelivered notifications become ``dropped`` (returns how
+        many). Conflict, naming them, while jobs name it; NotFound when there is none."""
         return self.outbox.delete_channel(name, now)
 
     def list_notifications(
@@ -970,35 +1064,46 @@ class Commands:
         run_id: int | None = None,
         limit: int = 20,
     ) -> list[Notification]:
+        """Notifications, newest first. NotFound for an unknown job."""
         return self.outbox.list_notifications(job=job, state=state, run_id=run_id, limit=limit)
 
     def notification_counts(self) -> list[tuple[str, str, str, int]]:
+        """(channel, event, state, n) of every notification ever sent or failed: counters
+        that retention never lowers."""
         return self.outbox.counts()
 
     # ------------------------------------------------------------------ secrets and tokens
 
     def set_secret(self, name: str, value: bytes, now: datetime) -> bool:
+        """Create or replace a secret (UsageError past 64 KiB or with a NUL); True when it
+        was created."""
         return self.secrets.set_secret(name, value, now)
 
     def list_secrets(self) -> list[SecretInfo]:
+        """Every secret by name, with the jobs that use it; never a value."""
         return self.secrets.list_secrets()
 
     def delete_secret(self, name: str) -> None:
+        """Raises NotFound, or Conflict (naming the jobs) while a job uses it."""
         self.secrets.delete_secret(name)
 
     def add_token(self, name: str, role: Role, token: str, now: datetime) -> ApiToken:
+        """Keep the SHA-256 of a new token. Raises NameTaken."""
         return self.secrets.add_token(name, role, token, now)
 
     def list_tokens(self) -> list[ApiToken]:
         return self.secrets.list_tokens()
 
     def delete_token(self, name: str) -> None:
+        """Raises NotFound."""
         self.secrets.delete_token(name)
 
     def token_for(self, token: str, now: datetime) -> ApiToken | None:
+        """The kept token whose text this is (its ``last_used_at`` set to ``now``)."""
         return self.secrets.token_for(token, now)
 
     def secrets_for_copy(self) -> list[tuple[str, bytes, datetime]]:
+        """Every secret with its value, for ``db copy`` alone."""
         return self.secrets.secrets_for_copy()
 
     # ------------------------------------------------------------------ watched jobs
@@ -1006,6 +1111,8 @@ class Commands:
     def ping_many(
         self, pings: Sequence[tuple[Ping, str, str]], now: datetime
     ) -> list[int | NotFound | None]:
+        """Record ``(ping, key, host)`` items in order, in one transaction; an unknown
+        key is that item's NotFound (nothing written for it), the others are written."""
         return self.watch.ping_many(pings, now)
 
     def ping(
@@ -1017,6 +1124,11 @@ class Commands:
         name: str | None = None,
         host: str,
     ) -> int | None:
+        """Record one ping of the watched job of ``key`` (else of ``name``), in one
+        transaction: the run it starts, ends or adds output to, and the notifications an
+        end causes (see :func:`jobctl.store.watch.record_ping`). Returns the run's id
+        (None: a ``log`` with no attempt to add to). Raises NotFound for an unknown key
+        or a job that is not watched."""
         return self.watch.ping(ping, now, key=key, name=name, host=host)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..clock import from_us, to_us
+from ..clock import Clock, from_us, to_us
 from ..models import (
     MAX_SKIPPED_ROWS,
     Attempt,
@@ -81,16 +81,21 @@ class Daemons:
         self.outbox = outbox.Outbox(driver.db)
         self._oq = self.outbox.q
 
-    @property
-    def clock_offset_seconds(self) -> float:
-        return self.driver.clock_offset_seconds
+    def clock(self, base: Clock) -> Clock:
+        """The clock this daemon reads: ``base`` on SQLite (one host's clock), the
+        server's on PostgreSQL (``base`` plus the offset each renewal measures), so leases
+        and due times are judged by one clock for every host (README, Many hosts on
+        PostgreSQL)."""
+        return self.driver.clock(base)
 
     # ------------------------------------------------------------------ daemons
 
     def open_waker(self) -> Waker:
+        """This daemon's wake-up source, published to the commands by :meth:`register_daemon`."""
         return self.driver.open_waker(self.identity)
 
     def child_location(self) -> str:
+        """The database location handed to children as ``JOBCTL_DB`` (no password)."""
         return self.driver.child_location()
 
     def _upsert(self, c: Any, now: datetime) -> None:
@@ -113,6 +118,8 @@ class Daemons:
         )
 
     def register_daemon(self, now: datetime) -> None:
+        """Announce a daemon; rows of expired daemons are cleared. From here on the store
+        may put off its upkeep until :meth:`idle`."""
         with self.db.write() as c:
             c.execute(self.dq.delete_expired_daemons, (to_us(now),))
             self.driver.claim_host(c, self.identity, to_us(now))
@@ -120,17 +127,22 @@ class Daemons:
         self.driver.renewed(registered=True)
 
     def unregister_daemon(self) -> None:
+        """A clean stop: forget the daemon and hand the scheduler lease back at once."""
         with self.db.write() as c:
             c.execute(self.dq.delete_daemon, (self.identity.id,))
             c.execute(self.dq.release_leader, (self.identity.id,))
             self.db.announce("all")  # another daemon may take the scheduler lease now
 
     def local_daemons(self, now: datetime) -> list[tuple[str, int]]:
+        """(daemon id, pid) of the other live daemon rows on this host and boot: the
+        caller checks whether each pid is still a jobctl daemon."""
         me = self.identity
         rows = self.db.read(self.dq.local_daemons, (me.host, me.boot_id, to_us(now), me.id))
         return [(r["id"], r["pid"]) for r in rows]
 
     def forget_daemons(self, daemon_ids: Sequence[str]) -> None:
+        """Drop the rows of daemons found dead on this host, and expire the scheduler
+        lease and run leases they held, so they are taken at once."""
         if not daemon_ids:
             return
         ids = [(daemon_id,) for daemon_id in daemon_ids]
@@ -143,6 +155,10 @@ class Daemons:
     def heartbeat(
         self, now: datetime, *, want_leader: bool, held: Sequence[tuple[int, int]]
     ) -> Renewal:
+        """One renewal in one transaction: this daemon's row (re-inserted whole if it
+        expired meanwhile), the scheduler lease when ``want_leader`` (taken when free or
+        expired), and the lease of each held ``(run_id, attempt)``; a held run whose lease
+        no longer names that attempt is reported lost (fencing)."""
         me = self.identity.id
         until = to_us(now + timedelta(seconds=self.identity.lease_seconds))
         leader = False
@@ -168,14 +184,29 @@ class Daemons:
             c.execute(self.dq.release_leader, (self.identity.id,))
 
     def idle(self) -> None:
+        """The daemon is about to sleep with nothing due soon: do the upkeep it put off
+        while busy (SQLite: checkpoint the write-ahead log). Never blocks on others."""
         self.driver.idle()
 
     # ------------------------------------------------------------------ the scheduler
 
     def schedule_heads(self) -> Heads:
+        """(next_run_at µs, job id) of every active job that has a next window, in
+        ascending (next_run_at, id) order; ``len()`` is their count. May be read lazily
+        when iterated (a cursor: a million jobs need no list): iterate it at once,
+        before other calls."""
         return self.driver.schedule_heads()
 
     def jobs_changed_since(self, since: datetime) -> list[tuple[int, int | None]]:
+        """(job id, next_run_at µs or None when not active) of jobs changed at or after
+        ``since``: the safety net for a lost wake-up.
+
+        A backend may keep a watermark (SQLite does): when no other connection or process
+        has committed to the database since this store's previous call of this method or
+        of :meth:`schedule_heads` (which returns the whole schedule as current), it may
+        return ``[]`` without reading (what it would return was already known). The caller
+        treats every row as a hint to push again, so reporting a job twice is harmless;
+        missing a change committed after the previous call is not allowed."""
         return self.driver.jobs_changed_since(since)
 
     def get_job_by_id(self, job_id: int) -> Job | None:
@@ -188,6 +219,15 @@ class Daemons:
     def fire(self, due: Sequence[tuple[int, int]], now: datetime, plan: PlanFn) -> list[Fired]:
         # one chunk: one read of its jobs, one INSERT of its windows, one executemany that
         # moves the schedules (a handful of statements for 50 jobs, not 5 each)
+        """Record the windows of due jobs, ``(job id, due µs)`` pairs, in one transaction.
+
+        For each job still active whose ``next_run_at`` is still the due time
+        (compare-and-set), ``plan(job, has_leased_run)`` decides the rows; they are inserted
+        (a window already present is ignored: one run per window, whatever races), the
+        job's schedule moves to the plan's ``next_run_at``, and at most ``MAX_SKIPPED_ROWS``
+        missed rows are kept. A plan with ``replace_open`` cancels the job's open scheduled
+        runs and asks its leased ones to stop. Jobs that changed meanwhile are left out.
+        """
         if not due:
             return []
         now_us = to_us(now)
@@ -289,6 +329,7 @@ class Daemons:
         return inserted
 
     def record_reboot(self, job_id: int, now: datetime, boot_id: str) -> int | None:
+        """One ``@reboot`` run for this boot (None when this boot already had one)."""
         with self.db.write() as c:
             row = c.execute(self.dq.job_by_id_locked, (job_id,)).fetchone()
             if row is None or row["state"] != "active" or row["last_boot_id"] == boot_id:
@@ -302,6 +343,8 @@ class Daemons:
             return run_id
 
     def idle_fixed_delay(self, job_ids: Sequence[int] | None) -> list[IdleFixedDelay]:
+        """Fixed-delay jobs (of ``job_ids``, or all) that are active, have no open run and
+        no next window: each moves on from when its last run ended."""
         ids = None if job_ids is None else sorted(set(job_ids))
         if ids == []:
             return []
@@ -316,9 +359,16 @@ class Daemons:
     def fire_after(
         self, upstream_ids: Sequence[int] | None, now: datetime
     ) -> list[tuple[Job, int, int]]:
+        """see README, Run policies and what a run costs ``--after``: record the runs of the jobs
+        that follow these jobs (None:
+        any) for their upstream runs that ended since each one last looked (see
+        :func:`jobctl.store.commands.fire_after`). Returns (job, run id, upstream run id)
+        of the runs created."""
         return fire_after_jobs(self.db, upstream_ids, now)
 
     def set_next_run(self, job_id: int, next_run_at: datetime, now: datetime) -> bool:
+        """Give a fixed-delay job its next window, only if it still has none and no open
+        run (compare-and-set). Returns whether it was applied."""
         with self.db.write() as c:
             c.execute(self.dq.lock_job, (job_id,))
             cur = c.execute(
@@ -338,15 +388,30 @@ class Daemons:
         max_rows: int,
         since: RetentionMarks | None = None,
     ) -> tuple[int, int | None]:
+        """One retention transaction (see README, History: what is kept, what failed, what never
+        ran): for jobs with id > ``after_job_id``, in id
+        order, delete finished runs (succeeded, dead, cancelled, skipped; never pending,
+        leased or failed), with their attempts and delivered notifications, beyond the
+        job's ``keep_runs`` most recent by window or whose window is older than
+        ``keep_for`` before ``now``; at most ``max_rows`` runs. With ``since`` (the marks
+        of the last pass's start) only the jobs that may have changed since are looked
+        at: those with runs ended since, edited since, or with a ``keep_for``; without it,
+        every job. Returns (runs deleted, the job id to start the next step after, or None
+        when the pass over the jobs is done). The counters are not touched."""
         done = trim_history(self.db, now, after_job_id=after_job_id, max_rows=max_rows, since=since)
         if done[1] is None:
             self.driver.end_of_retention_pass(since)
         return done
 
     def retention_marks(self, now: datetime) -> RetentionMarks:
+        """Where a retention pass starts: the newest run id and the open runs' ids (read
+        through indexes: as many rows as runs are open), at ``now``."""
         return retention_marks(self.db, now)
 
     def settle_watched(self, now: datetime) -> datetime | None:
+        """For the scheduler-lease holder: end ``dead`` (``no ping``) each watched run still
+        without its end ping at window + grace + (``--timeout``, else the period to its
+        next window), with its notifications. Returns when the next one falls due."""
         if not self.db.read(self.dq.any_watched_open):
             return None  # no watched run open: no write transaction for it
         with self.db.write() as c:
@@ -371,6 +436,27 @@ class Daemons:
         reserved_priority: int | None,
         on_expired: ExpiredFn,
     ) -> TurnResult:
+        """What one loop turn learned, and its claims, in ONE transaction (all or nothing).
+
+        In this order:
+
+        1. The ``(run_id, attempt, pid)`` of children ``started`` (first, so an attempt that
+           started and ended since the last turn keeps its pid). Fenced.
+        2. Each of ``finishes``: the attempt's end and the planner's decision. Fenced: a run
+           no longer leased by that attempt is not touched (``Finished(None)``); a cancel
+           requested meanwhile applies ``decision.if_cancelled`` instead.
+        3. Only when ``limit`` > 0: leases of other daemons that expired are settled
+           (``on_expired`` decides each: retry now, dead, cancelled; the lost attempt is
+           recorded ``lost``; those that ended are returned in ``ended``), then up to
+           ``limit`` due runs are claimed, highest priority first, then oldest window, each
+           a compare-and-set: still pending/failed and due, none of its locks held by a
+           leased run, and with ``forbid``/``replace`` no other run of its job leased. Runs
+           of priority < ``reserved_priority`` are claimed at most ``low_limit`` times. The
+           workers, locks and overlap the finishes freed are claimable in the same call.
+
+        ``limit`` 0 claims nothing and settles no lease. The ends are announced to the
+        other daemons (``run``, and ``job:ID`` of each ended run's job) when it commits.
+        """
         me = self.identity
         driver = self.driver
         with driver.turn() as c:
@@ -461,12 +547,16 @@ class Daemons:
         return ended
 
     def next_claim_at(self, now: datetime) -> datetime | None:
+        """The earliest future time a run may become claimable (a ``not_before`` or the
+        expiry of another daemon's lease); None when nothing waits."""
         now_us = to_us(now)
         a = self.db.read(self.dq.next_not_before, {"now": now_us})[0]["at"]
         b = self.db.read(self.dq.next_lease_expiry, (self.identity.id, now_us))[0]["at"]
         return next_claim_time(a, b)
 
     def held_status(self, held: Sequence[tuple[int, int]]) -> tuple[frozenset[int], frozenset[int]]:
+        """Of the held ``(run_id, attempt)``: those with a cancel request, and those this
+        attempt no longer leases (taken over, deleted by ``rm --force``). Read only."""
         rows = self.db.read(self.dq.held_by, (self.identity.id,))
         leased = {(r["id"], r["attempt"]): bool(r["cancel_requested"]) for r in rows}
         cancel = frozenset(run_id for run_id, a in held if leased.get((run_id, a)))
@@ -474,15 +564,19 @@ class Daemons:
         return cancel, lost
 
     def save_output(self, outputs: Sequence[tuple[int, int, bytes, int]]) -> None:
+        """Store ``(run_id, attempt, tail, total bytes)`` of running attempts. Fenced."""
         if not outputs:
             return
         with self.db.write() as c:
             c.executemany(self.dq.save_output, output_params(self.identity.id, outputs))
 
     def secret_values(self, names: Sequence[str]) -> dict[str, bytes]:
+        """The values of the named secrets that exist, read when an attempt starts (a
+        rotated secret reaches the next attempt). Read only."""
         return secrets.secret_values(self.db, self._oq, names)
 
     def record_hook(self, run_id: int, status: str) -> None:
+        """How the run's ``--on-failure`` command ended (``exit 0``, ``signal 9``, ...)."""
         with self.db.write() as c:
             c.execute(self.dq.record_hook, (status, run_id))
 
@@ -500,19 +594,31 @@ class Daemons:
         limit: int,
         lease_seconds: float,
     ) -> tuple[list[Outgoing], datetime | None]:
+        """One transaction: record each delivery's outcome (fenced: only while this daemon
+        leases it; sent and failed raise the counters), lease up to ``limit`` due
+        notifications (pending, their try due, not leased by a live daemon: a dead
+        daemon's lease is free at once), oldest first; and when the next is due."""
         return self.outbox.exchange(
             self.identity.id, now, outcomes, limit=limit, lease_seconds=lease_seconds
         )
 
     def next_notification_at(self, now: datetime) -> datetime | None:
+        """When a notification may next be leased (None: none pending). Read only."""
         return self.outbox.next_due(now)
 
     def note_overdue(self, now: datetime) -> datetime | None:
+        """For the scheduler-lease holder: write ``late`` (runs not started by window +
+        grace) and ``long`` (attempts running past warn-after) notifications, each once,
+        and drop undelivered ones older than 7 days. Returns when the next late or long
+        falls due."""
         return self.outbox.note_overdue(now)
 
     def notification_context(
         self, job_id: int | None, run_id: int | None, attempt: int | None
     ) -> tuple[Job | None, Run | None, Run | None, Attempt | None, bytes]:
+        """What a notification's body shows: its job and the job's last run (its most
+        recent window that was not skipped), its run and attempt (each None when gone) and
+        the attempt's stored output tail."""
         job = self.get_job_by_id(job_id) if job_id is not None else None
         last_run = None
         if job is not None:

@@ -47,6 +47,9 @@ class Dashboard:
     def job_facts(
         self, query: str | None, state: JobState | None, failed_since: datetime
     ) -> list[JobFacts]:
+        """Every job whose name, description or command holds ``query`` (ignoring case;
+        every job when None) and, when given, whose state is ``state``, in no order;
+        ``notifications_failed`` counts those that ended ``failed`` since ``failed_since``."""
         clause, params = self._where(query, state)
         failed = {
             int(r["job_id"]): int(r["n"])
@@ -87,6 +90,7 @@ class Dashboard:
         return out
 
     def job_names(self, query: str | None) -> list[tuple[int, str]]:
+        """(id, name) of every job the search ``query`` finds (as :meth:`job_facts`)."""
         clause, params = self._where(query, None)
         return [
             (int(r["id"]), r["name"])
@@ -114,6 +118,7 @@ class Dashboard:
         return ("WHERE " + " AND ".join(where)) if where else "", params
 
     def jobs_by_ids(self, ids: Sequence[int]) -> list[Job]:
+        """Those jobs, in the order of ``ids`` (ids of deleted jobs are left out)."""
         if not ids:
             return []
         rows = self.db.read(self.q.dash_jobs_by_ids.format(marks=self.db.marks(len(ids))), ids)
@@ -121,6 +126,7 @@ class Dashboard:
         return [by_id[i] for i in ids if i in by_id]
 
     def last_runs(self, job_ids: Sequence[int]) -> dict[int, Run]:
+        """Per job id, its most recent run by window that was not skipped."""
         if not job_ids:
             return {}
         sql = self.q.dash_last_runs.format(marks=self.db.marks(len(job_ids)))
@@ -128,6 +134,8 @@ class Dashboard:
         return {r.job_id: r for r in runs}
 
     def recent_runs(self, job_ids: Sequence[int], per_job: int) -> dict[int, list[StripRun]]:
+        """The ``per_job`` most recent runs of each job (skipped too), newest first: their
+        id, state and window, what the overview's strips show."""
         out: dict[int, list[StripRun]] = {}
         for job_id in job_ids:
             rows = self.db.read(self.q.dash_strip_runs, (job_id, per_job))
@@ -139,10 +147,12 @@ class Dashboard:
         return out
 
     def run_counts_since(self, since: datetime) -> dict[str, int]:
+        """Runs whose window is at or after ``since``, counted by state (every state)."""
         rows = self.db.read(self.q.dash_run_counts_since, {"since": to_us(since)})
         return {r["state"]: int(r["n"]) for r in rows}
 
     def busy_workers(self) -> dict[str, int]:
+        """Leased runs per daemon id."""
         return {r["leased_by"]: int(r["n"]) for r in self.db.read(self.q.dash_busy_workers)}
 
     def runs_page(
@@ -153,6 +163,10 @@ class Dashboard:
         before: tuple[datetime, int] | None,
         limit: int,
     ) -> list[Run]:
+        """Runs, newest window first (then newest id), of one job or all, of one state or
+        all, whose window is at or after ``since``, and strictly before ``before``
+        (window, id) when given: a page goes on after the last row of the one before.
+        Raises NotFound for an unknown job."""
         mark = self.db.marks(1)
         where: list[str] = []
         params: list[Any] = []
@@ -182,13 +196,19 @@ class Dashboard:
         ]
 
     def finished_runs(self, job_id: int, limit: int) -> list[Run]:
+        """The ``limit`` most recent runs of a job (by window) whose last attempt has
+        ended, newest first: what its duration chart draws."""
         return [run_from_row(r) for r in self.db.read(self.q.dash_finished_runs, (job_id, limit))]
 
     def timeline_job_ids(self, start: datetime, end: datetime) -> set[int]:
+        """The ids of the jobs that have an attempt :meth:`timeline` would show for
+        ``[start, end)``."""
         params = [to_us(start - TIMELINE_LOOKBACK), to_us(end), to_us(end), to_us(start)]
         return {int(r["job_id"]) for r in self.db.read(self.q.dash_timeline_jobs, params)}
 
     def timeline(self, job_ids: Sequence[int], start: datetime, end: datetime) -> list[TimelineBar]:
+        """The attempts of those jobs that overlap ``[start, end)`` (running ones too),
+        by start, of runs whose window is at most a day before ``start``."""
         if not job_ids:
             return []
         sql = self.q.dash_timeline.format(marks=self.db.marks(len(job_ids)))

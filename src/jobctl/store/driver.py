@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
+from ..clock import Clock
 from ..models import RunState
 from .daemon_sql import DaemonQueries
 from .dialect import Dialect
@@ -44,11 +45,6 @@ class DaemonDriver(Protocol):
         """The connection (transactions, reads, announcements)."""
         ...
 
-    @property
-    def clock_offset_seconds(self) -> float:
-        """The server's clock minus this host's, as last measured (0: one host's clock)."""
-        ...
-
     # ---------------------------------------------------------------- connection
 
     def open_waker(self, identity: DaemonIdentity) -> Waker:
@@ -57,6 +53,10 @@ class DaemonDriver(Protocol):
 
     def child_location(self) -> str:
         """The database as a child process is told it (never a password)."""
+        ...
+
+    def clock(self, base: Clock) -> Clock:
+        """The clock the daemon reads, from this host's ``base``."""
         ...
 
     def renewed(self, *, registered: bool) -> None:

@@ -14,13 +14,11 @@ connection.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ...clock import Clock
 from ..commands import Commands
 from ..dashboard import Dashboard
-from ..protocol import CommandStore, DaemonStore, DashboardReads
+from ..protocol import CommandStore, DashboardReads
 from ..values import DaemonIdentity
 from .db import EXTRA_MISSING, PgDb, load_driver
 from .schema import SCHEMA_VERSION
@@ -84,28 +82,10 @@ def open_postgres(url: str, *, create: bool = True) -> PostgresStore:
     return PostgresStore.open(url, create=create)
 
 
-class ServerClock:
-    """This host's clock plus the offset to the database server's clock that the store
-    re-measures at each heartbeat (README, Many hosts on PostgreSQL: leases and due times
-    are judged by the server's clock, so a host whose clock is wrong neither steals a lease
-    nor fires early)."""
-
-    def __init__(self, store: DaemonStore, base: Clock) -> None:
-        self.store = store
-        self.base = base
-
-    def now(self) -> datetime:
-        return self.base.now() + timedelta(seconds=self.store.clock_offset_seconds)
-
-    def monotonic(self) -> float:
-        return self.base.monotonic()
-
-
 __all__ = [
     "EXTRA_MISSING",
     "SCHEMA_VERSION",
     "PostgresStore",
-    "ServerClock",
     "Waker",
     "load_driver",
     "open_postgres",

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ...clock import to_us
+from ...clock import Clock, to_us
 from ...errors import Conflict
 from ...models import JobState, Overlap, Run, RunState
 from ..daemon_sql import DaemonQueries
@@ -325,6 +325,22 @@ def _claim_keys(cand: dict[str, Any]) -> list[str]:
     ]
 
 
+class ServerClock:
+    """This host's clock plus the offset to the database server's clock that the driver
+    re-measures at each renewal: leases and due times are judged by the server's clock, so
+    a host whose clock is wrong neither steals a lease nor fires early."""
+
+    def __init__(self, db: PgDb, base: Clock) -> None:
+        self.db = db
+        self.base = base
+
+    def now(self) -> datetime:
+        return self.base.now() + timedelta(seconds=self.db.clock_offset_seconds)
+
+    def monotonic(self) -> float:
+        return self.base.monotonic()
+
+
 class PgDriver:
     """The daemons' statements on one PostgreSQL connection."""
 
@@ -338,10 +354,9 @@ class PgDriver:
 
     # ---------------------------------------------------------------- connection
 
-    @property
-    def clock_offset_seconds(self) -> float:
-        """Server clock minus this host's clock, as measured at the last renewal."""
-        return self.db.clock_offset_seconds
+    def clock(self, base: Clock) -> Clock:
+        """The server's clock: ``base`` plus the offset :meth:`renewed` measures."""
+        return ServerClock(self.db, base)
 
     def open_waker(self, identity: DaemonIdentity) -> Waker:
         """A LISTEN connection of its own (see :class:`~.waker.Waker`), deaf to what this
@@ -357,7 +372,7 @@ class PgDriver:
 
         Leases and due times are judged by the server's clock (README "Many hosts on
         PostgreSQL"): a daemon reads its time as its own clock plus this offset
-        (:class:`~jobctl.store.postgresql.ServerClock`), re-measured at each renewal, so a
+        (:class:`ServerClock`), re-measured at each renewal, so a
         host whose clock is wrong neither steals a live lease nor fires early or late. The
         round trip's midpoint stands for the moment of the server's reading."""
         before = time.time()
@@ -624,4 +639,4 @@ class PgDriver:
         return c.connection.cursor().execute(sql)
 
 
-__all__ = ["CANDIDATES", "DAEMON_QUERIES", "PgDriver"]
+__all__ = ["CANDIDATES", "DAEMON_QUERIES", "PgDriver", "ServerClock"]

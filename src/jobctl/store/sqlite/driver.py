@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
-from ...clock import to_us
+from ...clock import Clock, to_us
 from ...errors import StoreError
 from ...models import RunState
 from ..daemon_sql import DaemonQueries
@@ -86,8 +86,6 @@ class SqliteDriver:
 
     backend = "sqlite"
     dq = DAEMON_QUERIES
-    #: one clock: the file's daemons share this host's
-    clock_offset_seconds = 0.0
 
     def __init__(self, db: Db) -> None:
         self.db = db
@@ -103,6 +101,10 @@ class SqliteDriver:
 
     def child_location(self) -> str:
         return str(self.db.path.resolve())
+
+    def clock(self, base: Clock) -> Clock:
+        """This host's: a file's daemons share one machine's clock."""
+        return base
 
     def renewed(self, *, registered: bool) -> None:
         # the daemons list changes rarely: re-read once per renewal; this daemon's own
