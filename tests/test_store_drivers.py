@@ -18,12 +18,12 @@ from jobctl.models import AttemptResult, JobSpec, Overlap, RunState, Trigger, Tr
 from jobctl.notifications import Channel, ChannelKind
 from jobctl.store import DaemonIdentity, open_store
 from jobctl.store.dialect import Retryable
+from jobctl.store.driver import Quota
 from jobctl.store.values import FinishItem
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 ME = DaemonIdentity("d1", "h1", 1, "b1", 30.0)
 OTHER = DaemonIdentity("d2", "h2", 2, "b2", 30.0)
-CLAIM = dict(ahead=None, low_limit=None, reserved_priority=None)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -41,7 +41,7 @@ def manual(name: str, **kw: Any) -> JobSpec:
 def _claim(store: Any, identity: DaemonIdentity, now: datetime, limit: int) -> list[Any]:
     driver = store.open_daemon(identity).driver
     with driver.turn() as c:
-        return list(driver.claim(c, identity, now, limit=limit, **CLAIM))
+        return list(driver.claim(c, identity, now, Quota(limit, None, None)))
 
 
 def test_the_scheduler_lease_has_one_holder_until_it_runs_out(store):

@@ -33,7 +33,7 @@ from ..notifications import Outcome, Outgoing
 from . import outbox, secrets, watch
 from .daemon_sql import INSERT_RUNS_CHUNK, INSERT_RUNS_ROW_PARAMS
 from .dialect import retrying
-from .driver import DaemonDriver, Ended
+from .driver import DaemonDriver, Ended, Quota
 from .retention import retention_marks, trim_history
 from .rows import (
     attempt_from_row,
@@ -474,15 +474,8 @@ class Daemons:
                 for r in skipped:
                     self.db.announce(f"job:{r['job_id']}")
                 note_deadline_skips(c, self._oq, skipped, now)
-                claimed = driver.claim(
-                    c,
-                    me,
-                    now,
-                    ahead=ahead,
-                    limit=limit,
-                    low_limit=low_limit,
-                    reserved_priority=reserved_priority,
-                )
+                quota = Quota(limit, low_limit, reserved_priority, ahead)
+                claimed = driver.claim(c, me, now, quota)
             # the notifications' next due time, read with the COMMIT
             due = driver.read_later(c, self._oq(outbox.NEXT_DUE))
         finished = [Finished(None if e is None else e[0]) for e in ends]

@@ -18,10 +18,11 @@ something with ``fetchone``, ``fetchall`` and ``rowcount``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
@@ -37,6 +38,20 @@ def pyformat(sql: str) -> str:
     braces stay for ``str.format``. The one translator of parameter style."""
     sql = sql.replace("%", "%%").replace("?", "%s")
     return _NAMED.sub(r"%(\1)s", sql)
+
+
+@contextlib.contextmanager
+def closed_on_failure(conn: Any, errors: type[BaseException], location: str) -> Iterator[None]:
+    """While a new connection is set up (its schema read, migrated): on any failure it is
+    closed; the driver's ``errors`` become one StoreError naming ``location``."""
+    try:
+        yield
+    except errors as e:
+        conn.close()
+        raise StoreError(f"cannot use database {location}: {' '.join(str(e).split())}") from None
+    except BaseException:
+        conn.close()
+        raise
 
 
 class Retryable(StoreError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -23,6 +24,23 @@ from .values import Claimed, DaemonIdentity, FinishItem, Heads, RetentionMarks, 
 
 #: an end of a turn that held: the state written, and its run's job (None: not known)
 Ended = tuple[RunState, int | None]
+#: the ends a turn records, and the (run id, attempt, pid) of the children it started
+Finishes = Sequence[FinishItem]
+Started = Sequence[tuple[int, int, int]]
+#: what each end wrote (None: fenced off), and whether a notification channel exists
+Ends = tuple[list[Ended | None], bool | None]
+
+
+@dataclass(frozen=True)
+class Quota:
+    """What one turn may claim: ``limit`` runs, of which at most ``low_limit`` of priority
+    below ``reserved_priority`` (None: no reserve); ``ahead``: the candidates
+    :meth:`DaemonDriver.expired_and_skipped` read ahead, or None."""
+
+    limit: int
+    low_limit: int | None
+    reserved_priority: int | None
+    ahead: Any = None
 
 
 class Pending(Protocol):
@@ -115,14 +133,7 @@ class DaemonDriver(Protocol):
         """The one write transaction of an executor's turn (its cursor)."""
         ...
 
-    def finish(
-        self,
-        c: Any,
-        me: str,
-        now: datetime,
-        finishes: Sequence[FinishItem],
-        started: Sequence[tuple[int, int, int]],
-    ) -> tuple[list[Ended | None], bool | None]:
+    def finish(self, c: Any, me: str, now: datetime, finishes: Finishes, started: Started) -> Ends:
         """Record the pids of ``started`` (run id, attempt, pid) and every end of
         ``finishes``, each fenced (its run still leased by ``me``, same attempt; a cancel
         requested meanwhile applies its ``if_cancelled``). What each end wrote, in the
@@ -143,21 +154,10 @@ class DaemonDriver(Protocol):
         """Skip the waiting runs past their ``--deadline`` (rows as above)."""
         ...
 
-    def claim(
-        self,
-        c: Any,
-        me: DaemonIdentity,
-        now: datetime,
-        *,
-        ahead: Any,
-        limit: int,
-        low_limit: int | None,
-        reserved_priority: int | None,
-    ) -> list[Claimed]:
-        """Claim up to ``limit`` due runs, best first, each a compare-and-set of the
-        overlap, lock and ``--max-running`` rules (see
-        :meth:`~.protocol.DaemonStore.record_and_claim`); ``ahead``: what
-        :meth:`expired_and_skipped` read ahead, or None."""
+    def claim(self, c: Any, me: DaemonIdentity, now: datetime, quota: Quota) -> list[Claimed]:
+        """Claim up to ``quota.limit`` due runs, best first, each a compare-and-set of the
+        overlap, lock and ``--max-running`` rules (see :meth:`~.daemon.Daemons.
+        record_and_claim`)."""
         ...
 
     def read_later(self, c: Any, sql: str) -> Pending:
@@ -165,4 +165,4 @@ class DaemonDriver(Protocol):
         ...
 
 
-__all__ = ["DaemonDriver", "Ended", "Pending"]
+__all__ = ["DaemonDriver", "Ended", "Ends", "Finishes", "Pending", "Quota", "Started"]

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
 from ...errors import NotFound, StoreError
-from ..dialect import Retryable
+from ..dialect import Retryable, closed_on_failure
 from .schema import SCHEMA_VERSION, current_version, migrate, refuse_newer
 from .sql import QUERIES
 from .url import insecure_reason, redact
@@ -106,19 +106,13 @@ class PgDb:
         conn = connect(url)
         psycopg = load_driver()
         location = redact(url)
-        try:
+        with closed_on_failure(conn, psycopg.Error, location):
             version = current_version(conn)
             refuse_newer(version, location)
             if version is None and not create:
                 raise NotFound(f"no database at {location}")
             if version is None or version < SCHEMA_VERSION:
                 migrate(conn, location)
-        except psycopg.Error as e:
-            conn.close()
-            raise StoreError(f"cannot use database {location}: {_one_line(e)}") from None
-        except BaseException:
-            conn.close()
-            raise
         return cls(url, conn)
 
     def close(self) -> None:

@@ -33,11 +33,11 @@ from ...errors import Conflict
 from ...models import JobState, Overlap, Run, RunState
 from ..daemon_sql import DaemonQueries
 from ..dialect import pyformat
-from ..driver import Ended
+from ..driver import Ends, Finishes, Quota, Started
 from ..outbox import ANY_CHANNEL
 from ..retention import changed_jobs
 from ..rows import finish_params, run_from_row
-from ..values import Claimed, DaemonIdentity, FinishItem, RetentionMarks
+from ..values import Claimed, DaemonIdentity, RetentionMarks
 from .db import PgDb
 from .sql import QUERIES
 from .waker import Waker
@@ -450,14 +450,7 @@ class PgDriver:
         with self.db.batch(), self.db.write() as c:
             yield c
 
-    def finish(
-        self,
-        c: Any,
-        me: str,
-        now: datetime,
-        finishes: Sequence[FinishItem],
-        started: Sequence[tuple[int, int, int]],
-    ) -> tuple[list[Ended | None], bool | None]:
+    def finish(self, c: Any, me: str, now: datetime, finishes: Finishes, started: Started) -> Ends:
         """The pids of the children started (:data:`SET_PIDS`) and every end of the turn
         (:data:`FINISH_RUNS`), one statement each, sent together with whether any channel
         exists (a burst's usual answer: no)."""
@@ -503,17 +496,7 @@ class PgDriver:
     def skip_past_deadline(self, c: Any, now_us: int) -> list[Any]:
         return list(c.execute(SKIP_PAST_DEADLINE, {"now": now_us}).fetchall())
 
-    def claim(
-        self,
-        c: Any,
-        me: DaemonIdentity,
-        now: datetime,
-        *,
-        ahead: Any,
-        limit: int,
-        low_limit: int | None,
-        reserved_priority: int | None,
-    ) -> list[Claimed]:
+    def claim(self, c: Any, me: DaemonIdentity, now: datetime, quota: Quota) -> list[Claimed]:
         """Correct with any number of claimers at once (module docstring); a claim never
         waits on another daemon's claim.
 
@@ -522,6 +505,8 @@ class PgDriver:
         one at a time and one holder of a lock name); it tries their advisory locks in
         one statement and claims the runs whose keys it got in another (:data:`CLAIM`),
         then reads them: four statements a round, however many runs it claims."""
+        limit, low_limit, reserved_priority = quota.limit, quota.low_limit, quota.reserved_priority
+        ahead = quota.ahead
         now_us = to_us(now)
         until = to_us(now + timedelta(seconds=me.lease_seconds))
         claimed: list[Claimed] = []

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import NotFound, StoreError
+from ..dialect import closed_on_failure
 from .schema import BUSY_TIMEOUT_MS, SCHEMA_VERSION, migrations, split_statements
 from .sql import QUERIES, WAKE_ADDRESSES
 from .wake import poke
@@ -86,14 +87,8 @@ class Db:
                 raise StoreError(f"cannot open database {path}: {e}") from None
             conn.row_factory = sqlite3.Row
             db = cls(conn, path)
-            try:
+            with closed_on_failure(conn, sqlite3.DatabaseError, str(path)):
                 db._setup_waiting()
-            except sqlite3.DatabaseError as e:
-                conn.close()
-                raise StoreError(f"cannot use database {path}: {e}") from None
-            except BaseException:
-                conn.close()
-                raise
         finally:
             os.umask(old_umask)
         if not existed:

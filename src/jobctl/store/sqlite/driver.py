@@ -16,9 +16,9 @@ from ...clock import Clock, to_us
 from ...errors import StoreError
 from ...models import RunState
 from ..daemon_sql import DaemonQueries
-from ..driver import Ended
+from ..driver import Ended, Ends, Finishes, Quota, Started
 from ..rows import finish_params, run_from_row
-from ..values import Claimed, DaemonIdentity, FinishItem, RetentionMarks
+from ..values import Claimed, DaemonIdentity, RetentionMarks
 from . import sql
 from .db import Db
 from .wake import WakeSocket
@@ -183,14 +183,7 @@ class SqliteDriver:
     def turn(self) -> AbstractContextManager[Any]:
         return self.db.write()
 
-    def finish(
-        self,
-        c: Any,
-        me: str,
-        now: datetime,
-        finishes: Sequence[FinishItem],
-        started: Sequence[tuple[int, int, int]],
-    ) -> tuple[list[Ended | None], bool | None]:
+    def finish(self, c: Any, me: str, now: datetime, finishes: Finishes, started: Started) -> Ends:
         # pids first: an attempt that started and ended since the last turn keeps its pid
         # in its attempt row
         if started:
@@ -230,20 +223,11 @@ class SqliteDriver:
     def skip_past_deadline(self, c: Any, now_us: int) -> list[Any]:
         return list(c.execute(sql.SKIP_PAST_DEADLINE, {"now": now_us}).fetchall())
 
-    def claim(
-        self,
-        c: Any,
-        me: DaemonIdentity,
-        now: datetime,
-        *,
-        ahead: Any,
-        limit: int,
-        low_limit: int | None,
-        reserved_priority: int | None,
-    ) -> list[Claimed]:
+    def claim(self, c: Any, me: DaemonIdentity, now: datetime, quota: Quota) -> list[Claimed]:
         # One compare-and-set per claim: the UPDATE picks the best run that is due and
         # whose locks and job are free *now*, inside the same statement, so runs blocked
         # on a lock never block the runs behind them and two daemons cannot both win.
+        limit, low_limit, reserved_priority = quota.limit, quota.low_limit, quota.reserved_priority
         now_us = to_us(now)
         claimed: list[Claimed] = []
         attempts: list[tuple[int, int, int, str, str]] = []
