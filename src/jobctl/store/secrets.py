@@ -66,7 +66,7 @@ def secret_values(db: Dialect, q: Sql, names: Iterable[str]) -> dict[str, bytes]
     wanted = sorted(set(names))
     if not wanted:
         return {}
-    rows = db.read(q(SECRET_VALUES.format(marks=db.marks(len(wanted)))), wanted)
+    rows = db.read(q(SECRET_VALUES).format(marks=db.marks(len(wanted))), wanted)
     return {r["name"]: bytes(r["value"]) for r in rows}
 
 
