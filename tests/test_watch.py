@@ -229,21 +229,26 @@ def test_run_wait_succeeded_line_and_follow_streams_output(jobctl, start_daemon)
     assert lines[-1].endswith("s")
 
 
-def test_run_wait_sigint_leaves_the_run_going_and_exits_130(jobctl, start_daemon, db):
+def test_run_wait_sigint_leaves_the_run_going_and_exits_130(jobctl, start_daemon, db, tmp_path):
     start_daemon()
-    jobctl("add", "slow", "--manual", "--", "sleep 2")
+    # the command ends only once the waiter has exited: on a busy machine a fixed sleep
+    # could end the run before the waiter handles its SIGINT (it then exits 0)
+    gate = tmp_path / "gate"
+    jobctl("add", "slow", "--manual", "--", f"while [ ! -e {gate} ]; do sleep 0.05; done")
     waiter = Cli(db, "run", "slow", "--wait")
     try:
-        wait_until(lambda: waiter.err, 10, what="the enqueued line")
+        wait_until(lambda: waiter.err, 30, what="the enqueued line")
         run_id = int(waiter.lines("err")[0].split()[1])
-        wait_until(lambda: _state(jobctl, run_id) == "leased", 10, what="the run leased")
+        wait_until(lambda: _state(jobctl, run_id) == "leased", 30, what="the run leased")
         waiter.proc.send_signal(signal.SIGINT)
-        assert waiter.wait(10) == 130
+        assert waiter.wait(30) == 130
     finally:
         waiter.kill()
     last = waiter.lines("err")[-1]
     assert f"jobctl cancel {run_id}" in last and "Error" not in last
-    wait_until(lambda: _state(jobctl, run_id) == "succeeded", 15, what="the run succeeded")
+    assert _state(jobctl, run_id) == "leased"  # the run goes on
+    gate.touch()
+    wait_until(lambda: _state(jobctl, run_id) == "succeeded", 30, what="the run succeeded")
 
 
 # ------------------------------------------------------------------ no daemon
