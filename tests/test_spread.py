@@ -248,3 +248,40 @@ def test_recent_durations_are_the_newest_succeeded_runs(jobctl, start_daemon):
     assert set(got) == {slow.id}
     assert len(got[slow.id]) == 2 and all(0.25 < d < 5 for d in got[slow.id])
     assert store.recent_durations([slow.id], 1)[slow.id] == got[slow.id][:1]
+
+
+def test_h_in_a_schedule_set_resolves_each_cron_member_from_the_name(jobctl, tmp_path):
+    from jobctl.triggers import made_by
+
+    jobctl("add", "rep", "--cron", "H 9 * * 1-5", "--cron", "H(0-29) 12 * * 6",
+           "--every", "7h", "--tz", "UTC", "--", "true")  # fmt: skip
+    job = jobctl.json("show", "rep")
+    a, b = _h("rep", 0) % 60, _h("rep", 0) % 30
+    assert job["trigger"]["expr"] == "H 9 * * 1-5 | H(0-29) 12 * * 6 | every 7h"
+    assert job["trigger"]["resolved"] == f"{a} 9 * * 1-5 | {b} 12 * * 6 | every 7h"
+    assert [t["expr"] for t in job["triggers"]][:2] == ["H 9 * * 1-5", "H(0-29) 12 * * 6"]
+    assert [t["resolved"] for t in job["triggers"][:2]] == [f"{a} 9 * * 1-5", f"{b} 12 * * 6"]
+    # the windows are the resolved members' (and the run names the member as given)
+    stored = jobctl.store().get_job("rep")
+    nxt = [
+        datetime.fromisoformat(t.replace("Z", "+00:00"))
+        for t in jobctl.json("next", "rep", "-n", "40")
+    ]
+    crons = [t for t in nxt if t.minute in (a, b) and t.hour in (9, 12) and t.second == 0]
+    assert crons and all(
+        made_by(stored.trigger, t) in ("H 9 * * 1-5", "H(0-29) 12 * * 6") for t in crons
+    )
+    # the file keeps the H text; apply onto an empty database resolves it the same way
+    f = tmp_path / "jobs.toml"
+    f.write_text(jobctl("export").stdout)
+    assert '"H 9 * * 1-5"' in f.read_text()
+    from conftest import Jobctl
+
+    other = Jobctl(tmp_path / "other.db")
+    other("apply", str(f))
+    assert other.json("show", "rep")["trigger"]["resolved"] == job["trigger"]["resolved"]
+    other.close()
+    # a rename moves the members
+    jobctl("edit", "rep", "--rename", "rep2")
+    moved = jobctl.json("show", "rep2")["trigger"]["resolved"]
+    assert moved.split(" | ")[0] == f"{_h('rep2', 0) % 60} 9 * * 1-5"

@@ -578,6 +578,7 @@ def _trigger_ref(trigger: Trigger) -> dict[str, Any] | None:
         anchor = trigger.anchor
         return {
             "set": trigger.expr,
+            **({"resolved": trigger.resolved} if trigger.resolved else {}),
             "tz": trigger.tz,
             "anchor": None if anchor is None else anchor.isoformat(),
         }

@@ -65,6 +65,8 @@ def _trigger_obj(t: Trigger) -> dict[str, Any]:
     if t.kind is TriggerKind.CRON:
         # the expression with each H replaced by this job's numbers (jobctl(1), --cron)
         out["resolved"] = t.resolved or t.expr
+    elif t.kind is TriggerKind.SET and t.resolved:
+        out["resolved"] = t.resolved
     if t.kind is TriggerKind.INTERVAL:
         out["every"] = t.every_seconds
         out["start"] = iso(t.anchor)

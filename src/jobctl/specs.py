@@ -306,19 +306,18 @@ def _build_trigger(
         texts: list[str] = []
         for given_expr in crons:
             member = check_text(given_expr.strip(), "--cron")
-            if cronexpr.has_hash(member):
-                raise UsageError(f"--cron {member!r}: H goes with a lone --cron, not a set")
-            cronexpr.parse_cron(member)
+            cronexpr.parse_cron(cronexpr.resolve_hashes(member, name or ""))
             texts.append(member)
         for rate in everys:
             texts.append("every " + durations.format_duration(durations.parse_duration(rate)))
         anchor = durations.parse_time(opts.start, tz, now) if opts.start else now
-        return Trigger(
+        trigger = Trigger(
             TriggerKind.SET,
             tz=tz,
             expr=" | ".join(dict.fromkeys(texts)),
             anchor=anchor if everys else None,
         )
+        return named(trigger, name) if name else trigger
     every = everys[0] if everys else None
     if crons:
         expr = check_text(crons[0].strip(), "--cron")
@@ -429,9 +428,9 @@ def trigger_warnings(trigger: Trigger) -> list[str]:
         for expr in exprs
         if expr
         and not cronexpr.parse_cron(
-            trigger.resolved or cronexpr.resolve_hashes(expr, "")
-            if trigger.kind is TriggerKind.CRON
-            else expr
+            trigger.resolved
+            if trigger.kind is TriggerKind.CRON and trigger.resolved
+            else cronexpr.resolve_hashes(expr, "")
         ).can_fire
     ]
 

@@ -257,12 +257,18 @@ def upcoming(
 
 
 def named(trigger: Trigger, name: str) -> Trigger:
-    """``trigger`` as the job ``name`` fires it: a cron expression's ``H`` resolved from the
-    name (``resolved``). Triggers without ``H`` come back as they are."""
+    """``trigger`` as the job ``name`` fires it: a cron expression's ``H`` (or that of each
+    cron member of a set) resolved from the name (``resolved``). Triggers without ``H``
+    come back as they are."""
     expr = trigger.expr
-    if trigger.kind is not TriggerKind.CRON or not expr or not has_hash(expr):
+    if trigger.kind not in (TriggerKind.CRON, TriggerKind.SET) or not expr or not has_hash(expr):
         return trigger
-    resolved = resolve_hashes(expr, name)
+    if trigger.kind is TriggerKind.SET:
+        resolved = SET_SEPARATOR.join(
+            t if t.startswith(EVERY_PREFIX) else resolve_hashes(t, name) for t in split_set(expr)
+        )
+    else:
+        resolved = resolve_hashes(expr, name)
     return trigger if trigger.resolved == resolved else replace(trigger, resolved=resolved)
 
 
@@ -355,7 +361,10 @@ def members(trigger: Trigger) -> tuple[Trigger, ...]:
     if trigger.kind is not TriggerKind.SET:
         return (trigger,)
     out: list[Trigger] = []
-    for text in split_set(trigger.expr or ""):
+    texts = split_set(trigger.expr or "")
+    # a set with H in a cron member: each member keeps its text and is fired resolved
+    numbers = split_set(trigger.resolved) if trigger.resolved else texts
+    for text, resolved in zip(texts, numbers, strict=True):
         if text.startswith(EVERY_PREFIX):
             seconds = parse_duration(text[len(EVERY_PREFIX) :])
             out.append(
@@ -368,7 +377,14 @@ def members(trigger: Trigger) -> tuple[Trigger, ...]:
                 )
             )
         else:
-            out.append(Trigger(TriggerKind.CRON, tz=trigger.tz, expr=text))
+            out.append(
+                Trigger(
+                    TriggerKind.CRON,
+                    tz=trigger.tz,
+                    expr=text,
+                    resolved=resolved if resolved != text else None,
+                )
+            )
     return tuple(out)
 
 
@@ -400,11 +416,13 @@ def named_by(ref: Mapping[str, Any] | None, window: datetime) -> str | None:
     if "text" in ref:
         return str(ref["text"])
     anchor = ref.get("anchor")
+    resolved = ref.get("resolved")
     trigger = Trigger(
         TriggerKind.SET,
         tz=str(ref.get("tz") or "UTC"),
         expr=str(ref.get("set") or ""),
         anchor=None if anchor is None else datetime.fromisoformat(anchor),
+        resolved=None if resolved is None else str(resolved),
     )
     return made_by(trigger, window)
 

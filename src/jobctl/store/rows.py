@@ -103,7 +103,7 @@ def _trigger(r: Any) -> Trigger:
         r["once_at"],
         r["after_completion"],
         # H is chosen from the job's name: such a trigger is the job's own
-        r["name"] if r["trigger_kind"] == "cron" and _cron_named(expr) else None,
+        r["name"] if r["trigger_kind"] in ("cron", "set") and _cron_named(expr) else None,
         r["active_from"],
         r["active_until"],
     )
