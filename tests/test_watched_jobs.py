@@ -254,6 +254,29 @@ def test_jobctl_ping_writes_start_and_exit_with_stdin_as_output(jobctl, db) -> N
 # ---------------------------------------------------------------------- exec
 
 
+def test_exec_refuses_no_command_and_ends_126_or_127_for_one_it_cannot_start(
+    jobctl, db, tmp_path
+) -> None:
+    # exec exits with its command's code, so tests/reliability/test_hostile_input.py
+    # leaves it out; its own bad input and a command that cannot start are here
+    jobctl("add", "sync", "--watch", "--every", "1h")
+    argv = _jobctl_argv(db)
+    for args, code in (
+        (["sync"], 2),
+        (["sync", "--"], 2),
+        (["sync", "--", str(tmp_path / "missing")], 127),
+        (["sync", "--", str(tmp_path)], 126),  # a directory: not executable
+        (["", ""], 126),  # an unknown job warns; the command still runs (and cannot)
+    ):
+        r = subprocess.run([*argv, "exec", *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == code, (args, r.stderr)
+        assert "Traceback" not in r.stderr, r.stderr
+        if code == 2:
+            assert r.stderr.startswith("Error: "), r.stderr
+    assert all(run["state"] == "dead" for run in _runs(jobctl, "sync"))
+    assert len(_runs(jobctl, "sync")) == 2
+
+
 def test_exec_wraps_a_failing_and_a_succeeding_command(jobctl, db) -> None:
     jobctl("add", "sync", "--watch", "--every", "1h")
     argv = _jobctl_argv(db)

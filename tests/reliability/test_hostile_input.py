@@ -19,8 +19,10 @@ from jobctl.cli import cli as click_cli
 #: commands that never return (daemon, serve) or touch the system (service) are driven
 #: elsewhere (tests/test_daemon.py, tests/test_web_*.py, tests/test_service.py); check
 #: exits 0-3 by the Nagios convention, its CRITICAL (2) without an Error: line
-#: (tests/test_notify_cli.py)
-SKIP = {"daemon", "serve", "service", "check"}
+#: (tests/test_notify_cli.py); exec runs its COMMAND and exits with that command's code
+#: (126 for one that cannot be executed, as a shell does; README "Watching jobs that
+#: jobctl does not run"), driven by tests/test_watched_jobs.py
+SKIP = {"daemon", "serve", "service", "check", "exec"}
 COMMANDS = sorted(set(click_cli.commands) - SKIP)
 
 
