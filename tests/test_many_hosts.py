@@ -5,14 +5,12 @@ daemons, is in tests/test_many_hosts_daemons.py."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
 from conftest import Jobctl
-from test_web_api import cli_error
-from webhelpers import Server, token_file
+from test_web_api import cli_error, server  # noqa: F401  (the serve fixture)
+from webhelpers import Server
 
 from jobctl.checks import CheckFacts, CheckState, judge
 from jobctl.models import DaemonLoad, RunState, SkipReason, WaitFacts, WaitReason
@@ -72,16 +70,7 @@ def test_pause_all_and_resume_all_in_status(jobctl: Jobctl) -> None:
     assert "no maintenance window" in jobctl("resume", "--all").stdout
 
 
-@pytest.fixture
-def server(db: Path, tmp_path: Path) -> Iterator[Server]:
-    s = Server(db, tmp_path / "serve.log", token_file=token_file(tmp_path))
-    try:
-        yield s.wait_ready()
-    finally:
-        s.close()
-
-
-def test_maintenance_over_the_api(server: Server) -> None:
+def test_maintenance_over_the_api(server: Server) -> None:  # noqa: F811  (the fixture)
     r = server.request("POST", "/v1/maintenance", {"until": "2099-01-01T00:00:00Z", "reason": "r"})
     assert r.status == 200, r.text
     assert r.json()["until"] == "2099-01-01T00:00:00Z" and r.json()["reason"] == "r"
