@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
+from datetime import date
+from typing import TYPE_CHECKING
+
 import click
 
-from ..errors import UsageError
+from ..errors import NotFound, UsageError
 from .base import Ctx, JobctlGroup, _completion_values, cli, pass_ctx
+
+if TYPE_CHECKING:
+    from ..store import CommandStore
 
 
 def _complete_calendars(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:  # type: ignore[type-arg]
@@ -31,8 +37,11 @@ def calendar_add(obj: Ctx, name: str, dates: tuple[str, ...]) -> None:
     from ..specs import check_name, parse_dates
 
     days = parse_dates(dates)
-    obj.store().calendar_add(check_name(name, "calendar name"), days)
-    click.echo(f"calendar {name}: {len(set(days))} dates added")
+    check_name(name, "calendar name")
+    store = obj.store()
+    before = _dates_of(store, name)
+    store.calendar_add(name, days)
+    click.echo(f"calendar {name}: {len(set(days) - before)} dates added")
 
 
 @calendar.command("rm")
@@ -44,8 +53,23 @@ def calendar_rm(obj: Ctx, name: str, dates: tuple[str, ...]) -> None:
     job uses it)."""
     from ..specs import parse_dates
 
-    obj.store().calendar_rm(name, parse_dates(dates))
-    click.echo(f"calendar {name}: {len(dates)} dates removed" if dates else f"removed {name}")
+    days = parse_dates(dates)
+    store = obj.store()
+    before = _dates_of(store, name) if days else set()
+    store.calendar_rm(name, days)
+    click.echo(
+        f"calendar {name}: {len(set(days) & before)} dates removed" if days else f"removed {name}"
+    )
+
+
+def _dates_of(store: CommandStore, name: str) -> set[date]:
+    """The dates calendar ``name`` holds now (none when there is no such calendar), so
+    add and rm say how many they changed, not how many were given."""
+    try:
+        rows = store.calendar_list(name)
+    except NotFound:
+        return set()
+    return {d for _, days, _ in rows for d in days}
 
 
 @calendar.command("list")
