@@ -639,6 +639,21 @@ def test_apply_refuses_a_watched_table_with_start_keys_or_a_taken_ping_key(jobct
     assert [j["name"] for j in jobctl.json("list")] == ["nightly"]
 
 
+def test_a_watched_job_rolls_back_and_states_its_defaults_in_a_file(jobctl) -> None:
+    jobctl("add", "ci", "--watch", "--every", "1h")
+    key = _key(jobctl, "ci")
+    jobctl("edit", "ci", "--grace", "10m")
+    # a revision keeps every value, those of starting a command at a watched job's own
+    jobctl("rollback", "ci", "1")
+    job = jobctl.json("show", "ci")
+    assert (job["watch"], job["ping_key"], job["grace"], job["retries"]) == (True, key, 300, 0)
+    # a file may say them too; any other value is a setting a watched job has not
+    text = jobctl("export", "ci").stdout + 'retries = 0\nshell = "/bin/sh"\n'
+    assert jobctl("apply", "-", stdin=text).stdout == ""
+    r = jobctl("apply", "-", stdin=text.replace("retries = 0", "retries = 1"), ok=False)
+    assert r.exit_code == 2 and "job ci: retries: it is about starting a command" in r.output
+
+
 # ---------------------------------------------------------------------- retry-dead
 
 

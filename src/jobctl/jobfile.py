@@ -630,15 +630,30 @@ def _definition(
     return Definition(spec, bool(given.get("paused", False)))
 
 
+#: a watched job as ``add --watch`` makes it: the settings about starting a command it holds
+_WATCHED = Definition(
+    JobSpec(
+        name="watched",
+        trigger=Trigger(TriggerKind.INTERVAL, tz="UTC", expr="1h", every_seconds=3600.0),
+        command="",
+        retries=0,
+        ping_key="key",
+    )
+)
+
+
 def _check_watch(table: Mapping[str, Any], problem: Callable[[str | None, str], None]) -> None:
     """A watched job's table (``watch = true``) holds no command and no key about starting
     one (``timeout`` stays: how long a started run may go without its end ping), and a
     ``ping_key`` only as ``/ping/KEY`` takes it."""
     if "command" in table:
         problem("command", "a watched job has no command: the work runs elsewhere and pings")
-    for key in table:
-        opt = BY_KEY[key].option_key() if key in BY_KEY else None
-        if opt in watching.START_FLAGS:
+    for key, value in table.items():
+        f = BY_KEY.get(key)
+        if f is None or f.option_key() not in watching.START_FLAGS:
+            continue
+        # the value every watched job holds is no setting (a revision keeps them all)
+        if value != f.get(_WATCHED):
             problem(key, "it is about starting a command: not with watch = true")
     ping_key = table.get("ping_key")
     if isinstance(ping_key, str):
