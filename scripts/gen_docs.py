@@ -413,7 +413,8 @@ makes one for a job it adds (the API always makes a new key).
 foreground with its output passed through, pings success or its exit code with the last
 64 KiB of output, and exits with the command's exit code. A ping that cannot be made
 prints a warning and never changes the exit code. With `--url` (or JOBCTL_PING_URL) it
-pings `serve` over HTTP and NAME is the job's ping key. `import-crontab --watch FILE` adds
+pings `serve` over HTTP and NAME is the job's ping key (or its name, where the database
+is reachable). `import-crontab --watch FILE` adds
 a watched job for each line and prints the crontab with each command wrapped in `jobctl
 exec NAME --`, to install in place of the old one.
 """

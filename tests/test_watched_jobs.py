@@ -332,6 +332,18 @@ def test_exec_with_url_pings_serve_by_key(jobctl, db, server, tmp_path) -> None:
     assert (run["state"], run["exit_code"]) == ("dead", 9)
     assert jobctl("logs", str(run["id"])).stdout == "x\n"
     assert not (tmp_path / "absent.db").exists()
+    # a host that reaches the database may name the job, as the line without --url does
+    r = subprocess.run(
+        [*_jobctl_argv(db), "exec", "remote", "--url", server.url, "--", "sh", "-c", "exit 0"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert (r.returncode, r.stderr) == (0, b""), r.stderr
+    newest = _runs(jobctl, "remote")[0]
+    assert (newest["state"], _inspect(jobctl, newest["id"])["attempts"][0]["host"]) == (
+        "succeeded",
+        "127.0.0.1",
+    )
 
 
 # ---------------------------------------------------------------------- the daemon

@@ -5,6 +5,7 @@ and end, into the database or over HTTP to ``serve``."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import click
@@ -74,7 +75,7 @@ def _stdin_body() -> bytes:
     "--url",
     metavar="URL",
     help="Ping over HTTP to jobctl serve at URL (http://host:8642; also JOBCTL_PING_URL); "
-    "NAME is then the job's ping key.",
+    "NAME is then the job's ping key, or its name where this host reaches the database.",
 )
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @pass_ctx
@@ -93,13 +94,14 @@ def exec_(obj: Ctx, /, name: str, url: str | None, command: tuple[str, ...]) -> 
     if not command:
         raise UsageError("give the COMMAND to run after --")
     base = url or os.environ.get("JOBCTL_PING_URL") or None
+    key = _ping_key(obj, name) if base is not None else name
     rid = new_rid()
 
     def send(kind: PingKind, code: int | None = None, body: bytes = b"") -> None:
         p = make_ping(kind, exit_code=code, rid=rid, body=body)
         try:
             if base is not None:
-                send_http(base, name, p)
+                send_http(base, key, p)
             else:
                 obj.store().ping(p, obj.now(), name=name, host=CLI_HOST)
         except (JobctlError, OSError) as e:
@@ -114,3 +116,21 @@ def exec_(obj: Ctx, /, name: str, url: str | None, command: tuple[str, ...]) -> 
         send(PingKind.EXIT, code, body=ran.output)
     obj.close()
     sys.exit(code)
+
+
+_UUID_RE = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+
+
+def _ping_key(obj: Ctx, name: str) -> str:
+    """What ``exec NAME --url`` pings: a ping key as it is (a host without the database
+    knows only the key), else the key of the watched job NAME when this host reaches the
+    database, else NAME as given (serve then answers 404, said as a warning)."""
+    if _UUID_RE.fullmatch(name):
+        return name
+    try:
+        key = obj.reader().get_job(name).spec.ping_key
+    except (JobctlError, OSError):
+        return name
+    return key or name
