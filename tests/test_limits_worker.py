@@ -3,6 +3,7 @@ through /bin/sh, reaped with their rusage, started under their limits."""
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import signal
@@ -13,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from jobctl.models import AttemptResult, IoClass, Limits, RunSettings
-from jobctl.spawner import Spawner
+from jobctl.spawner import Spawner, SpawnError
 from jobctl.worker import LIMITS_FAILED_EXIT, Child, limits_prefix
 
 BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"}
@@ -117,6 +118,19 @@ def test_the_spawner_gives_the_child_what_a_spawn_here_gives(spawner):
     )
     idle = _run("echo ok", Limits(io_class=IoClass.IDLE), spawner=spawner)
     assert idle.ok and idle.output == b"ok\n"
+
+
+def test_the_spawner_names_the_step_that_failed_and_goes_on(spawner, tmp_path):
+    # the clone reports a failed exec through the page it shares with the spawner; each
+    # clone starts from a clean report, so a success after a failure is one
+    with pytest.raises(SpawnError) as failed:
+        spawner.spawn(str(tmp_path / "missing"), ["missing"], {}, "/", None, None, None, None)
+    assert (failed.value.step, failed.value.errno) == ("exec", errno.ENOENT)
+    with pytest.raises(SpawnError) as failed:
+        spawner.spawn("/bin/true", ["true"], {}, str(tmp_path / "gone"), None, None, None, None)
+    assert (failed.value.step, failed.value.errno) == ("chdir", errno.ENOENT)
+    pid = spawner.spawn("/bin/sh", ["sh", "-c", "exit 7"], {}, "/", None, None, None, None)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7
 
 
 def test_a_spawner_that_died_is_started_again(spawner):

@@ -36,6 +36,7 @@ from __future__ import annotations
 # daemon's side imports what it needs inside its methods
 import _signal  # type: ignore[import-not-found]  # (signal itself imports enum)
 import _socket
+import mmap
 import os
 import sys
 
@@ -47,6 +48,8 @@ if __name__ != "__main__":  # the daemon's side
 SYS_CLONE = {"x86_64": 56, "aarch64": 220, "arm64": 220}.get(os.uname().machine)
 SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "arm64": 30}.get(os.uname().machine)
 CLONE_PARENT = 0x00008000
+#: the spawner is suspended until the clone has exec'd or exited (no pipe to wait on)
+CLONE_VFORK = 0x00004000
 #: the largest request: an environment and a command line (what one exec takes on Linux
 #: is far less)
 MAX_MESSAGE_BYTES = 4 << 20
@@ -75,6 +78,8 @@ STEPS = ("fork", "stdio", "session", "ioprio", "nice", "chdir", "exec")
 
 #: an answer: pid, the step that failed (-1: none), its errno
 _ANSWER_BYTES = 12
+#: what a failed clone leaves in the shared page: the step and its errno
+_REPORT_BYTES = 8
 
 
 def _ints(data: bytes, n: int) -> list[int]:
@@ -86,17 +91,26 @@ def _pack(*values: int) -> bytes:
     return b"".join(v.to_bytes(4, sys.byteorder, signed=True) for v in values)
 
 
+#: the shared page before a clone: no step failed
+_NOT_REPORTED = _pack(-1, 0)
+
+
 # ---------------------------------------------------------------------- the spawner
 
 
 def _child(
-    path: bytes, argv: list[bytes], env: dict[bytes, bytes], nice: int, ioprio: int, report: int
+    path: bytes,
+    argv: list[bytes],
+    env: dict[bytes, bytes],
+    nice: int,
+    ioprio: int,
+    report: mmap.mmap,
 ) -> None:
     """In the clone, whose descriptors 0, 1, 2 and working directory the spawner set
     before it: a new session, the niceness and I/O priority asked for, and the exec. On a
-    failure it writes the step and errno to ``report`` and exits. As little Python as can
-    be: each page it writes is copied, and counts in the attempt's peak memory and CPU.
-    Never returns."""
+    failure it writes the step and errno to ``report`` (shared with the spawner) and
+    exits. As little Python as can be: each page it writes is copied, and counts in the
+    attempt's peak memory and CPU. Never returns."""
     step = 2
     try:
         os.setsid()
@@ -117,7 +131,7 @@ def _child(
     except BaseException:
         err = 0
     try:
-        os.write(report, _pack(step, err))
+        report[:_REPORT_BYTES] = _pack(step, err)
     finally:
         os._exit(SPAWN_FAILED_EXIT)
 
@@ -142,19 +156,25 @@ def _ioprio_set(value: int) -> None:
 
 
 def _clone_parent(libc: object) -> int:
-    """``clone(CLONE_PARENT | SIGCHLD)``: 0 in the child, its pid in the caller."""
+    """``clone(CLONE_PARENT | CLONE_VFORK | SIGCHLD)``: 0 in the child, its pid in the
+    caller once the child has exec'd or exited."""
     import ctypes
 
-    pid = int(libc.syscall(SYS_CLONE, CLONE_PARENT | _signal.SIGCHLD, 0, 0, 0, 0))  # type: ignore[attr-defined]
+    flags = CLONE_PARENT | CLONE_VFORK | _signal.SIGCHLD
+    pid = int(libc.syscall(SYS_CLONE, flags, 0, 0, 0, 0))  # type: ignore[attr-defined]
     if pid < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
     return pid
 
 
-def _serve_one(sock: _socket.socket, libc: object, data: bytes, fds: list[int]) -> None:
+def _serve_one(
+    sock: _socket.socket, libc: object, report: mmap.mmap, data: bytes, fds: list[int]
+) -> None:
     """One request: the child's descriptors and directory are set here, in the spawner
-    (what a fork copies), so the clone itself runs almost nothing before its exec."""
+    (what a fork copies), so the clone itself runs almost nothing before its exec. The
+    clone is made with ``CLONE_VFORK``: the spawner goes on once it has exec'd or exited,
+    and ``report`` (a shared page) then holds the step that failed, if one did."""
     nice, ioprio, which, nfields = _ints(data, 4)
     fields = data[16:].split(b"\0")[:nfields]
     path, cwd, argc = fields[0], fields[1], int(fields[2])
@@ -162,7 +182,6 @@ def _serve_one(sock: _socket.socket, libc: object, data: bytes, fds: list[int]) 
     env = dict(item.partition(b"=")[::2] for item in fields[3 + argc :])
     given = iter(fds)  # stdin's, then the output's, each when the daemon sent one
     in_fd, out_fd = (next(given, _NO_FD) if which >> bit & 1 else _NO_FD for bit in (0, 1))
-    r = w = -1
     try:
         step = 1
         os.dup2(_devnull(os.O_RDONLY) if in_fd == _NO_FD else in_fd, 0)
@@ -172,7 +191,7 @@ def _serve_one(sock: _socket.socket, libc: object, data: bytes, fds: list[int]) 
         step = 5
         os.chdir(cwd)
         step = 0
-        r, w = os.pipe2(os.O_CLOEXEC)
+        report[:_REPORT_BYTES] = _NOT_REPORTED
         pid = _clone_parent(libc)
     except OSError as e:
         sock.send(_pack(0, step, e.errno or 0))
@@ -181,30 +200,15 @@ def _serve_one(sock: _socket.socket, libc: object, data: bytes, fds: list[int]) 
         for fd in fds:
             os.close(fd)
     if pid == 0:
-        _child(path, argv, env, nice, ioprio, w)
+        _child(path, argv, env, nice, ioprio, report)
     # the child's copies are its own: the spawner holds none of its pipes (an output
     # pipe held here would never end)
     os.dup2(_devnull(os.O_RDONLY), 0)
     os.dup2(_devnull(os.O_WRONLY), 1)
     os.dup2(_devnull(os.O_WRONLY), 2)
-    if pid < 0:
-        for fd in (r, w):
-            if fd >= 0:
-                os.close(fd)
-        return
-    os.close(w)
-    got = b""
-    while True:  # end of file: the exec took (the pipe is close-on-exec)
-        try:
-            chunk = os.read(r, 8)
-        except InterruptedError:
-            continue
-        if not chunk:
-            break
-        got += chunk
-    os.close(r)
-    step, err = _ints(got, 2) if len(got) >= 8 else (-1, 0)
-    sock.send(_pack(pid, step, err))
+    if pid > 0:
+        step, err = _ints(report[:_REPORT_BYTES], 2)
+        sock.send(_pack(pid, step, err))
 
 
 _DEVNULL: dict[int, int] = {}
@@ -241,19 +245,24 @@ def main(fd: int = 0) -> int:
     # received is never one of them
     os.dup2(_devnull(os.O_RDONLY), fd)
     libc = _libc()
+    # where a clone that failed says so: shared (an anonymous MAP_SHARED page), as the
+    # clone's memory is otherwise a copy
+    report = mmap.mmap(-1, mmap.PAGESIZE)
+    # the requests' buffer, once: mapped, not touched (what arrives is what counts), so
+    # it costs no page, and no map and unmap a request as a new buffer each time would
+    buf = mmap.mmap(-1, MAX_MESSAGE_BYTES, mmap.MAP_PRIVATE)
     while True:
         try:
-            # (a buffer that large is mapped, not touched: what arrives is what counts)
-            data, ancdata, _, _ = sock.recvmsg(
-                MAX_MESSAGE_BYTES, _socket.CMSG_SPACE(8), _socket.MSG_CMSG_CLOEXEC
+            n, ancdata, _, _ = sock.recvmsg_into(
+                [buf], _socket.CMSG_SPACE(8), _socket.MSG_CMSG_CLOEXEC
             )
         except InterruptedError:
             continue
         except OSError:
             return 0
-        if not data:
+        if not n:
             return 0
-        _serve_one(sock, libc, data, _received_fds(ancdata))
+        _serve_one(sock, libc, report, buf[:n], _received_fds(ancdata))
 
 
 # ---------------------------------------------------------------------- the daemon's side
