@@ -196,11 +196,10 @@ def _serve_one(
     except OSError as e:
         sock.send(_pack(0, step, e.errno or 0))
         pid = -1
-    finally:
-        for fd in fds:
-            os.close(fd)
-    if pid == 0:
+    if pid == 0:  # (the descriptors received are closed by the exec: close-on-exec)
         _child(path, argv, env, nice, ioprio, report)
+    for fd in fds:
+        os.close(fd)
     # the child's copies are its own: the spawner holds none of its pipes (an output
     # pipe held here would never end)
     os.dup2(_devnull(os.O_RDONLY), 0)
