@@ -80,7 +80,7 @@ import sys
 import jobctl.daemon, jobctl.scheduler, jobctl.executor, jobctl.notifier, jobctl.planner
 from jobctl.store import open_store
 open_store(sys.argv[1]).open_daemon  # the daemon's face of the store, as the daemon opens it
-import jobctl.store.sqlite.daemon
+import jobctl.store.daemon, jobctl.store.sqlite.driver
 print("MODULES:" + ",".join(sorted(sys.modules)), file=sys.stderr)
 """
 

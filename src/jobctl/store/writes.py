@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from ..clock import from_us, to_us
 from ..errors import NotFound
 from ..models import Job, Run, RunReason, RunState, Window, after_parts
-from ..planner import after_fires, should_pause
 from . import outbox
 from .dialect import Dialect
 from .rows import job_from_row, opt_us, run_from_row, settings_json
@@ -162,6 +161,8 @@ def fire_after(
     out: list[tuple[Job, int, int]] = []
     wanted = None if upstream_ids is None else set(upstream_ids)
     ids: dict[str, int | None] = {}
+    from ..planner import after_fires  # here: a command's start loads no trigger arithmetic
+
     for row in c.execute(db.q.after_jobs).fetchall():
         job = job_from_row(row)
         upstream, _ = after_parts(job.trigger.expr or "")
@@ -204,6 +205,8 @@ def pause_after_failures(
     n = None if row is None else row["pause_after_failures"]
     if not n:
         return None
+    from ..planner import should_pause  # here: a command's start loads no trigger arithmetic
+
     rows = c.execute(db.q.recent_final_states, (job_id, n)).fetchall()
     if not should_pause([RunState(r["state"]) for r in rows], int(n)):
         return None
