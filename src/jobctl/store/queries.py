@@ -76,9 +76,13 @@ _NOT_SKIPPED = "r.state <> 'skipped'"
 _RUN_STATES = ("pending", "leased", "succeeded", "failed", "dead", "cancelled", "skipped")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Queries:
-    """Every statement of :class:`~jobctl.store.commands.Commands`, in one dialect."""
+    """Every statement of :class:`~jobctl.store.commands.Commands`, in one dialect.
+
+    Never compared nor shown: no ``__eq__``, ``__hash__`` or ``__repr__`` over its ~100
+    fields is generated (each a compile when the store is imported, 1.4 ms of every
+    command that opens one)."""
 
     # reads
     run_select: str
