@@ -112,12 +112,15 @@ def run_json(run: Run) -> dict[str, Any]:
 
 def job_json(job: Job, last_run: Run | None) -> dict[str, Any]:
     s = job.spec
+    triggers = triggers_json(job)
+    # a job of one trigger: ``trigger`` is the same object as its ``triggers`` (made once)
+    one = job.trigger.kind is not TriggerKind.SET
     return {
         "id": job.id,
         "name": job.name,
         "description": s.description,
-        "trigger": trigger_json(job),
-        "triggers": triggers_json(job),
+        "trigger": dict(triggers[0]) if one else trigger_json(job),
+        "triggers": triggers,
         "except": list(s.excepts),
         "except_calendars": list(s.except_calendars),
         "active_from": iso(job.trigger.active_from),
