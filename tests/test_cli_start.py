@@ -30,7 +30,7 @@ NOT_FOR_A_LISTING = (
     "jobctl.checks",
     "jobctl.durations",
     "jobctl.zones",
-    "jobctl.store.sqlite.daemon",
+    "jobctl.store.daemon",
     "tomllib",
     "zoneinfo",
     "shutil",
