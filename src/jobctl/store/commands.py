@@ -523,13 +523,6 @@ class Commands:
         with self.db.write() as c:
             self._calendar_changed(calendars.add_dates(c, self._q, name, days))
 
-    def calendar_set(self, items: Mapping[str, Sequence[date]]) -> None:
-        """Make each calendar hold exactly its dates (created when missing), as ``apply``
-        does; one transaction for all."""
-        with self.db.write() as c:
-            for name, days in items.items():
-                self._calendar_changed(calendars.set_dates(c, self._q, name, days))
-
     def calendar_rm(self, name: str, days: Sequence[date]) -> None:
         """Remove ``days`` from calendar ``name`` or, with none, the calendar. NotFound for
         an unknown calendar; Conflict (naming them) while a job uses the calendar."""
