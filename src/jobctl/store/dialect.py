@@ -18,13 +18,14 @@ something with ``fetchone``, ``fetchall`` and ``rowcount``.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import functools
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 from ..errors import StoreError
 from .queries import Queries
@@ -156,3 +157,17 @@ def retrying(cls: type[T]) -> type[T]:
 
         setattr(cls, name, wrap(fn))
     return cls
+
+
+class Closing(abc.ABC):
+    """What holds a backend's connection is closed at the end of a ``with`` block; the
+    class says how in ``close``."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -3,6 +3,9 @@ current schema) and the numbered migrations (``NNNN_*.sql``) that must reproduce
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 
 def migrations(backend: str) -> list[tuple[int, str]]:
     """(version, sql) for every numbered migration of ``backend``, in order."""
@@ -22,3 +25,8 @@ def schema_sql(backend: str) -> str:
     from importlib import resources
 
     return resources.files("jobctl").joinpath("sql", backend, "schema.sql").read_text("utf-8")
+
+
+def of(backend: str) -> tuple[Callable[[], list[tuple[int, str]]], Callable[[], str]]:
+    """``backend``'s :func:`migrations` and :func:`schema_sql`, each taking no argument."""
+    return functools.partial(migrations, backend), functools.partial(schema_sql, backend)

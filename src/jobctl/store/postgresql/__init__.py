@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..commands import Commands
 from ..dashboard import Dashboard
+from ..dialect import Closing
 from ..protocol import CommandStore, DashboardReads
 from ..values import DaemonIdentity
 from .db import EXTRA_MISSING, PgDb, load_driver
@@ -39,7 +40,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class PostgresStore:
+class PostgresStore(Closing):
     """An open jobctl database on PostgreSQL."""
 
     backend = "postgresql"
@@ -67,12 +68,6 @@ class PostgresStore:
 
     def close(self) -> None:
         self.db.close()
-
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def open_postgres(url: str, *, create: bool = True) -> PostgresStore:

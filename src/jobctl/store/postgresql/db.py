@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
 from ...errors import NotFound, StoreError
-from ..dialect import Retryable, closed_on_failure
+from ..dialect import Closing, Retryable, closed_on_failure
 from .schema import SCHEMA_VERSION, current_version, migrate, refuse_newer
 from .sql import QUERIES
 from .url import insecure_reason, redact
@@ -70,7 +70,7 @@ def connect(url: str) -> Any:
         raise StoreError(f"cannot connect to {redact(url)}: {_one_line(e)}") from None
 
 
-class PgDb:
+class PgDb(Closing):
     """One connection to a jobctl database on PostgreSQL, the
     :class:`~jobctl.store.dialect.Dialect` of this backend. Open with :meth:`open`."""
 
@@ -118,12 +118,6 @@ class PgDb:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.conn.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # ---------------------------------------------------------------- connection upkeep
 

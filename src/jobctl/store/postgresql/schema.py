@@ -17,14 +17,9 @@ SCHEMA_VERSION = 12
 MIGRATION_LOCK_KEY = 0x6A6F6263746C
 
 
-def migrations() -> list[tuple[int, str]]:
-    """(version, sql) for every numbered migration in ``sql/postgresql/``, in order."""
-    return sqlfiles.migrations("postgresql")
-
-
-def schema_sql() -> str:
-    """The whole current schema, as kept in ``sql/postgresql/schema.sql``."""
-    return sqlfiles.schema_sql("postgresql")
+#: (version, sql) for every numbered migration in ``sql/postgresql/``, in order; and the whole
+#: current schema, as kept in ``sql/postgresql/schema.sql``
+migrations, schema_sql = sqlfiles.of("postgresql")
 
 
 def current_version(conn: Any) -> int | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import NotFound, StoreError
-from ..dialect import closed_on_failure
+from ..dialect import Closing, closed_on_failure
 from .schema import BUSY_TIMEOUT_MS, SCHEMA_VERSION, migrations, split_statements
 from .sql import QUERIES, WAKE_ADDRESSES
 from .wake import poke
@@ -29,7 +29,7 @@ DAEMON_WAL_LIMIT_BYTES = 4 * 1024 * 1024
 COPY_CACHE_KIB = 1 << 20
 
 
-class Db:
+class Db(Closing):
     """One connection to a jobctl SQLite file. Open with :meth:`open`."""
 
     backend = "sqlite"
@@ -155,12 +155,6 @@ class Db:
 
     def close(self) -> None:
         self.conn.close()
-
-    def __enter__(self) -> Db:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:

@@ -14,14 +14,9 @@ SCHEMA_VERSION = 14
 BUSY_TIMEOUT_MS = 30_000
 
 
-def migrations() -> list[tuple[int, str]]:
-    """(version, sql) for every numbered migration in ``sql/sqlite/``, in order."""
-    return sqlfiles.migrations("sqlite")
-
-
-def schema_sql() -> str:
-    """The whole current schema, as kept in ``sql/sqlite/schema.sql``."""
-    return sqlfiles.schema_sql("sqlite")
+#: (version, sql) for every numbered migration in ``sql/sqlite/``, in order; and the whole
+#: current schema, as kept in ``sql/sqlite/schema.sql``
+migrations, schema_sql = sqlfiles.of("sqlite")
 
 
 def split_statements(sql: str) -> list[str]:
