@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -296,6 +297,15 @@ def _follow_logs(store: CommandStore, run_id: int, attempt: int | None) -> None:
         sys.exit(130)
 
 
+def _on_sigint(handler: Any) -> Any:
+    """Set ``handler`` for SIGINT; the one it replaces, or None where signals cannot be
+    set (not the main thread: Ctrl-C then comes as KeyboardInterrupt)."""
+    try:
+        return signal.signal(signal.SIGINT, handler)
+    except ValueError:
+        return None
+
+
 def _wait_for(store: CommandStore, run: Run, obj: Ctx, *, follow: bool) -> Run:
     """Wait until the run is final; a status line on a terminal, the output with
     ``follow``; then one closing line on stderr. Ctrl-C: the run goes on, exit 130."""
@@ -312,8 +322,13 @@ def _wait_for(store: CommandStore, run: Run, obj: Ctx, *, follow: bool) -> Run:
         status = output.StatusLine()
     started = time.monotonic()
     delay = 0.02
+    # Ctrl-C only sets a flag, read between two looks: an interrupt that landed inside a
+    # read of the database (a PostgreSQL query cancelled, its connection then reset) could
+    # leave the waiter hanging or end it with a database error instead of 130
+    interrupted: list[int] = []
+    previous = _on_sigint(lambda signum, frame: interrupted.append(signum))
     try:
-        while True:
+        while not interrupted:
             if follower is not None:
                 step = follower.step()
                 run, done = step.run, step.done
@@ -327,6 +342,11 @@ def _wait_for(store: CommandStore, run: Run, obj: Ctx, *, follow: bool) -> Run:
             time.sleep(delay)
             delay = min(delay * 1.5, FOLLOW_POLL_SECONDS)
     except KeyboardInterrupt:
+        interrupted.append(signal.SIGINT)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if interrupted:
         if status is not None:
             status.stop()
         click.echo(
