@@ -375,8 +375,10 @@ pending or failed run waits, judged by the same rules as the daemon's claim: pau
 job is paused), no_daemon (no live daemon), not_due or backoff (until a time), lock (a
 lock it needs is held by another run), overlap (a leased run of the same job, with
 `--overlap forbid` or `replace`), max_running (as many runs of the job as its
-`--max-running` are running), or workers (due and free, every worker that could take it
-busy).
+`--max-running` are running), tags (no live daemon carries every tag of the job's
+`--on`), maintenance (a `pause --all` window is in force; until when), ping (a watched
+job's run: its work runs elsewhere and it waits for its start ping), or workers (due and
+free, every worker that could take it busy).
 
 `add`, `edit`, `run` and `resume` warn on standard error when no daemon is running, and
 still succeed.
