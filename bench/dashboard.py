@@ -18,8 +18,6 @@ import argparse
 import http.client
 import json
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -28,6 +26,7 @@ from urllib.parse import urlencode
 
 from . import longhistory
 from .longhistory import Shape
+from .serveproc import ServeProcess
 from .stats import median
 
 EVERY = timedelta(minutes=15)
@@ -60,27 +59,11 @@ def build(db: str, jobs: int, runs_per_job: int, end: datetime) -> float:
     return longhistory.build(db, made, runs_per_job, shape, end)
 
 
-class Serve:
+class Serve(ServeProcess):
     """``jobctl serve`` over ``db`` on a free port, signed in once."""
 
     def __init__(self, db: str, tmp: Path) -> None:
-        token = tmp / "token"
-        token.write_text(TOKEN + "\n")
-        token.chmod(0o600)
-        self.log = tmp / "serve.log"
-        argv = [sys.executable, "-m", "jobctl", "--db", db, "serve", "--listen", "127.0.0.1:0"]
-        argv += ["--token-file", str(token)]
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=out)
-        deadline = time.monotonic() + 30
-        while True:
-            m = re.search(r"serving http://[^:]+:(\d+)/", self.log.read_text())
-            if m:
-                self.port = int(m.group(1))
-                break
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(f"serve did not start: {self.log.read_text()}")
-            time.sleep(0.1)
+        super().__init__(db, tmp, TOKEN)
         status, headers, _ = self.request(
             "POST",
             "/login",
@@ -115,10 +98,6 @@ class Serve:
         m = re.search(r"dur=([\d.]+)", headers.get("server-timing", ""))
         assert m, headers
         return float(m.group(1)), wall, len(body)
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(15)
 
 
 def pages(jobs: int) -> dict[str, str]:

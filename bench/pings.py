@@ -21,9 +21,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import re
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -32,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .serveproc import ServeProcess
 from .stats import median, percentile, proc_cpu_seconds
 
 
@@ -64,31 +62,11 @@ def _add_watched(db: str, jobs: int) -> list[str]:
     return [s.ping_key for s in specs if s.ping_key is not None]
 
 
-class Serve:
+class Serve(ServeProcess):
     """``jobctl serve`` over ``db`` on a free port of 127.0.0.1."""
 
     def __init__(self, db: str, tmp: Path) -> None:
-        token = tmp / "token"
-        token.write_text("bench-token-0123456789\n")
-        token.chmod(0o600)
-        self.log = tmp / "serve.log"
-        argv = [sys.executable, "-m", "jobctl", "--db", db, "serve", "--listen", "127.0.0.1:0"]
-        argv += ["--token-file", str(token)]
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=out)
-        deadline = time.monotonic() + 30
-        while True:
-            m = re.search(r"serving http://[^:]+:(\d+)/", self.log.read_text())
-            if m:
-                self.port = int(m.group(1))
-                return
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(f"serve did not start: {self.log.read_text()}")
-            time.sleep(0.1)
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(15)
+        super().__init__(db, tmp, "bench-token-0123456789")
 
 
 def load(port: int, keys: list[str], rate: float, seconds: float, clients: int) -> dict[str, Any]:
