@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import pid_alive, wait_until
+from test_keeper import wait_keeper_up
 
 from jobctl.models import RunState
 
@@ -266,6 +267,7 @@ def test_sigkill_loses_nothing_second_daemon_takes_over(jobctl, start_daemon, tm
     run = jobctl.json("run", "work")
     wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 5)
     old_pid = int(pidfile.read_text().split()[0])
+    wait_keeper_up(first.pid)  # judged once its keeper runs, as in test_keeper.py
     first.kill()
     # its keeper kills the orphaned attempt (test_keeper.py); the next daemon's claim
     # finds the attempt lost all the same. A keeper whose interpreter is still starting
