@@ -186,8 +186,10 @@ exits; so nothing of the dead daemon's attempts runs on while another daemon run
 runs again. The keeper ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT (a stop is the
 daemon's to act on), never kills a group whose id was reused, and holds none of the
 daemon's files or sockets. A daemon whose keeper is killed starts another. A grandchild
-that left its attempt's process group (`setsid`) is not the keeper's: the daemon, a
-child subreaper, kills it while it runs.
+that left its attempt's process group (`setsid`, as `ssh-agent` does) is not the
+keeper's: the daemon, a child subreaper, inherits it, leaves it be while the attempt
+it came from runs (its environment names the run), and kills it once that attempt has
+ended.
 
 Its log is one line an event. At `--log-level info` (the default) that is the start and
 the stop, each change of the scheduler lease, each attempt that failed and each run that

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import pid_alive, wait_until
 
-from jobctl.reaper import group_alive, kill_group, kill_run_processes, processes_of_run
+from jobctl.reaper import group_alive, kill_group, kill_run_processes, processes_of_run, run_of
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -62,6 +62,20 @@ def test_processes_of_run_reads_a_proc_tree(tmp_path):
     assert processes_of_run(3, "/x.db", proc_root=str(tmp_path / "none")) == []
 
 
+def test_run_of_reads_the_run_of_this_database_only(tmp_path):
+    root = tmp_path / "proc"
+    for pid, env in {
+        "100": b"HOME=/\0JOBCTL_RUN_ID=3\0JOBCTL_DB=/x.db\0",
+        "101": b"JOBCTL_RUN_ID=3\0JOBCTL_DB=/y.db\0",
+        "102": b"JOBCTL_DB=/x.db\0",
+        "103": b"JOBCTL_RUN_ID=x\0JOBCTL_DB=/x.db\0",
+    }.items():
+        (root / pid).mkdir(parents=True)
+        (root / pid / "environ").write_bytes(env)
+    got = {pid: run_of(pid, "/x.db", proc_root=str(root)) for pid in (100, 101, 102, 103, 104)}
+    assert got == {100: 3, 101: None, 102: None, 103: None, 104: None}
+
+
 def test_kill_group_reaches_the_whole_group_and_never_group_0_or_1():
     p = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60; wait"], start_new_session=True)
     try:
@@ -103,7 +117,7 @@ SUBREAPER_SCRIPT = textwrap.dedent(
     out = {}
     reaper = StrayReaper()
     out["enabled"] = reaper.enable()
-    env = {"PATH": os.environ["PATH"]}
+    env = {"PATH": os.environ["PATH"], "JOBCTL_RUN_ID": "5", "JOBCTL_DB": "/x.db"}
     # an attempt that leaves a daemonised grandchild (setsid, its parent gone)
     f = sys.argv[2]
     cmd = "( setsid sh -c 'echo $$ > %s; exec sleep 300' & ); until [ -s %s ]; do :; done" % (f, f)
@@ -116,7 +130,10 @@ SUBREAPER_SCRIPT = textwrap.dedent(
     busy = Child.start(settings("exec sleep 300"), env, time.monotonic())
     # left alone while its group is still running an attempt
     out["spared"] = reaper.sweep({busy.pid}, {pgid_of(stray)})
-    fds = reaper.sweep({busy.pid}, {busy.pid})
+    # and while the run it came from (its environment says) is running
+    out["spared_run"] = reaper.sweep({busy.pid}, {busy.pid}, {5}, "/x.db")
+    # (the same run id of another database is another run)
+    fds = reaper.sweep({busy.pid}, {busy.pid}, {5}, "/y.db")
     out["killed"] = len(fds)
     out["again"] = reaper.sweep({busy.pid}, {busy.pid})  # pending: not killed twice
     ready, _, _ = select.select(fds, [], [], 10)
@@ -143,7 +160,7 @@ def test_stray_reaper_kills_and_reaps_an_escaped_grandchild(tmp_path):
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["enabled"] and out["reparented"]
-    assert out["spared"] == []
+    assert out["spared"] == [] and out["spared_run"] == []
     assert out["killed"] == 1 and out["again"] == []
     assert out["pid"] == out["stray"] and out["gone"]
     assert out["busy_alive"]

@@ -201,7 +201,7 @@ class Daemon:
         self.log: LogFn = log or Log()
         env = dict(os.environ if environ is None else environ)
         # a job that calls jobctl (a fan-out) reaches the daemon's own database
-        env["JOBCTL_DB"] = store.child_location()
+        env["JOBCTL_DB"] = self.child_db = store.child_location()
         rng = rng or random.Random()
         self.selector = Poller()
         self.phase = Phase.RUNNING
@@ -534,7 +534,12 @@ class Daemon:
             for helper in (self.keeper.pid, self.spawner.pid):
                 if helper is not None:
                     tracked.add(helper)  # a child of ours, but no stray
-            fds = self.reaper.sweep(tracked, self.executor.running_pgids())
+            fds = self.reaper.sweep(
+                tracked,
+                self.executor.running_pgids(),
+                self.executor.running_runs(),
+                self.child_db,
+            )
         # what is left of a group killed whole at its attempt's end (a command's child
         # reparented here as its shell died) is no stray: it is reaped without a word
         ended = self.executor.take_ended_groups()

@@ -145,6 +145,10 @@ class Executor:
     def running_pgids(self) -> set[int]:
         return {h.child.pid for h in self.held.values() if h.child.returncode is None}
 
+    def running_runs(self) -> set[int]:
+        """The runs whose attempt's main process has not exited yet."""
+        return {h.run.id for h in self.held.values() if h.child.returncode is None}
+
     def take_ended(self) -> list[int]:
         """Job ids whose runs ended since the last call (for fixed-delay scheduling)."""
         out, self._ended_jobs = self._ended_jobs, []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Collection
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -64,6 +65,23 @@ def processes_of_run(run_id: int, db: str, proc_root: str = "/proc") -> list[int
         if want_run in pairs and want_db in pairs:
             found.append(int(entry))
     return found
+
+
+def run_of(pid: int, db: str, proc_root: str = "/proc") -> int | None:
+    """The run whose attempt ``pid`` came from, as its environment says
+    (``JOBCTL_RUN_ID``, with ``JOBCTL_DB=db``); None when it names none of this database."""
+    try:
+        with open(f"{proc_root}/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return None
+    if f"JOBCTL_DB={db}".encode() not in env:
+        return None
+    for item in env:
+        if item.startswith(b"JOBCTL_RUN_ID="):
+            value = item[len(b"JOBCTL_RUN_ID=") :]
+            return int(value) if value.isdigit() else None
+    return None
 
 
 def kill_run_processes(run_id: int, db: str) -> int:
@@ -127,15 +145,24 @@ class StrayReaper:
         except (OSError, AttributeError):
             return False
 
-    def sweep(self, tracked_pids: set[int], running_pgids: set[int]) -> list[int]:
+    def sweep(
+        self,
+        tracked_pids: set[int],
+        running_pgids: set[int],
+        running_runs: Collection[int] = (),
+        db: str = "",
+    ) -> list[int]:
         """Kill the strays among our children; return the pidfds of those killed.
 
         A child in ``tracked_pids`` (attempts and hooks the caller waits for) or already
         killed and not yet reaped is left alone. An orphan still in the process group of
         a running attempt (``running_pgids``) is left to it: it dies with the group when
-        the attempt ends. Any other child is a stray: SIGKILL its group when it leads one
-        (it left with ``setsid``), else the process. A stray that is already gone is
-        reaped at once, and one whose pidfd cannot be opened is reaped if it has exited.
+        the attempt ends. So is one that left the group (``setsid``) while its attempt
+        runs: its environment names a run in ``running_runs`` of database ``db`` (an
+        ``ssh-agent`` the command started and still uses); it is a stray at the first
+        sweep after that attempt ended. Any other child is a stray: SIGKILL its group
+        when it leads one, else the process. A stray that is already gone is reaped at
+        once, and one whose pidfd cannot be opened is reaped if it has exited.
         """
         fds: list[int] = []
         known = set(self.pending.values())
@@ -144,6 +171,8 @@ class StrayReaper:
                 continue
             pgid = pgid_of(pid)
             if pgid is None or pgid in running_pgids:
+                continue
+            if running_runs and run_of(pid, db) in running_runs:
                 continue
             if pgid == pid:
                 kill_group(pid)

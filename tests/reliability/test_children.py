@@ -7,7 +7,7 @@ import os
 from conftest import pid_alive, wait_until
 from rhelpers import children, fd_count, zombies_of
 
-from jobctl.models import RunState
+from jobctl.models import FINISHED_RUN_STATES, RunState
 
 
 def _state(jobctl, run_id):
@@ -105,3 +105,40 @@ def test_misbehaving_children(jobctl, start_daemon, tmp_path):
             strays.append(pid)
     assert strays == []
     assert d.terminate() == 0
+
+
+def test_a_process_that_left_its_group_lives_while_its_attempt_runs(jobctl, start_daemon, tmp_path):
+    """A command may start a helper that leaves its process group (``ssh-agent`` does:
+    fork and ``setsid``) and go on using it. The daemon, a child subreaper, inherits it
+    and sweeps strays each time a child exits; the helper is killed only once the attempt
+    it came from has ended, not while it runs."""
+    d = start_daemon("--workers", "4")
+    helper = tmp_path / "helper.pid"
+    other_done = tmp_path / "other.done"
+    jobctl(
+        "add",
+        "agent",
+        "--manual",
+        "--retries",
+        "0",
+        "--",
+        f"( setsid sh -c 'echo $$ > {helper}; exec sleep 300' & ); "
+        f"while [ ! -s {helper} ] || [ ! -e {other_done} ]; do sleep 0.05; done; "
+        # the other job's exit made the daemon sweep (0.1 s after it): the helper is there
+        "sleep 1; kill -0 $(cat " + str(helper) + ")",
+    )
+    jobctl(
+        "add",
+        "other",
+        "--manual",
+        "--",
+        f"while [ ! -s {helper} ]; do sleep 0.05; done; touch {other_done}",
+    )
+    agent = jobctl.json("run", "agent")["id"]
+    other = jobctl.json("run", "other")["id"]
+    wait_until(lambda: _state(jobctl, other) is RunState.SUCCEEDED, 30)
+    wait_until(lambda: _state(jobctl, agent) in FINISHED_RUN_STATES, 30)
+    assert _state(jobctl, agent) is RunState.SUCCEEDED
+    # and once the attempt ended, nothing of it runs on
+    wait_until(lambda: not pid_alive(int(helper.read_text())), 5, what="the helper killed")
+    wait_until(lambda: children(d.pid) == [], 5, what="no children (and no zombie) left")
