@@ -213,6 +213,50 @@ def test_secrets_and_env_file_go_through_export_and_apply(jobctl: MainCli, tmp_p
     assert job["secrets"] == {"DB_PASSWORD": "pw", "X": "pw"} and job["env_file"] is None
 
 
+def test_apply_naming_an_unknown_secret_is_a_line_of_the_file(jobctl: MainCli) -> None:
+    # as every other invalid value of a job file: the line of the key, every error listed,
+    # {errors: [{line, message}]} with --json, exit 2 and nothing written
+    jobctl("secret", "set", "pw", stdin=SECRET)
+    text = (
+        "[jobs.a]\n"
+        'every = "1h"\n'
+        'command = "true"\n'
+        'secrets = { DB = "nope" }\n'
+        "\n"
+        "[jobs.b]\n"
+        "manual = true\n"
+        'command = "true"\n'
+        "\n"
+        "[jobs.b.secrets]\n"
+        'OK = "pw"\n'
+        'API_KEY = "gone"\n'
+    )
+    r = jobctl("apply", "-", stdin=text, ok=False)
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.splitlines() == [
+        "Error: line 4: job a: secrets: DB: no secret named nope",
+        "Error: line 12: job b: secrets: API_KEY: no secret named gone",
+        "nothing was applied",
+    ]
+    r = jobctl("apply", "--json", "-", stdin=text, ok=False)
+    assert r.exit_code == 2
+    assert json.loads(r.stdout) == {
+        "errors": [
+            {"line": 4, "message": "job a: secrets: DB: no secret named nope"},
+            {"line": 12, "message": "job b: secrets: API_KEY: no secret named gone"},
+        ]
+    }
+    assert jobctl.json("list") == []
+    # an existing job changed to name an unknown secret is refused the same way
+    jobctl("apply", "-", stdin=text.replace('"nope"', '"pw"').replace('"gone"', '"pw"'))
+    before = jobctl.json("show", "b")
+    r = jobctl("apply", "-", stdin=text.replace('"nope"', '"pw"'), ok=False)
+    assert r.exit_code == 2
+    assert "Error: line 12: job b: secrets: API_KEY: no secret named gone" in r.stderr
+    assert jobctl.json("show", "b")["revision"] == before["revision"]
+    assert jobctl.json("show", "b")["secrets"] == {"API_KEY": "pw", "OK": "pw"}
+
+
 def test_db_copy_copies_the_secrets(jobctl: MainCli, tmp_path: Path) -> None:
     jobctl("secret", "set", "pw", stdin=SECRET)
     jobctl("add", "j", "--manual", "--secret", "DB_PASSWORD=pw", "--", "true")

@@ -58,21 +58,42 @@ def plan_text(
     # the jobs as they would be: --after jobs follow one of them, and make no cycle
     gone = {j.name for j in plan.removed} | {spec.name for spec in touched}
     after = [j for j in jobs if j.name not in gone] + [_as_job(spec, now) for spec in touched]
+    secrets = {s.name for s in store.list_secrets()} if any(s.secrets for s in touched) else set()
     for spec in touched:
+        line = parsed.line_of
         try:
             specs.check_start_settings(spec.cwd, spec.shell)
+        except UsageError as e:
+            problems.append(Problem(line(spec.name, "cwd" if spec.cwd else "shell"), _of(spec, e)))
+        try:
             specs.check_after(spec.name, spec.trigger, after)
         except UsageError as e:
-            problems.append(Problem(None, f"job {spec.name}: {e}"))
+            problems.append(Problem(line(spec.name, "after"), _of(spec, e)))
         for name in spec.except_calendars:
             if name not in known:
                 problems.append(
-                    Problem(None, f"job {spec.name}: except_calendars: no calendar named {name}")
+                    Problem(
+                        line(spec.name, "except_calendars"),
+                        f"job {spec.name}: except_calendars: no calendar named {name}",
+                    )
+                )
+        for env, name in spec.secrets.items():
+            if name not in secrets:  # as add refuses it (exit 2); the store checks it again
+                problems.append(
+                    Problem(
+                        line(spec.name, "secrets", env),
+                        f"job {spec.name}: secrets: {env}: no secret named {name}",
+                    )
                 )
     problems += _shared_ping_keys(after)
+    problems.sort(key=lambda p: (p.line is None, p.line or 0))
     if problems:
         raise FileErrors(problems)
     return plan
+
+
+def _of(spec: JobSpec, e: UsageError) -> str:
+    return f"job {spec.name}: {e}"
 
 
 def _shared_ping_keys(jobs: Sequence[Job]) -> list[Problem]:

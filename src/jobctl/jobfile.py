@@ -380,6 +380,16 @@ class ParsedFile:
     problems: list[Problem] = field(default_factory=list)
     #: the file's ``[calendars.NAME]`` tables: their dates
     calendars: dict[str, list[date]] = field(default_factory=dict)
+    #: where the file's tables and keys sit, for the problems found after parsing
+    lines: _Lines | None = None
+
+    def line_of(self, job: str, key: str, sub: str | None = None) -> int | None:
+        """The line of key ``key`` of job ``job`` (of ``sub`` in the table ``key`` when
+        given), else of the nearest table holding it; None for JSON."""
+        if self.lines is None:
+            return None
+        found = self.lines.key(("jobs", job, key), sub) if sub is not None else None
+        return found or self.lines.key(("jobs", job), key)
 
 
 def parse_text(text: str, now: datetime, existing: Mapping[str, Job] | None = None) -> ParsedFile:
@@ -407,6 +417,7 @@ def parse_text(text: str, now: datetime, existing: Mapping[str, Job] | None = No
             out.problems.append(_toml_problem(str(e), text))
             return out
         lines = _Lines(text)
+    out.lines = lines
     if not isinstance(document, dict):
         out.problems.append(Problem(None, "a job file is an object with a jobs table"))
         return out
