@@ -247,7 +247,9 @@ COMMAND_ENVIRONMENT = [
         "JOBCTL_TRIGGER",
         "For a window of the schedule: the text of the trigger that made it (a cron "
         "expression, or every DURATION for a fixed rate; the first given when several "
-        "triggers of a set fall on one instant).",
+        "triggers of a set fall on one instant: the order of the flags on the command line, "
+        "of trigger.expr in the API, or of the `cron` and `every` keys in a job file, which "
+        "`export` writes in the set's order).",
     ),
     ("JOBCTL_STATE", "For the `--on-failure` command: the run's final state (dead)."),
     (

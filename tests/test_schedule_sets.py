@@ -542,6 +542,72 @@ def test_a_daemon_runs_a_two_trigger_job_once_per_window(
     assert len({r["scheduled_for"] for r in runs}) == len(runs)
 
 
+def test_the_set_keeps_the_order_its_triggers_were_given_in(
+    jobctl: Any, db: Any, tmp_path: Path
+) -> None:
+    # click hands a command its --cron values, then its --every values: the order given is
+    # the set's all the same, through show, export, apply, history and rollback, and the API
+    jobctl(
+        "add", "mix", "--every", "1h", "--cron", "0 * * * *", "--cron", "30 * * * *",
+        "--start", "2026-01-01T00:00", "--tz", "UTC", "--", "true",
+    )  # fmt: skip
+    job = _job(jobctl, "mix")
+    assert job["trigger"]["expr"] == "every 1h | 0 * * * * | 30 * * * *"
+    assert [t["kind"] for t in job["triggers"]] == ["interval", "cron", "cron"]
+    assert made_by(jobctl.store().get_job("mix").trigger, datetime(2026, 5, 4, 9, tzinfo=UTC)) == (
+        "every 1h"
+    )
+    text = jobctl("export", "mix").stdout
+    assert text.index("every = ") < text.index("cron = ") < text.index("start = ")
+    src = tmp_path / "mix.toml"
+    src.write_text(text)
+    assert jobctl("apply", str(src)).stdout == ""  # unchanged
+    # edit replaces the set in the order of its flags, interleaved too
+    jobctl("edit", "mix", "--cron", "*/5 * * * *", "--every", "10m", "--cron", "0 0 * * *")
+    assert _job(jobctl, "mix")["trigger"]["expr"] == "*/5 * * * * | every 10m | 0 0 * * *"
+    # a file's order is its keys' order; onto an empty database too
+    other = Cli(tmp_path / "other.db", jobctl.inner.capsys)
+    try:
+        other("apply", str(src))
+        assert _job(other, "mix")["trigger"]["expr"] == "every 1h | 0 * * * * | 30 * * * *"
+    finally:
+        other.close()
+    # rollback goes back to the order of that revision
+    jobctl("rollback", "mix", "1")
+    assert _job(jobctl, "mix")["trigger"]["expr"] == "every 1h | 0 * * * * | 30 * * * *"
+    # the API takes the order of trigger.expr
+    from webhelpers import Server, token_file
+
+    server = Server(db, tmp_path / "serve.log", token_file=token_file(tmp_path)).wait_ready()
+    try:
+        body = {
+            "name": "api",
+            "trigger": {"kind": "set", "expr": "every 2h | 0 */2 * * *", "tz": "UTC"},
+            "command": "true",
+        }
+        r = server.request("POST", "/v1/jobs", body)
+        assert r.status == 201, r.text
+        assert [t["kind"] for t in r.json()["triggers"]] == ["interval", "cron"]
+    finally:
+        server.close()
+
+
+def test_a_coinciding_window_runs_named_by_the_trigger_given_first(
+    jobctl: Any, start_daemon: Any, tmp_path: Path
+) -> None:
+    # a backfilled window at 10:00, made by both: the daemon's run is told the --every
+    out = tmp_path / "trigger"
+    jobctl(
+        "add", "mix", "--every", "1h", "--cron", "0 * * * *", "--start", "2026-01-01T00:00",
+        "--tz", "UTC", "--", f'echo "$JOBCTL_TRIGGER" > {out}',
+    )  # fmt: skip
+    got = jobctl.json("backfill", "mix", "--from", "2026-01-01T10:00", "--to", "2026-01-01T10:01")
+    assert len(got["created"]) == 1
+    start_daemon()
+    wait_until(lambda: out.exists() and out.read_text().strip(), 30, what="the backfilled run")
+    assert out.read_text() == "every 1h\n"
+
+
 def test_plan_counts_every_trigger_of_a_set_and_no_excluded_window(jobctl: Any) -> None:
     jobctl(
         "add", "s", "--cron", "0 3 * * *", "--cron", "0 5 * * *", "--cron", "0 3 * * *",

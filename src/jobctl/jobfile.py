@@ -261,6 +261,11 @@ FIELDS: tuple[Field, ...] = (
     Field("paused", "bool", lambda d: d.paused, False, None),
 )
 
+#: :data:`FIELDS` for a set given an ``every`` first
+_EVERY_FIRST: tuple[Field, ...] = tuple(
+    f for k in ("every", "cron") for f in FIELDS if f.key == k
+) + tuple(f for f in FIELDS if f.key not in ("every", "cron"))
+
 BY_KEY: dict[str, Field] = {f.key: f for f in FIELDS}
 assert len(BY_KEY) == len(FIELDS), "a key of the job file is in FIELDS twice"
 TRIGGER_KEYS = tuple(f.key for f in FIELDS if f.chooses_trigger)
@@ -269,9 +274,18 @@ TRIGGER_KEYS = tuple(f.key for f in FIELDS if f.chooses_trigger)
 # ---------------------------------------------------------------------- a job -> its table
 
 
+def _fields(d: Definition) -> Sequence[Field]:
+    """:data:`FIELDS`, but ``every`` before ``cron`` for a set given an ``--every`` first:
+    the order of the keys is the set's order (the first names a window several make)."""
+    t = d.spec.trigger
+    if t.kind is not TriggerKind.SET or triggers.members(t)[0].kind is not TriggerKind.INTERVAL:
+        return FIELDS
+    return _EVERY_FIRST
+
+
 def full_table(d: Definition) -> dict[str, Any]:
     """Every key of :data:`FIELDS` with its value (None when unset): what changes compare."""
-    return {f.key: f.get(d) for f in FIELDS}
+    return {f.key: f.get(d) for f in _fields(d)}
 
 
 def export_table(d: Definition) -> dict[str, Any]:
@@ -279,7 +293,7 @@ def export_table(d: Definition) -> dict[str, Any]:
     (``tz`` of cron and at jobs and ``start`` of fixed-rate jobs always), in the order of
     :data:`FIELDS`."""
     out: dict[str, Any] = {}
-    for f in FIELDS:
+    for f in _fields(d):
         value = f.get(d)
         if value is None:
             continue
@@ -769,10 +783,21 @@ def _build_trigger(
         start = given.get("start")
         if start is None and old is not None and old.anchor is not None:
             start = old.anchor.isoformat()  # a file without start keeps the job's phase
+        # the set's order is the keys' (every before cron: the everys come first)
+        order = [
+            k
+            for k in given
+            if k in ("cron", "every")
+            for _ in ([given[k]] if isinstance(given[k], str) else given[k])
+        ]
         try:
             return specs.build_trigger(
                 specs.TriggerOptions(
-                    cron=given.get("cron"), every=given.get("every"), start=start, tz=tz
+                    cron=given.get("cron"),
+                    every=given.get("every"),
+                    start=start,
+                    tz=tz,
+                    order=order,
                 ),
                 now,
             )

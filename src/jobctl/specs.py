@@ -195,6 +195,10 @@ class TriggerOptions:
     after: str | None = None
     active_from: str | None = None
     active_until: str | None = None
+    #: a set's members as given, ``"cron"`` or ``"every"`` each, in the order of the
+    #: command line (or file, or API body); None: every ``cron``, then every ``every``.
+    #: The first given names a window several make (``JOBCTL_TRIGGER``).
+    order: Sequence[str] | None = None
 
     def given(self) -> bool:
         """Whether a trigger flag was given, an empty one too (``--cron ''`` is an empty
@@ -211,6 +215,18 @@ def _texts(value: str | Sequence[str] | None) -> tuple[str, ...]:
     if value is None:
         return ()
     return (value,) if isinstance(value, str) else tuple(value)
+
+
+def in_order(
+    order: Sequence[str] | None, crons: Sequence[str], everys: Sequence[str]
+) -> list[tuple[str, str]]:
+    """A set's members as ``(flag, text)`` in the order given: ``order`` names the flag of
+    each (``cron``/``every``); without one (or one that does not fit the values), the
+    crons, then the everys."""
+    if order is None or sorted(order) != sorted(["cron"] * len(crons) + ["every"] * len(everys)):
+        return [("cron", c) for c in crons] + [("every", e) for e in everys]
+    rest = {"cron": iter(crons), "every": iter(everys)}
+    return [(flag, next(rest[flag])) for flag in order]
 
 
 def build_trigger(
@@ -304,12 +320,14 @@ def _build_trigger(
         if opts.after_completion:
             raise UsageError("--after-completion goes with one --every, not a set")
         texts: list[str] = []
-        for given_expr in crons:
-            member = check_text(given_expr.strip(), "--cron")
+        for flag, given_text in in_order(opts.order, crons, everys):
+            if flag == "every":
+                seconds = durations.parse_duration(given_text)
+                texts.append("every " + durations.format_duration(seconds))
+                continue
+            member = check_text(given_text.strip(), "--cron")
             cronexpr.parse_cron(cronexpr.resolve_hashes(member, name or ""))
             texts.append(member)
-        for rate in everys:
-            texts.append("every " + durations.format_duration(durations.parse_duration(rate)))
         anchor = durations.parse_time(opts.start, tz, now) if opts.start else now
         trigger = Trigger(
             TriggerKind.SET,

@@ -575,10 +575,33 @@ TRIGGER_KEYS = (
 )
 
 
+#: where :class:`TriggerOrder` leaves the set's flags in the order given
+_ORDER = "jobctl.trigger_order"
+
+
+class TriggerOrder(click.Command):
+    """``add`` and ``edit``: click groups a repeated option's values by option, so
+    ``--every 1h --cron '0 * * * *'`` would reach the command as its crons, then its
+    everys; the set's order is the order given (the first names a window several make,
+    ``JOBCTL_TRIGGER``). The parser's own record of each option met, in order, is kept in
+    ``ctx.meta`` for :func:`_split` (a bad command line is left for click to report)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            _, _, met = self.make_parser(ctx).parse_args(args=list(args))
+        except click.UsageError:
+            met = []
+        ctx.meta[_ORDER] = [p.name for p in met if p.name in ("cron", "every")]
+        return super().parse_args(ctx, args)
+
+
 def _split(kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     from ..specs import TriggerOptions
 
     trig = TriggerOptions(**{k: kwargs.pop(k) for k in TRIGGER_KEYS})
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.meta.get(_ORDER):
+        trig.order = list(ctx.meta[_ORDER])
     trig.after_completion = bool(trig.after_completion)
     trig.manual = bool(trig.manual)
     policies = {k: kwargs.pop(k) for k in POLICY_KEYS}

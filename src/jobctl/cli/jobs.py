@@ -10,6 +10,7 @@ from ..errors import Conflict, NameTaken, UsageError
 from .base import (
     Ctx,
     Integer,
+    TriggerOrder,
     _complete_jobs,
     _complete_zones,
     _emit_job,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------- job commands
 
 
-@cli.command(context_settings={"ignore_unknown_options": False})
+@cli.command(cls=TriggerOrder, context_settings={"ignore_unknown_options": False})
 @click.argument("name")
 @trigger_options
 @policy_options
@@ -98,7 +99,7 @@ def add(
     _emit_job(obj, job, as_json, "replaced" if replace_ else "added")
 
 
-@cli.command()
+@cli.command(cls=TriggerOrder)
 @click.argument("names", nargs=-1, metavar="NAME", shell_complete=_complete_jobs)
 @click.option(
     "-e",

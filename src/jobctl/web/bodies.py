@@ -339,6 +339,7 @@ def _trigger_options(trigger: Any, *, partial: bool) -> TriggerOptions:
         texts = split_set(_str(expr, "trigger.expr"))
         opts.cron = [t for t in texts if not t.startswith(EVERY_PREFIX)]
         opts.every = [t[len(EVERY_PREFIX) :] for t in texts if t.startswith(EVERY_PREFIX)]
+        opts.order = ["every" if t.startswith(EVERY_PREFIX) else "cron" for t in texts]
         if trigger.get("start") is not None:
             opts.start = _str(trigger["start"], "trigger.start")
     elif kind is TriggerKind.AFTER:
