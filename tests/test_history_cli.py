@@ -211,6 +211,134 @@ def test_a_fixed_rate_jobs_add_instant_is_no_window(jobctl: Jobctl) -> None:
     assert starts == [z("2026-01-05T02:00:00"), z("2026-01-05T03:00:00")]
 
 
+def _other_database(tmp_path, request) -> Jobctl:
+    """A second, empty database of the suite's backend."""
+    from conftest import BACKEND
+
+    if BACKEND == "postgresql":
+        dbs = request.getfixturevalue("pg_databases")
+        url = dbs.new()
+        request.addfinalizer(lambda: dbs.drop(url))
+        return Jobctl(url, request.getfixturevalue("capsys"))
+    return Jobctl(tmp_path / "other.db", request.getfixturevalue("capsys"))
+
+
+def test_an_anchor_set_by_edit_or_carried_by_a_file_is_no_window(
+    jobctl: Jobctl, tmp_path, request
+) -> None:
+    """The instant of an edit without --start only sets the phase, as that of an add
+    does; and a job exported and applied onto another database keeps that anchor out of
+    coverage and backfill there."""
+    from jobctl import specs
+    from jobctl.models import JobSpec
+    from jobctl.specs import TriggerOptions, build_trigger
+    from jobctl.triggers import next_fire
+
+    added = T0 + timedelta(microseconds=250_000)
+    edited = T0 + timedelta(hours=2, minutes=10, microseconds=500_000)
+    with jobctl.store() as store:
+        for name, trig in (
+            ("rate", TriggerOptions(every="1h")),
+            ("set", TriggerOptions(cron="0 * * * *", every="1h", tz="UTC")),
+        ):
+            spec = JobSpec(name=name, trigger=build_trigger(trig, added), command="true")
+            store.add_job(spec, added)
+        # edit --every 30m (and a new set) without --start, at `edited`
+        for name, trig in (
+            ("rate", TriggerOptions(every="30m")),
+            ("set", TriggerOptions(cron="15 * * * *", every="45m", tz="UTC")),
+        ):
+            job = store.get_job(name)
+            changes = specs.edit_changes(job, trig, {}, command=None, rename=None, now=edited)
+            nxt = next_fire(changes["trigger"], edited)
+            store.edit_job(name, changes, edited, next_run_at=nxt, restart_schedule=True)
+    span = ("--from", z("2026-01-05T00:00:00"), "--to", z("2026-01-05T05:00:00"))
+    after_edit = edited + timedelta(minutes=30)
+    rate = [
+        (after_edit + k * timedelta(minutes=30)).isoformat().replace("+00:00", "Z")
+        for k in range(5)
+    ]  # 02:40:00.5 ... 04:40:00.5: not 02:10:00.5, the edit's instant
+    in_set = sorted(
+        [z(f"2026-01-05T0{h}:15:00") for h in range(5)]
+        + [
+            (edited + k * timedelta(minutes=45)).isoformat().replace("+00:00", "Z")
+            for k in (1, 2, 3)
+        ]
+    )
+
+    def windows(cli: Jobctl, name: str) -> list[str]:
+        cov = [w["scheduled_for"] for w in cli.json("coverage", name, *span)]
+        dry = cli.json("backfill", name, *span, "--dry-run")
+        assert dry["windows"] == cov, name
+        return cov
+
+    assert windows(jobctl, "rate") == rate
+    assert windows(jobctl, "set") == in_set
+    # export | apply onto another database: the same windows, the anchor none of them
+    text = jobctl.ok("export").out
+    assert f'start = "{after_edit.isoformat()}"' in text  # the first window, a window
+    src = tmp_path / "jobs.toml"
+    src.write_text(text)
+    assert jobctl.ok("apply", str(src)).out == ""  # its own database: no change
+    other = _other_database(tmp_path, request)
+    assert other.ok("apply", str(src)).out.splitlines() == ["+ rate", "+ set"]
+    assert windows(other, "rate") == rate
+    assert windows(other, "set") == in_set
+    assert other.ok("export").out == text
+    created = other.json("backfill", "rate", *span)["created"]
+    assert sorted(r["scheduled_for"] for r in other.json("runs", "rate")) == rate
+    assert len(created) == len(rate)
+
+
+def test_the_migration_marks_the_anchors_set_without_start(db) -> None:
+    """A database from before the flag: an anchor that is the job's add instant or the
+    instant of one of its revisions (an edit without --start) only sets the phase; a
+    --start given stays a window."""
+    from conftest import BACKEND
+
+    from jobctl import specs
+    from jobctl.models import JobSpec
+    from jobctl.specs import TriggerOptions, build_trigger
+
+    added = T0 + timedelta(microseconds=250_000)
+    edited = T0 + timedelta(hours=2, microseconds=500_000)
+    with StoreView(db) as store:
+        for name, trig in (
+            ("added", TriggerOptions(every="1h")),
+            ("edited", TriggerOptions(every="1h")),
+            ("set", TriggerOptions(cron="0 * * * *", every="1h", tz="UTC")),
+            ("starts", TriggerOptions(every="1h", start=z("2026-01-05T01:00:00"))),
+        ):
+            spec = JobSpec(name=name, trigger=build_trigger(trig, added), command="true")
+            store.add_job(spec, added)
+        job = store.get_job("edited")
+        changes = specs.edit_changes(
+            job, TriggerOptions(every="30m"), {}, command=None, rename=None, now=edited
+        )
+        store.edit_job("edited", changes, edited, next_run_at=None, restart_schedule=True)
+        want = {j.name: j.trigger.phase_only for j in store.list_jobs()}
+        assert want == {"added": True, "edited": True, "set": True, "starts": False}
+        if BACKEND == "postgresql":
+            from jobctl.store.postgresql.schema import migrations
+
+            (sql,) = [sql for number, sql in migrations() if number == 13]
+            with store.handle.db.conn.transaction():
+                store.handle.db.conn.execute(
+                    "ALTER TABLE jobctl.jobs DROP COLUMN anchor_phase_only"
+                )
+                store.handle.db.conn.execute(sql)
+        else:
+            from jobctl.store.sqlite.schema import migrations, split_statements
+
+            (sql,) = [sql for number, sql in migrations() if number == 15]
+            with store.write() as c:
+                c.execute("ALTER TABLE jobs DROP COLUMN anchor_phase_only")
+                for statement in split_statements(sql):
+                    c.execute(statement)
+    with StoreView(db) as store:
+        assert {j.name: j.trigger.phase_only for j in store.list_jobs()} == want
+
+
 def test_backfill_requeues_skipped_and_dead_windows_and_leaves_the_rest(jobctl: Jobctl, db) -> None:
     add_hourly(jobctl)
     with jobctl.store() as store:

@@ -16,7 +16,7 @@ import json
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import date, datetime, time
 from typing import Any
 
@@ -106,6 +106,17 @@ def _local_iso(instant: datetime | None, tz: str) -> str | None:
     return instant.astimezone(zones.parse_zone(tz)).isoformat()
 
 
+def _start(d: Definition) -> str | None:
+    """A fixed rate's ``start``: its anchor; but when the anchor only sets the phase (the
+    instant of add without ``--start``, no window), the first window, one interval later,
+    which as a ``start`` given is a window: the same windows on any database the file is
+    applied to. (A set of several rates shares one anchor that no start can stand for: its
+    anchor is written, and stays no window where the job already has it.)"""
+    t = d.spec.trigger
+    first = _first_window(t) if t.phase_only else None
+    return _local_iso(first or t.anchor, t.tz)
+
+
 def _set_part(kind: TriggerKind, d: Definition) -> Any:
     """A trigger's ``cron`` or ``every`` value: the text of a lone trigger of that kind;
     of a set, its members of that kind (a string for one, an array for several)."""
@@ -172,13 +183,7 @@ FIELDS: tuple[Field, ...] = (
         False,
         None,
     ),
-    Field(
-        "start",
-        "time",
-        lambda d: _local_iso(d.spec.trigger.anchor, d.spec.trigger.tz),
-        ALWAYS,
-        None,
-    ),
+    Field("start", "time", lambda d: _start(d), ALWAYS, None),
     Field("tz", "str", lambda d: d.spec.trigger.tz, _tz_default, None),
     Field(
         "active_from",
@@ -763,7 +768,34 @@ def _trigger_kind(
             problem(key, "goes with every")
             reported = True
     trigger = _build_trigger(kind, given, tz, now, existing, name, problem)
-    return None if reported else trigger
+    return None if reported else _same_phase(trigger, existing)
+
+
+def _same_phase(trigger: Trigger, existing: Job | None) -> Trigger:
+    """The job's own trigger when its anchor only sets the phase and the file says the
+    same: the same rates with ``start`` its first window (as export writes it), or its
+    anchor (a file without ``start``, or one exported before): it stays no window, and
+    the job as it is."""
+    old = existing.trigger if existing is not None else None
+    if (
+        old is None
+        or not old.phase_only
+        or trigger.phase_only
+        or trigger.anchor is None
+        or old.anchor is None
+        or (trigger.kind, trigger.expr, trigger.every_seconds)
+        != (old.kind, old.expr, old.every_seconds)
+    ):
+        return trigger
+    if trigger.anchor == old.anchor or trigger.anchor == _first_window(old):
+        return replace(trigger, anchor=old.anchor, phase_only=True)
+    return trigger
+
+
+def _first_window(t: Trigger) -> datetime | None:
+    """The first window of a trigger with one fixed rate (a set's too), else None."""
+    rates = [m for m in triggers.members(t) if triggers.is_fixed_rate(m)]
+    return triggers.first_window(rates[0]) if len(rates) == 1 else None
 
 
 def _build_trigger(

@@ -325,6 +325,11 @@ class Trigger:
 
     ``active_from`` and ``active_until`` (aware UTC, either may be None) bound the
     windows: one before or after them is no window at all.
+
+    ``phase_only`` (fixed rate, a set's too): the anchor is the instant the trigger was
+    set without ``--start`` (add, edit, apply, the API): it only sets the phase and is no
+    window, the first being one interval later (``anchor + k*every``, k >= 1). A
+    ``--start`` given is a window (k >= 0).
     """
 
     kind: TriggerKind
@@ -337,6 +342,7 @@ class Trigger:
     resolved: str | None = None
     active_from: datetime | None = None
     active_until: datetime | None = None
+    phase_only: bool = False
 
 
 class Event(str, Enum):

@@ -328,12 +328,14 @@ def _build_trigger(
             member = check_text(given_text.strip(), "--cron")
             cronexpr.parse_cron(cronexpr.resolve_hashes(member, name or ""))
             texts.append(member)
+        # without --start the anchor, now, only sets the phase: it is no window
         anchor = durations.parse_time(opts.start, tz, now) if opts.start else now
         trigger = Trigger(
             TriggerKind.SET,
             tz=tz,
             expr=" | ".join(dict.fromkeys(texts)),
             anchor=anchor if everys else None,
+            phase_only=bool(everys) and not opts.start,
         )
         return named(trigger, name) if name else trigger
     every = everys[0] if everys else None
@@ -361,6 +363,8 @@ def _build_trigger(
             every_seconds=seconds,
             anchor=None if opts.after_completion else anchor,
             after_completion=opts.after_completion,
+            # without --start the anchor, now, only sets the phase: it is no window
+            phase_only=not opts.after_completion and not opts.start,
         )
     if opts.at is not None:
         at = durations.parse_time(opts.at, tz, now)
@@ -913,22 +917,9 @@ def backfill_windows(job: Job, start: str, end: str, now: datetime) -> list[date
         raise UsageError(
             f"backfill: --to {iso(hi)} is in the future; windows to come run by themselves"
         )
-    windows = without_anchor(job, windows_between(job.trigger, lo, hi, MAX_HISTORY_WINDOWS))
+    windows = windows_between(job.trigger, lo, hi, MAX_HISTORY_WINDOWS)
     out_of = excluded_windows(job, windows)
     return [w for w in windows if w not in out_of] if out_of else windows
-
-
-def without_anchor(job: Job, windows: list[datetime]) -> list[datetime]:
-    """``windows`` less a fixed-rate job's anchor when that is no window: the instant it was
-    added without ``--start`` (its anchor is that instant to the microsecond) only sets the
-    phase, its first window is one interval later, as ``next`` says. A ``--start`` given is
-    a window, past or to come. (A schedule set's ``--every`` members share its anchor; a
-    cron member never fires at an add instant's microseconds.)"""
-    anchor = job.trigger.anchor
-    kind = job.trigger.kind
-    if kind not in (TriggerKind.INTERVAL, TriggerKind.SET) or anchor != job.created_at:
-        return windows
-    return [w for w in windows if w != anchor]
 
 
 def excluded_windows(job: Job, windows: Sequence[datetime]) -> set[datetime]:
@@ -953,13 +944,9 @@ def coverage_windows(job: Job, start: str | None, end: str | None, now: datetime
     tz = job.trigger.tz
     hi = durations.parse_time(check_text(end, "--to"), tz, now) if end is not None else now
     if start is None:
-        # one more: the anchor, when it is no window, leaves the default count whole
-        found = windows_before(job.trigger, hi, DEFAULT_COVERAGE_WINDOWS + 1)
-        return without_anchor(job, found)[-DEFAULT_COVERAGE_WINDOWS:]
+        return windows_before(job.trigger, hi, DEFAULT_COVERAGE_WINDOWS)
     lo = durations.parse_time(check_text(start, "--from"), tz, now)
-    return without_anchor(
-        job, windows_between(job.trigger, lo, hi, MAX_HISTORY_WINDOWS, "coverage")
-    )
+    return windows_between(job.trigger, lo, hi, MAX_HISTORY_WINDOWS, "coverage")
 
 
 # ---------------------------------------------------------------------- calendars

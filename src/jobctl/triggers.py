@@ -135,9 +135,20 @@ def _interval_us(trigger: Trigger) -> int:
 
 
 def _anchor_us(trigger: Trigger) -> int:
+    """The first window of a fixed rate, in microseconds: its anchor, or one interval
+    after it when the anchor only sets the phase (``Trigger.phase_only``); every window
+    is that plus ``k*every``, k >= 0."""
     if trigger.anchor is None:
         raise ValueError("a fixed-rate interval trigger needs an anchor")
+    if trigger.phase_only:
+        return to_us(trigger.anchor) + _interval_us(trigger)
     return to_us(trigger.anchor)
+
+
+def first_window(trigger: Trigger) -> datetime:
+    """A fixed rate's first window: its anchor, or one interval later when the anchor only
+    sets the phase. Raises ValueError for another trigger."""
+    return from_us(_anchor_us(trigger))
 
 
 def next_fire(trigger: Trigger, after: datetime) -> datetime | None:
@@ -148,10 +159,10 @@ def next_fire(trigger: Trigger, after: datetime) -> datetime | None:
 
     cron: read in zone ``trigger.tz`` with the DST rules in the module docstring; None
     when the expression can never match (``0 0 31 2 *``) or nothing matches within
-    SEARCH_YEARS. interval (fixed rate): the first ``anchor + k*every`` (k >= 0) after
-    ``after``, in exact integer microseconds. interval after completion: ``after + every``
-    (pass the end of the previous run). once: ``at`` if later, else None. reboot and
-    manual: None.
+    SEARCH_YEARS. interval (fixed rate): the first ``anchor + k*every`` (k >= 0; k >= 1
+    when the anchor only sets the phase) after ``after``, in exact integer microseconds.
+    interval after completion: ``after + every`` (pass the end of the previous run).
+    once: ``at`` if later, else None. reboot and manual: None.
 
     Raises UsageError for a bad cron expression or zone, ValueError for a naive ``after``
     or an incomplete trigger.
@@ -374,6 +385,7 @@ def members(trigger: Trigger) -> tuple[Trigger, ...]:
                     expr=format_duration(seconds),
                     every_seconds=seconds,
                     anchor=trigger.anchor,
+                    phase_only=trigger.phase_only,
                 )
             )
         else:

@@ -106,6 +106,7 @@ def _trigger(r: Any) -> Trigger:
         r["name"] if r["trigger_kind"] in ("cron", "set") and _cron_named(expr) else None,
         r["active_from"],
         r["active_until"],
+        r["anchor_phase_only"],
     )
     trigger = _TRIGGERS.get(key)
     if trigger is None:
@@ -121,6 +122,7 @@ def _trigger(r: Any) -> Trigger:
             after_completion=bool(key[6]),
             active_from=opt_dt(key[8]),
             active_until=opt_dt(key[9]),
+            phase_only=bool(key[10]),
         )
         if key[7] is not None:
             from ..triggers import named
@@ -370,6 +372,7 @@ def spec_columns(spec: JobSpec) -> dict[str, Any]:
         "after_completion": int(t.after_completion),
         "active_from": opt_us(t.active_from),
         "active_until": opt_us(t.active_until),
+        "anchor_phase_only": int(t.phase_only),
         "excepts": json.dumps(list(spec.excepts)),
         "except_calendars": json.dumps(list(spec.except_calendars)),
         "command": spec.command,

@@ -80,7 +80,10 @@ CREATE TABLE jobctl.jobs (
     on_tags TEXT NOT NULL DEFAULT '[]',
     -- a watched job's key (README "Watching jobs that jobctl does not run"); NULL for a
     -- job jobctl runs
-    ping_key TEXT
+    ping_key TEXT,
+    -- 1 when a fixed rate's anchor is the instant it was set without --start: it only sets
+    -- the phase and is no window
+    anchor_phase_only INTEGER NOT NULL DEFAULT 0 CHECK (anchor_phase_only IN (0, 1))
 );
 
 CREATE INDEX jobs_next_run ON jobctl.jobs (next_run_at) WHERE state = 'active';

@@ -59,12 +59,14 @@ CREATE TABLE jobs (
     no_retry_exit TEXT NOT NULL DEFAULT '[]',
     limits TEXT NOT NULL DEFAULT '{}',
     paused_reason TEXT CHECK (paused_reason IN ('user', 'failures'))
-, secrets TEXT NOT NULL DEFAULT '{}', env_file TEXT, active_from INTEGER, active_until INTEGER, excepts TEXT NOT NULL DEFAULT '[]', except_calendars TEXT NOT NULL DEFAULT '[]', except_dates TEXT NOT NULL DEFAULT '[]', on_tags TEXT NOT NULL DEFAULT '[]', ping_key TEXT);
+, secrets TEXT NOT NULL DEFAULT '{}', env_file TEXT, active_from INTEGER, active_until INTEGER, excepts TEXT NOT NULL DEFAULT '[]', except_calendars TEXT NOT NULL DEFAULT '[]', except_dates TEXT NOT NULL DEFAULT '[]', on_tags TEXT NOT NULL DEFAULT '[]', ping_key TEXT, anchor_phase_only INTEGER NOT NULL DEFAULT 0 CHECK (anchor_phase_only IN (0, 1)));
 -- (secrets and env_file as ALTER TABLE ADD COLUMN leaves them, migration 0010: a job's
 -- {ENV: secret name} and the environment file read at each attempt, issue 42; the
 -- schedule sets' columns after them, migration 0011; on_tags, migration 0012: the tags a
 -- daemon must carry to claim the job's runs; ping_key, migration 0014: a watched job's
--- key, README "Watching jobs that jobctl does not run", NULL for a job jobctl runs)
+-- key, README "Watching jobs that jobctl does not run", NULL for a job jobctl runs;
+-- anchor_phase_only, migration 0015: 1 when a fixed rate's anchor is the instant it was set
+-- without --start, which only sets the phase and is no window)
 
 CREATE INDEX jobs_next_run ON jobs (next_run_at) WHERE state = 'active';
 CREATE INDEX jobs_updated ON jobs (updated_at);

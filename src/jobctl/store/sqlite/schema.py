@@ -10,7 +10,7 @@ from pathlib import Path
 from ...errors import SecurityError
 from .. import sqlfiles
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 BUSY_TIMEOUT_MS = 30_000
 
 
