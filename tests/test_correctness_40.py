@@ -58,7 +58,10 @@ def _commands() -> list[tuple[list[str], click.Command]]:
     def walk(path: list[str], cmd: click.Command) -> None:
         out.append((path, cmd))
         if isinstance(cmd, click.Group):
-            for name, sub in cmd.commands.items():
+            ctx = click.Context(cmd)
+            for name in cmd.list_commands(ctx):  # the top group loads its commands lazily
+                sub = cmd.get_command(ctx, name)
+                assert sub is not None, name
                 walk([*path, name], sub)
 
     walk([], click_cli)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,14 +24,17 @@ from jobctl.cli import cli as click_cli
 #: (126 for one that cannot be executed, as a shell does; README "Watching jobs that
 #: jobctl does not run"), driven by tests/test_watched_jobs.py
 SKIP = {"daemon", "serve", "service", "check", "exec"}
-COMMANDS = sorted(set(click_cli.commands) - SKIP)
+#: every command, each module imported as its command is looked up (the group is lazy)
+_CTX = click.Context(click_cli)
+COMMANDS = sorted(set(click_cli.list_commands(_CTX)) - SKIP)
 
 
 WAITING = {"--wait", "--follow"}
 
 
 def _options(name: str) -> list[str]:
-    cmd = click_cli.commands[name]
+    cmd = click_cli.get_command(_CTX, name)
+    assert cmd is not None
     out = []
     for p in cmd.params:
         # not the options that wait for a run to end (no daemon runs here): --follow

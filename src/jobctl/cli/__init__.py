@@ -1,7 +1,9 @@
 """The command line: parse, call the store, render. The only click user.
 
-``base`` holds the group and the shared options; ``jobs``, ``runs`` and ``system`` the
-commands, each a thin shell over one store call.
+``base`` holds the group and the shared options; ``jobs``, ``runs``, ``system`` and the
+other modules the commands, each a thin shell over one store call. The group knows each
+command's module (:data:`~.base.COMMAND_MODULES`) and imports it only when that command
+runs (or help and completion list it).
 
 Heavy modules (rich, the store) are imported inside the commands that need
 them, so ``jobctl --version`` starts fast. One error boundary (:func:`main`) turns
@@ -16,26 +18,17 @@ import sys
 import click
 
 from ..errors import JobctlError
-from . import (  # noqa: F401  (registering the commands, in help order)
-    jobs,
-    notify,
-    runs,
-    secrets,
-    system,
-    watch,
-)
 from .base import Ctx, _one_line, cli
-from .code import export as _export  # noqa: F401  (jobs as code: after the others in help)
-from .db import db as _db  # noqa: F401  (db info, db copy: after the others in help)
-from .system import completion_script
 
 __all__ = ["Ctx", "cli", "completion_script", "main"]
 
-# registered after the others: the history commands (backfill, coverage), then `serve` last in help
-from . import history  # noqa: F401, I001
-from . import plan  # noqa: F401
-from . import calendars  # noqa: F401
-from . import serve  # noqa: F401
+
+def completion_script(shell: str) -> str:
+    """The completion script of ``shell`` (bash, zsh, fish), as ``jobctl completion`` prints."""
+    from .system import completion_script as script
+
+    return script(shell)
+
 
 # ---------------------------------------------------------------------- entry point
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -229,11 +230,57 @@ def _complete_runs(ctx: click.Context, param: click.Parameter, incomplete: str) 
 
 
 class JobctlGroup(click.Group):
+    """A group whose commands list in the order they are written (help, completion).
+
+    ``lazy`` names the module of each command not registered yet, in that order: the
+    module is imported only when its command is looked up (click's "lazily loading
+    subcommands"), so a start pays for the module of the command it runs and no other
+    (docs/benchmarks.md: the CLI against ``import click``). Help and completion look up
+    every command, and so import every module."""
+
+    def __init__(self, *args: Any, lazy: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy: dict[str, str] = dict(lazy or {})
+
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(self.commands)
+        return [*self.lazy, *(name for name in self.commands if name not in self.lazy)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            importlib.import_module(self.lazy[cmd_name])  # its decorators register it
+        return self.commands.get(cmd_name)
 
 
-@click.group(cls=JobctlGroup, context_settings={"help_option_names": ["-h", "--help"]})
+#: every command of ``jobctl``, in help order, with the module that registers it
+COMMAND_MODULES: dict[str, str] = {
+    **dict.fromkeys(
+        ("add", "edit", "list", "show", "next", "pause", "resume", "rm"), "jobctl.cli.jobs"
+    ),
+    **dict.fromkeys(("notify", "notifications", "check"), "jobctl.cli.notify"),
+    **dict.fromkeys(
+        ("runs", "logs", "inspect", "run", "cancel", "retry-dead", "prune"), "jobctl.cli.runs"
+    ),
+    **dict.fromkeys(("secret", "token"), "jobctl.cli.secrets"),
+    **dict.fromkeys(
+        ("status", "daemon", "completion", "import-crontab", "service"), "jobctl.cli.system"
+    ),
+    **dict.fromkeys(("ping", "exec"), "jobctl.cli.watch"),
+    # jobs as code, then the database's own commands
+    **dict.fromkeys(("export", "apply", "history", "rollback"), "jobctl.cli.code"),
+    "db": "jobctl.cli.db",
+    # the history commands, planning, calendars, and `serve` last
+    **dict.fromkeys(("backfill", "coverage"), "jobctl.cli.history"),
+    "plan": "jobctl.cli.plan",
+    "calendar": "jobctl.cli.calendars",
+    "serve": "jobctl.cli.serve",
+}
+
+
+@click.group(
+    cls=JobctlGroup,
+    lazy=COMMAND_MODULES,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.option(
     "--db",
     type=click.Path(dir_okay=False),
