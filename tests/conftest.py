@@ -100,7 +100,7 @@ class Daemons:
         boot_id: str = "boot",
         tags: tuple[str, ...] = (),
     ) -> Any:
-        from jobctl.store import DaemonIdentity
+        from jobctl.store.values import DaemonIdentity
 
         identity = DaemonIdentity(daemon_id, host, pid, boot_id, float(lease), tags=tags)
         face = self.faces.get(daemon_id)

@@ -4,12 +4,17 @@ senders of notifications nor OpenSSL's hashlib until it needs them (its memory).
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
+
+from jobctl.cli import cli
+from jobctl.cli.base import COMMAND_MODULES
 
 PROBE = """
 import sys
@@ -35,6 +40,38 @@ NOT_FOR_A_LISTING = (
     "zoneinfo",
     "shutil",
 )
+
+#: every jobctl module ``jobctl --version`` loads: the group, and none of its commands
+VERSION_MODULES = {"jobctl", "jobctl.cli", "jobctl.cli.base", "jobctl.errors"}
+
+#: every jobctl module ``list --json`` on a SQLite file loads, and no other: the module of
+#: its command (not the other commands': the group imports a command's module when it
+#: runs), the commands' face of the store without its collaborators (the outbox and the
+#: notifications, pings, secrets' tokens, the dashboard: made when a command first needs
+#: one), the rows and the rendering. A module that joins the path must be one a listing
+#: uses: add it here only then, and say why in the commit.
+LISTING_MODULES = VERSION_MODULES | {
+    "jobctl.cli.jobs",
+    "jobctl.clock",
+    "jobctl.models",
+    "jobctl.output",
+    "jobctl.paths",
+    "jobctl.store",
+    "jobctl.store.calendars",
+    "jobctl.store.commands",
+    "jobctl.store.dialect",
+    "jobctl.store.protocol",
+    "jobctl.store.queries",
+    "jobctl.store.rows",
+    "jobctl.store.secrets",
+    "jobctl.store.sqlfiles",
+    "jobctl.store.sqlite",
+    "jobctl.store.sqlite.db",
+    "jobctl.store.sqlite.schema",
+    "jobctl.store.sqlite.sql",
+    "jobctl.store.sqlite.wake",
+    "jobctl.store.writes",
+}
 
 
 def _modules(args: list[str], env: dict[str, str]) -> set[str]:
@@ -73,6 +110,30 @@ def test_a_listing_imports_nothing_it_does_not_use(tmp_path: Path, args: list[st
     if args != ["--version"]:
         assert "jobctl.store.commands" in loaded  # the probe did list
     assert sorted(loaded.intersection(NOT_FOR_A_LISTING)) == []
+    ours = {m for m in loaded if m == "jobctl" or m.startswith("jobctl.")}
+    assert sorted(ours) == sorted(VERSION_MODULES if args == ["--version"] else LISTING_MODULES)
+
+
+def test_the_group_names_the_module_of_every_command() -> None:
+    """The lazy group's table (help order) names every command its modules register, and
+    each command's own module: a command missing from it would be missing from help."""
+    for module in dict.fromkeys(COMMAND_MODULES.values()):
+        importlib.import_module(module)
+    assert sorted(cli.commands) == sorted(COMMAND_MODULES)
+    for name, cmd in cli.commands.items():
+        assert cmd.callback is not None and cmd.callback.__module__ == COMMAND_MODULES[name], name
+    ctx = click.Context(cli)
+    assert cli.list_commands(ctx) == list(COMMAND_MODULES)
+    assert cli.get_command(ctx, "no-such-command") is None
+
+
+@pytest.mark.parametrize("name", ["serve", "logs", "calendar"])
+def test_a_command_imports_its_own_module_and_no_other(name: str) -> None:
+    """``jobctl NAME --help`` loads NAME's module, and of the commands' modules only it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBCTL_")}
+    loaded = _modules([name, "--help"], env)
+    commands = {m for m in loaded if m.startswith("jobctl.cli.")} - {"jobctl.cli.base"}
+    assert commands == {COMMAND_MODULES[name]}
 
 
 DAEMON_PROBE = """

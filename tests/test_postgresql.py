@@ -218,7 +218,7 @@ def test_the_store_shows_its_location_without_the_password(pg_url):
     s = _open(url)
     try:
         assert "s3cret" not in s.location
-        from jobctl.store import DaemonIdentity
+        from jobctl.store.values import DaemonIdentity
 
         face = s.open_daemon(DaemonIdentity("d", "h", 1, "b", 30.0))
         assert face.child_location() == s.location

@@ -35,7 +35,8 @@ from .notifier import Notifier, Render
 from .reaper import StrayReaper
 from .retention import RETENTION_SLACK_SECONDS, Retention
 from .spawner import Spawner
-from .store import DaemonIdentity, Store
+from .store import Store
+from .store.values import DaemonIdentity
 from .worker import mark_inherited_fds_cloexec
 
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"

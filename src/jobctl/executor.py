@@ -22,8 +22,8 @@ from .logs import DEBUG, ERROR, INFO, WARNING, LogFn
 from .models import AttemptResult, Decision, Run, RunState, StopReason
 from .reaper import group_alive, kill_group, kill_run_processes
 from .spawner import Spawner
-from .store import Claimed, DaemonStore, Finished
-from .store.values import ExpiredLease, FinishItem
+from .store import DaemonStore
+from .store.values import Claimed, ExpiredLease, Finished, FinishItem
 from .worker import CANCEL_GRACE_SECONDS, Child, Hook, build_env, spawn_hook
 
 #: a running attempt's output tail is stored at most this often while it changes

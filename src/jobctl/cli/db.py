@@ -20,7 +20,8 @@ def _info(obj: Ctx) -> Any:
     exist: a read creates nothing."""
     from ..errors import NotFound
     from ..paths import is_db_url, resolve_db_path
-    from ..store import DbInfo, open_store, shown_location
+    from ..store import open_store, shown_location
+    from ..store.values import DbInfo
 
     location = resolve_db_path(obj.db_option)
     try:

@@ -2,7 +2,8 @@
 
 :mod:`.protocol` states what the commands (:class:`~.protocol.CommandStore`) and the
 daemons (:class:`~.protocol.DaemonStore`) may ask, with the ordering, lease and fencing
-rules every backend keeps; :mod:`.values` holds what they take and return. The commands'
+rules every backend keeps; :mod:`.values` holds what they take and return (imported
+from there, by those that use them: a command's start loads none of them). The commands'
 logic is written once (:mod:`.commands`, :mod:`.transfer`) over a dialect
 (:mod:`.dialect`); :mod:`.sqlite` and :mod:`.postgresql` hold what truly differs.
 :func:`open_store` picks the backend from the location: a PostgreSQL URL
@@ -12,19 +13,13 @@ logic is written once (:mod:`.commands`, :mod:`.transfer`) over a dialect
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..paths import db_url, is_db_url
 from .protocol import CommandStore, DaemonStore, Store
-from .values import (
-    Claimed,
-    CopiedJob,
-    DaemonIdentity,
-    DbInfo,
-    Finished,
-    Fired,
-    Renewal,
-    Status,
-)
+
+if TYPE_CHECKING:
+    from .values import CopiedJob
 
 
 def open_store(location: str | Path, *, create: bool = True) -> Store:
@@ -60,15 +55,8 @@ def read_copy(commands: CommandStore, *, history: bool) -> list[CopiedJob]:
 
 
 __all__ = [
-    "Claimed",
     "CommandStore",
-    "DaemonIdentity",
     "DaemonStore",
-    "DbInfo",
-    "Finished",
-    "Fired",
-    "Renewal",
-    "Status",
     "Store",
     "open_store",
     "read_copy",

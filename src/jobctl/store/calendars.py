@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from datetime import date
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Conflict, NotFound, UsageError
-from .outbox import Sql
+
+if TYPE_CHECKING:  # for the annotations: the outbox's module is not a listing's to load
+    from .outbox import Sql
 
 Cursor = Any
 

@@ -9,6 +9,7 @@ cancel, the windows recorded ahead) are the ones the daemons' halves share.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import json
 import socket
@@ -37,9 +38,7 @@ from ..models import (
     Window,
     after_parts,
 )
-from ..notifications import Channel, Notification, NotificationState
-from ..watching import Ping
-from . import calendars, outbox
+from . import calendars
 from .dialect import Dialect, retrying
 from .rows import (
     attempt_from_row,
@@ -50,8 +49,6 @@ from .rows import (
     spec_columns,
 )
 from .secrets import Secrets, check_secrets
-from .values import Backfilled, BackfillFn, CopiedJob, DbInfo, Revision, Status
-from .watch import Watch
 from .writes import (
     insert_run,
     job_row,
@@ -70,6 +67,11 @@ _NOT_RETRIED = (
 if TYPE_CHECKING:  # imported where used: a listing never needs them
     from .. import jobfile
     from ..checks import CheckFacts
+    from ..notifications import Channel, Notification, NotificationState
+    from ..watching import Ping
+    from .outbox import Outbox, Sql
+    from .values import Backfilled, BackfillFn, CopiedJob, DbInfo, Revision, Status
+    from .watch import Watch
 
 #: the upper bounds (seconds) of the duration histogram's buckets, fixed by the schema's
 #: duration_tallies (bucket i counts attempts at most bound i, and above the one before)
@@ -144,14 +146,33 @@ class Commands:
     def __init__(self, db: Dialect) -> None:
         self.db = db
         self.q = db.q
-        self.outbox = outbox.Outbox(db)
-        self._q = self.outbox.q
-        self.secrets = Secrets(db, self._q)
-        self.watch = Watch(db, self._q)
         self.backend = db.backend
         #: who and from where this face's changes are made, as revisions name them
         self.who = default_who()
         self.source = "cli"
+
+    # the collaborators, each made when a command first needs it: a listing loads none
+    # of their modules (the outbox's brings the notifications')
+
+    @functools.cached_property
+    def outbox(self) -> Outbox:
+        from .outbox import Outbox
+
+        return Outbox(self.db)
+
+    @functools.cached_property
+    def _q(self) -> Sql:
+        return self.outbox.q
+
+    @functools.cached_property
+    def secrets(self) -> Secrets:
+        return Secrets(self.db, self._q)
+
+    @functools.cached_property
+    def watch(self) -> Watch:
+        from .watch import Watch
+
+        return Watch(self.db, self._q)
 
     def _revise(
         self,
@@ -260,6 +281,8 @@ class Commands:
     ) -> Job:
         """Create a job whose first window is ``next_run_at`` (or overwrite the one of that
         name with ``replace_existing``). Raises Conflict when the name is taken."""
+        from . import outbox  # the notify rules' check (a listing never loads it)
+
         with self.db.write() as c:
             self.db.lock_name(c, spec.name)
             existing = c.execute(self.q.job_id_by_name, (spec.name,)).fetchone()
@@ -285,6 +308,8 @@ class Commands:
         ``delete`` first (Conflict while one has a leased run). Returns (job, changed): a
         job identical to the stored one is left untouched, so a second import changes
         nothing. Each change is a revision from ``source``."""
+        from . import outbox  # the notify rules' check (a listing never loads it)
+
         out = []
         with self.db.write() as c:
             for name in delete:
@@ -348,6 +373,8 @@ class Commands:
         next_run_at: datetime | None,
         restart_schedule: bool,
     ) -> Job:
+        from . import outbox  # the notify rules' check (a listing never loads it)
+
         new_spec = replace(job.spec, **changes)
         if "notify" in changes:
             outbox.check_rules(c, self._q, new_spec.notify, new_spec.name)
@@ -548,6 +575,8 @@ class Commands:
 
     def history(self, name: str) -> list[Revision]:
         """The revisions of a job, oldest first. Raises NotFound."""
+        from .values import Revision
+
         job = self.get_job(name)
         return [
             Revision(
@@ -835,6 +864,8 @@ class Commands:
         run to requeue ``pending`` again with attempts numbered on. A window the
         scheduler records at the same moment keeps one row (the insert yields to it).
         ``dry_run`` writes nothing. Raises NotFound."""
+        from .values import Backfilled
+
         with self.db.write() as c:
             row = job_row(self.db, c, job_name, lock=True)
             job = job_from_row(row)
@@ -875,6 +906,8 @@ class Commands:
         """What ``jobctl check`` judges: live daemons, the scheduler-lease holder's host,
         runs due and unclaimed longer than ``late_seconds`` (of jobs not paused), runs
         ended ``dead`` and notifications ``failed`` within ``since_seconds``."""
+        from . import outbox
+
         facts = outbox.check_counts(
             outbox.ReadCursor(self.db.read),
             self._q,
@@ -892,6 +925,8 @@ class Commands:
 
     def status(self, now: datetime) -> Status:
         """Live daemons, run counts by state, the earliest next window or due run."""
+        from .values import Status
+
         daemons = self.live_daemons(now)
         counts = {s.value: 0 for s in RunState}
         for r in self.db.read(self.q.open_counts) + self.db.read(self.q.kept_counts):
@@ -950,6 +985,8 @@ class Commands:
         return [daemon_info(r) for r in self.db.read(self.q.live_daemons, {"now": to_us(now)})]
 
     def info(self) -> DbInfo:
+        from .values import DbInfo
+
         jobs = int(self.db.read(self.q.count_jobs)[0]["n"])
         runs = int(self.db.read(self.q.count_runs)[0]["n"])
         return DbInfo(

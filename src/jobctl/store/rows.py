@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..clock import from_us, to_us
 from ..models import (
@@ -17,6 +17,7 @@ from ..models import (
     JobSpec,
     JobState,
     Limits,
+    NotifyRule,
     Overlap,
     PausedReason,
     Run,
@@ -27,8 +28,9 @@ from ..models import (
     Trigger,
     TriggerKind,
 )
-from .outbox import rules_of, rules_text
-from .values import FinishItem
+
+if TYPE_CHECKING:  # for the annotations: a listing loads none of the daemon's values
+    from .values import FinishItem
 
 # --------------------------------------------------------------------------------------
 # row mapping
@@ -163,7 +165,7 @@ def job_from_row(r: Any) -> Job:
         limits=Limits.from_dict(None if r["limits"] == "{}" else json.loads(r["limits"])),
         keep_runs=r["keep_runs"],
         keep_for_seconds=r["keep_for_seconds"],
-        notify=rules_of(r["notify"]),
+        notify=_rules(r["notify"]),
         grace_seconds=r["grace_seconds"],
         secrets=env_from_json(r["secrets"]),
         env_file=r["env_file"],
@@ -186,6 +188,16 @@ def job_from_row(r: Any) -> Job:
         revision=r["revision"],
         except_dates=_dates(r["except_dates"]),
     )
+
+
+def _rules(text: str | None) -> tuple[NotifyRule, ...]:
+    """A job's ``notify`` column; its parser (the outbox's, with the notifications') is
+    loaded for a job that has rules, not by a listing of jobs that have none."""
+    if not text or text == "[]":
+        return ()
+    from .outbox import rules_of
+
+    return rules_of(text)
 
 
 def _texts(text: str) -> tuple[str, ...]:
@@ -359,6 +371,8 @@ def output_params(
 
 def spec_columns(spec: JobSpec) -> dict[str, Any]:
     """The ``jobs`` columns that hold a spec (what ``add`` sets and ``edit`` changes)."""
+    from .outbox import rules_text  # a write's: a listing's start never loads it
+
     t = spec.trigger
     return {
         "name": spec.name,

@@ -12,13 +12,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..clock import from_us, to_us
 from ..errors import Conflict, NameTaken, NotFound, UsageError
 from ..models import ApiToken, Role, SecretInfo
 from .dialect import Dialect
-from .outbox import Sql
+
+if TYPE_CHECKING:  # for the annotations: the outbox's module is not a listing's to load
+    from .outbox import Sql
 
 SECRET_BY_NAME = "SELECT name FROM secrets WHERE name = ?"
 SECRET_VALUES = "SELECT name, value FROM secrets WHERE name IN ({marks})"

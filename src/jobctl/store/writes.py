@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 from ..clock import from_us, to_us
 from ..errors import NotFound
 from ..models import Job, Run, RunReason, RunState, Window, after_parts
-from . import outbox
 from .dialect import Dialect
 from .rows import job_from_row, opt_us, run_from_row, settings_json
 
-if TYPE_CHECKING:  # imported where used: a listing never needs it
+if TYPE_CHECKING:  # imported where used: a listing never needs them
     from .. import jobfile
+    from . import outbox
 
 
 def job_row(db: Dialect, c: Any, name: str, *, lock: bool = False) -> Any:
@@ -214,6 +214,7 @@ def pause_after_failures(
     if paused is None:
         return None
     from .. import jobfile
+    from . import outbox
 
     withdraw_early(db, c, job_id, now)
     name = str(paused["name"])
@@ -229,6 +230,8 @@ def note_deadline_skips(c: Any, q: outbox.Sql, rows: Sequence[Any], now: datetim
     """The ``missed`` notification (reason ``deadline``) of the runs a claim just skipped
     past their ``--deadline`` (``SKIP_PAST_DEADLINE``'s rows), one per job, in the claim's
     transaction (see jobctl(1), jobctl notify; README, Run policies and what a run costs)."""
+    from . import outbox
+
     windows: dict[int, list[int]] = {}
     for r in rows:
         windows.setdefault(int(r["job_id"]), []).append(int(r["scheduled_for"]))

@@ -14,19 +14,19 @@ connection.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from ..commands import Commands
-from ..dashboard import Dashboard
 from ..dialect import Closing
 from ..protocol import CommandStore, DashboardReads
-from ..values import DaemonIdentity
 from .db import EXTRA_MISSING, PgDb, load_driver
 from .schema import SCHEMA_VERSION
 from .url import redact
 
 if TYPE_CHECKING:
     from ..daemon import Daemons
+    from ..values import DaemonIdentity
     from .waker import Waker
 
 
@@ -50,7 +50,13 @@ class PostgresStore(Closing):
         #: the URL without its password
         self.location = db.location
         self.commands: CommandStore = Commands(db)
-        self.dashboard: DashboardReads = Dashboard(db)
+
+    @functools.cached_property
+    def dashboard(self) -> DashboardReads:
+        """The dashboard's reads (``jobctl serve``), made when first asked for."""
+        from ..dashboard import Dashboard
+
+        return Dashboard(self.db)
 
     def open_daemon(self, identity: DaemonIdentity) -> Daemons:
         from ..daemon import Daemons

@@ -10,17 +10,18 @@ by composition over one :class:`~.db.Db` (the SQLite dialect): :attr:`commands`
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..commands import Commands
-from ..dashboard import Dashboard
-from ..values import DaemonIdentity
 from .db import Db
 from .schema import SCHEMA_VERSION, check_ownership, migrations, schema_sql, split_statements
 
 if TYPE_CHECKING:
     from ..daemon import Daemons
+    from ..dashboard import Dashboard
+    from ..values import DaemonIdentity
 
 
 class SqliteStore:
@@ -32,7 +33,13 @@ class SqliteStore:
         self.db = db
         self.location = str(db.path)
         self.commands = Commands(db)
-        self.dashboard = Dashboard(db)
+
+    @functools.cached_property
+    def dashboard(self) -> Dashboard:
+        """The dashboard's reads (``jobctl serve``), made when first asked for."""
+        from ..dashboard import Dashboard
+
+        return Dashboard(self.db)
 
     def open_daemon(self, identity: DaemonIdentity) -> Daemons:
         # off the commands' path, as on PostgreSQL
