@@ -67,6 +67,22 @@ def test_a_claim_takes_one_run_of_a_forbid_job_and_every_run_of_an_allow_job(sto
     assert _claim(store, OTHER, T0 + timedelta(minutes=1), limit=10) == []
 
 
+def test_a_claimed_run_is_the_run_the_commands_read_after_the_claim(store):
+    """What a claim returns of each run (its locks, its lease, its new attempt's start
+    and host) is what reading it back gives: the daemon starts the attempt from it."""
+    store.commands.add_job(manual("locked", locks=("b", "a")), None, T0)
+    store.commands.add_job(manual("plain"), None, T0)
+    store.commands.enqueue_run("locked", T0)
+    store.commands.enqueue_run("plain", T0 + timedelta(seconds=1))
+    now = T0 + timedelta(minutes=1)
+    claimed = _claim(store, ME, now, limit=10)
+    assert len(claimed) == 2
+    for c in claimed:
+        assert c.run == store.commands.get_run(c.run.id)
+        assert c.run.host == ME.host and c.run.attempt_started_at == now
+    assert [c.run.locks for c in claimed] == [("a", "b"), ()]
+
+
 def test_a_lease_is_renewed_only_for_the_attempt_holding_it(store):
     store.commands.add_job(manual("j"), None, T0)
     run, _ = store.commands.enqueue_run("j", T0)
