@@ -340,6 +340,55 @@ def test_a_claims_candidates_are_read_in_queue_order_whatever_the_statistics(pg_
     assert not [n for n in nodes if n["Node Type"] == "Sort"]
 
 
+def test_a_claim_that_breaks_a_unique_key_is_undone_alone_then_taken_one_by_one(pg_url):
+    """Two runs of a forbid job in one claim (what the advisory locks keep from happening,
+    and the unique index refuses when they do not): the claim's savepoint is rolled back,
+    the runs are claimed one by one, the first is taken and the second refused, and the
+    turn's transaction goes on and commits with what came before and after the claim."""
+    from jobctl.clock import to_us
+    from jobctl.store import DaemonIdentity
+
+    with _view(pg_url) as s:
+        s.add_job(manual("solo", overlap=Overlap.FORBID), T0)
+        s.add_job(manual("other"), T0)
+        first = s.enqueue_run("solo", T0)[0].id
+        second = s.enqueue_run("solo", T0 + timedelta(seconds=1))[0].id
+        other = s.enqueue_run("other", T0)[0].id
+    me = DaemonIdentity("d1", "h1", 1, "b1", 30.0)
+    now = T0 + timedelta(minutes=1)
+    store = _open(pg_url)
+    try:
+        driver = store.open_daemon(me).driver
+        tries: list[list[int]] = []
+        claim_or_undo = driver._claim_or_undo
+
+        def spied(c: Any, params: dict[str, Any]) -> list[Any]:
+            tries.append(list(params["ids"]))
+            return claim_or_undo(c, params)
+
+        driver._claim_or_undo = spied  # type: ignore[method-assign]
+        with driver.turn() as c:
+            c.execute("UPDATE runs SET priority = 7 WHERE id = %s", (other,))
+            picked = [({"id": first}, [], False), ({"id": second}, [], False)]
+            got = driver._claim_picked(c, picked, me, to_us(now), to_us(now) + 30_000_000)
+            c.execute("UPDATE runs SET priority = 8 WHERE id = %s", (second,))
+        assert tries == [[first, second], [first], [second]]  # the two, then one by one
+        assert list(got) == [first]
+        states = {
+            r.id: (r.state, r.priority)
+            for r in (store.commands.get_run(i) for i in (first, second, other))
+        }
+        assert states == {
+            first: (RunState.LEASED, 0),
+            second: (RunState.PENDING, 8),
+            other: (RunState.PENDING, 7),
+        }
+        assert [a.attempt for a in store.commands.get_attempts(first)] == [1]
+        assert store.commands.get_attempts(second) == []
+    finally:
+        store.close()
+
+
 def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):
     """Four claimers at once, each on its own connection, over runs of a forbid job and of
     jobs sharing a lock: never two leased runs of the forbid job, never two holders of a

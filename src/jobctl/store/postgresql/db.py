@@ -85,6 +85,8 @@ class PgDb(Closing):
         self.psycopg = load_driver()
         self.in_batch = False
         self._batch_cur: Any = None
+        #: the pipeline of the pipelined transaction under way (see :meth:`write`)
+        self._pipeline: Any = None
         self._notes: list[str] = []
         self._backoff = FIRST_BACKOFF_SECONDS
         self._retry_at = 0.0
@@ -184,17 +186,53 @@ class PgDb(Closing):
         conn = self._live()
         psycopg = self.psycopg
         try:
-            with conn.pipeline() if pipelined else contextlib.nullcontext(), conn.transaction():
-                cur = conn.cursor()
-                self._batch_cur = cur
-                yield cur
-                if self._notes:
-                    cur.execute(NOTIFY_ALL, (CHANNEL, list(dict.fromkeys(self._notes))))
+            if pipelined:
+                with self._pipelined_transaction(conn) as cur:
+                    yield cur
+            else:
+                with conn.transaction():
+                    cur = conn.cursor()
+                    self._batch_cur = cur
+                    yield cur
+                    if self._notes:
+                        cur.execute(NOTIFY_ALL, (CHANNEL, list(dict.fromkeys(self._notes))))
         except psycopg.Error as e:
             raise self._error(e) from None
         finally:
             self._notes.clear()
             self._batch_cur = None
+            self._pipeline = None
+
+    @contextlib.contextmanager
+    def _pipelined_transaction(self, conn: Any) -> Iterator[Any]:
+        """A transaction in pipeline mode, begun and ended by statements of its own: the
+        ``BEGIN`` goes with the first statement, the ``NOTIFY`` and ``COMMIT`` with the
+        pipeline's ``Sync`` as it ends. (psycopg's ``transaction()`` in a pipeline syncs
+        as it enters and as it leaves, a round trip each, for what needs none.) On an
+        error it is rolled back once the pipeline has ended."""
+        try:
+            with conn.pipeline() as pipeline:
+                cur = conn.cursor()
+                self._batch_cur, self._pipeline = cur, pipeline
+                cur.execute("BEGIN")
+                yield cur
+                if self._notes:
+                    cur.execute(NOTIFY_ALL, (CHANNEL, list(dict.fromkeys(self._notes))))
+                cur.execute("COMMIT")
+        except BaseException:
+            idle = self.psycopg.pq.TransactionStatus.IDLE
+            if not conn.broken and conn.pgconn.transaction_status != idle:
+                with contextlib.suppress(self.psycopg.Error):
+                    conn.execute("ROLLBACK")
+            raise
+
+    def sync_past_error(self) -> None:
+        """In a pipelined transaction (:meth:`write`), after a statement failed: what was
+        sent after it is discarded until a ``Sync``; sent here, so that the transaction
+        can go on (``ROLLBACK TO SAVEPOINT``) or be rolled back."""
+        if self._pipeline is not None:
+            with contextlib.suppress(self.psycopg.Error):
+                self._pipeline.sync()
 
     def announce(self, message: str) -> None:
         """Announce ``message`` to every daemon when the current transaction commits."""

@@ -499,28 +499,26 @@ class PgDriver:
                 else:
                     cols[k].append(run_params[k] if k in run_params else attempt_params[k])
         conn = c.connection
-        with conn.pipeline():
-            if started:
-                conn.cursor().execute(SET_PIDS, _pid_params(me, started))
-            channel = conn.cursor().execute(ANY_CHANNEL)
-            rows = c.execute(FINISH_RUNS, {**cols, "me": me}).fetchall()
-            any_channel = channel.fetchone() is not None
+        if started:
+            conn.cursor().execute(SET_PIDS, _pid_params(me, started))
+        channel = conn.cursor().execute(ANY_CHANNEL)
+        rows = c.execute(FINISH_RUNS, {**cols, "me": me}).fetchall()
+        any_channel = channel.fetchone() is not None
         held = {(r["id"], r["attempt"]): (RunState(r["state"]), r["job_id"]) for r in rows}
         return [held.get((f.run_id, f.attempt)) for f in finishes], any_channel
 
     def expired_and_skipped(
         self, c: Any, me: DaemonIdentity, now_us: int, limit: int
     ) -> tuple[list[Any], list[Any], Any]:
-        """One sync: the expired leases, the runs past their deadline skipped, and the
-        first candidates of the claim (read after the skips: a skipped run is none)."""
+        """One round trip: the expired leases, the runs past their deadline skipped, and
+        the first candidates of the claim (read after the skips: a skipped run is none)."""
         conn = c.connection
         n = min(CLAIM_BATCH, limit * 4)
         first = {"now": now_us, "low_ok": True, "rp": 0, "tried": [], "n": n, "tags": _tags(me)}
-        with conn.pipeline():
-            expired = conn.cursor().execute(EXPIRED, (now_us, me.id))
-            skips = conn.cursor().execute(SKIP_PAST_DEADLINE, {"now": now_us})
-            ahead = _send_candidates(conn, first)
-            return expired.fetchall(), skips.fetchall(), (n, _in_queue_order(ahead))
+        expired = conn.cursor().execute(EXPIRED, (now_us, me.id))
+        skips = conn.cursor().execute(SKIP_PAST_DEADLINE, {"now": now_us})
+        ahead = _send_candidates(conn, first)
+        return expired.fetchall(), skips.fetchall(), (n, _in_queue_order(ahead))
 
     def skip_past_deadline(self, c: Any, now_us: int) -> list[Any]:
         return list(c.execute(SKIP_PAST_DEADLINE, {"now": now_us}).fetchall())
@@ -558,8 +556,7 @@ class PgDriver:
                     "n": n,
                     "tags": _tags(me),
                 }
-                with c.connection.pipeline():
-                    cands = _in_queue_order(_send_candidates(c.connection, params))
+                cands = _in_queue_order(_send_candidates(c.connection, params))
             picked: list[tuple[dict[str, Any], list[str], bool]] = []
             keys_now: set[str] = set()
             deferred = False
@@ -625,23 +622,31 @@ class PgDriver:
             "ids": ids,
             "tags": _tags(me),
         }
-        violation = self.db.psycopg.errors.UniqueViolation
-        # pipelined: the savepoint goes with the claim, its release with what follows
-        with c.connection.pipeline():
-            try:
-                with c.connection.transaction():  # a savepoint: a violation undoes these only
-                    rows = c.execute(CLAIM, params).fetchall()
-            except violation:
-                # the database's own rule caught what the checks let through (a holder
-                # that committed as this statement's snapshot was taken): one by one, then
-                rows = []
-                for run_id in ids:
-                    try:
-                        with c.connection.transaction():
-                            rows += c.execute(CLAIM, {**params, "ids": [run_id]}).fetchall()
-                    except violation:
-                        continue
+        try:
+            rows = self._claim_or_undo(c, params)
+        except self.db.psycopg.errors.UniqueViolation:
+            # the database's own rule caught what the checks let through (a holder that
+            # committed as this statement's snapshot was taken): one by one, then
+            rows = []
+            for run_id in ids:
+                with contextlib.suppress(self.db.psycopg.errors.UniqueViolation):
+                    rows += self._claim_or_undo(c, {**params, "ids": [run_id]})
         return {r["id"]: run_from_row(r) for r in rows}
+
+    def _claim_or_undo(self, c: Any, params: dict[str, Any]) -> list[Any]:
+        """:data:`CLAIM` under a savepoint: a violation of a unique key undoes it alone
+        (and is raised). The savepoint goes with the claim, its release with what
+        follows it in the turn's pipeline: one round trip. (psycopg's nested
+        ``transaction()`` syncs the pipeline as it enters and leaves: three more.)"""
+        c.execute("SAVEPOINT claim")
+        try:
+            rows = list(c.execute(CLAIM, params).fetchall())
+        except self.db.psycopg.errors.UniqueViolation:
+            self.db.sync_past_error()
+            c.execute("ROLLBACK TO SAVEPOINT claim")
+            raise
+        c.execute("RELEASE SAVEPOINT claim")
+        return rows
 
     def read_later(self, c: Any, sql: str) -> Any:
         """Sent in the turn's pipeline: its answer comes with the ``COMMIT``."""
