@@ -666,6 +666,66 @@ def test_a_watched_job_rolls_back_and_states_its_defaults_in_a_file(jobctl) -> N
     assert r.exit_code == 2 and "job ci: retries: it is about starting a command" in r.output
 
 
+def test_a_watched_job_rolls_back_to_a_revision_from_before_the_file_said_watch(jobctl) -> None:
+    # revisions written before the job file had watch and ping_key kept a watched job as
+    # command = "" (and retries 0); rollback to one refused it as an empty command
+    import json
+
+    jobctl("add", "ci", "--watch", "--every", "1h", "--grace", "10m")
+    key = _key(jobctl, "ci")
+    jobctl("edit", "ci", "--grace", "20m", "--description", "later")
+    store = jobctl.store()
+    job_id = store.get_job("ci").id
+    with store.write() as c:
+        rows = c.execute(
+            "SELECT revision, definition FROM job_revisions WHERE job_id = ?", (job_id,)
+        ).fetchall()
+        for revision, text in rows:
+            table = json.loads(text)
+            assert table.pop("watch") is True and table.pop("ping_key") == key
+            table["command"] = ""
+            c.execute(
+                "UPDATE job_revisions SET definition = ? WHERE job_id = ? AND revision = ?",
+                (json.dumps(table), job_id, revision),
+            )
+    jobctl("rollback", "ci", "1")
+    job = jobctl.json("show", "ci")
+    assert (job["watch"], job["ping_key"], job["command"]) == (True, key, None)
+    assert (job["grace"], job["description"], job["retries"]) == (600, None, 0)
+    assert jobctl.json("history", "ci")[-1]["changes"] == {
+        "description": ["later", None],
+        "grace": ["20m", "10m"],
+    }
+    jobctl("rollback", "ci", "2")
+    job = jobctl.json("show", "ci")
+    assert (job["watch"], job["ping_key"], job["grace"]) == (True, key, 1200)
+    # its pings still reach it
+    jobctl("ping", "ci")
+    assert [r["state"] for r in jobctl.json("runs", "ci")] == ["succeeded"]
+
+
+def test_rollback_to_a_ping_key_another_job_holds_now_is_refused(jobctl) -> None:
+    # ci was watched at /ping/KEY, then made a job that runs here; another watched job
+    # took that key: going back to revision 1 would give one key to two jobs
+    jobctl("add", "ci", "--watch", "--every", "1h")
+    key = _key(jobctl, "ci")
+    jobctl("add", "ci", "--replace", "--every", "1h", "--", "true")
+    jobctl("apply", "-", stdin=f'[jobs.other]\nevery = "1h"\nwatch = true\nping_key = "{key}"\n')
+    before = jobctl.json("show", "ci")["revision"]
+    r = jobctl("rollback", "ci", "1", ok=False)
+    assert r.exit_code == 1
+    assert r.stderr == (
+        f"Error: revision 1 of job ci pings at /ping/{key}, which is job other's now: "
+        "nothing was changed\n"
+    )
+    assert jobctl.json("show", "ci")["revision"] == before
+    assert _key(jobctl, "other") == key
+    # once the other job lets the key go, the rollback makes ci watched at it again
+    jobctl("rm", "other")
+    jobctl("rollback", "ci", "1")
+    assert _key(jobctl, "ci") == key
+
+
 # ---------------------------------------------------------------------- retry-dead
 
 

@@ -498,7 +498,13 @@ def definition_from_table(
     name: str, table: Mapping[str, Any], now: datetime, existing: Job | None = None
 ) -> Definition:
     """One job's table (as a revision keeps it) -> its definition, validated as
-    :func:`parse_text` validates a file's. Raises UsageError naming every problem."""
+    :func:`parse_text` validates a file's. Raises UsageError naming every problem.
+
+    A watched job's revision written before the job file said ``watch`` holds ``command
+    = ""`` and no ``watch`` (a job that runs a command never has an empty one): it is read
+    as the watched job it was, keeping the job's ping key when it has one."""
+    if "watch" not in table and table.get("command") == "":
+        table = {k: v for k, v in table.items() if k != "command"} | {"watch": True}
     problems: list[Problem] = []
     d = _definition(name, table, now, existing, _Lines(""), problems)
     if problems or d is None:

@@ -602,6 +602,15 @@ class Commands:
         if not found:
             raise NotFound(f"job {name!r} has no revision {revision}")
         wanted = jobfile.definition_from_table(name, found[0].definition, now, job)
+        key = wanted.spec.ping_key
+        if key is not None and key != job.spec.ping_key:
+            # a watched revision whose key another job holds since (pings go to one job)
+            holder = [j.name for j in self.list_jobs() if j.spec.ping_key == key]
+            if holder:
+                raise Conflict(
+                    f"revision {revision} of job {name} pings at /ping/{key}, which is job "
+                    f"{holder[0]}'s now: nothing was changed"
+                )
         plan = jobfile.plan_apply({name: wanted}, [job])
         if plan.empty():
             return job
