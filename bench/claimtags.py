@@ -26,7 +26,8 @@ from pathlib import Path
 
 from jobctl import planner
 from jobctl.models import JobSpec, Overlap, Trigger, TriggerKind
-from jobctl.store import DaemonIdentity, open_store
+from jobctl.store import open_store
+from jobctl.store.values import DaemonIdentity
 
 from .stats import median
 

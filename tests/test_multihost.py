@@ -174,7 +174,8 @@ def test_one_leader_and_failover_within_one_lease_loses_no_window(jobctl, hosts,
 
 def test_a_host_name_taken_by_another_machine_is_refused(jobctl, pg_url, hosts, tmp_path):
     hosts("host-a")
-    from jobctl.store import DaemonIdentity, open_store
+    from jobctl.store import open_store
+    from jobctl.store.values import DaemonIdentity
 
     store = open_store(pg_url)
     try:  # as if another machine (another boot) already ran a daemon named host-c

@@ -346,7 +346,7 @@ def test_a_claim_that_breaks_a_unique_key_is_undone_alone_then_taken_one_by_one(
     the runs are claimed one by one, the first is taken and the second refused, and the
     turn's transaction goes on and commits with what came before and after the claim."""
     from jobctl.clock import to_us
-    from jobctl.store import DaemonIdentity
+    from jobctl.store.values import DaemonIdentity
 
     with _view(pg_url) as s:
         s.add_job(manual("solo", overlap=Overlap.FORBID), T0)

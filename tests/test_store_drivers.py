@@ -16,10 +16,10 @@ from jobctl.clock import to_us
 from jobctl.errors import Conflict
 from jobctl.models import AttemptResult, JobSpec, Overlap, RunState, Trigger, TriggerKind
 from jobctl.notifications import Channel, ChannelKind
-from jobctl.store import DaemonIdentity, open_store
+from jobctl.store import open_store
 from jobctl.store.dialect import Retryable
 from jobctl.store.driver import Quota
-from jobctl.store.values import FinishItem
+from jobctl.store.values import DaemonIdentity, FinishItem
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 ME = DaemonIdentity("d1", "h1", 1, "b1", 30.0)
