@@ -191,6 +191,16 @@ keeper's: the daemon, a child subreaper, inherits it, leaves it be while the att
 it came from runs (its environment names the run), and kills it once that attempt has
 ended.
 
+Attempts are started by the spawner (`python -I -S .../jobctl/spawner.py`, in its own
+process group), a small process the daemon starts once, so that the memory the kernel
+counts for an attempt (`max_rss`) is the command's own and not the daemon's. It clones
+each attempt as a child of the daemon, which watches and reaps it. On x86-64 the clone is
+made by a few instructions of machine code that copy none of the spawner's memory:
+`true` records about 1 MiB. Elsewhere, or where memory may not be made executable, the
+clone is a copy of the spawner (`true`: about 6 MiB). Where the spawner cannot run, the
+daemon logs why and starts attempts itself; their `max_rss` is then null unless the
+command used more than the daemon's own peak.
+
 Its log is one line an event. At `--log-level info` (the default) that is the start and
 the stop, each change of the scheduler lease, each attempt that failed and each run that
 ended other than succeeded, and each fault; `debug` adds every attempt's start and

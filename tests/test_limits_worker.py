@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from jobctl.models import AttemptResult, IoClass, Limits, RunSettings
-from jobctl.spawner import Spawner, SpawnError
+from jobctl.spawner import NATIVE_SPAWN, Spawner, SpawnError
 from jobctl.worker import LIMITS_FAILED_EXIT, Child, limits_prefix
 
 BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"}
@@ -75,9 +75,13 @@ def test_max_rss_of_a_child_that_holds_200_mib_is_at_least_200_mib():
     assert result.max_rss is not None and result.max_rss >= 200 << 20
 
 
-@pytest.fixture
-def spawner():
-    s = Spawner()
+@pytest.fixture(params=[True, False], ids=["native", "python-clone"])
+def spawner(request):
+    """The spawner both ways (jobctl.spawner): the native spawn where this machine has
+    one, and the clone that returns into Python that other machines use."""
+    if request.param and NATIVE_SPAWN is None:
+        pytest.skip(f"no native spawn for {os.uname().machine}")
+    s = Spawner(native=request.param)
     assert s.start()
     yield s
     s.stop()
@@ -92,6 +96,9 @@ def test_through_the_spawner_max_rss_is_the_commands_own_whatever_our_size(spawn
     ballast = _big()
     small = _run("true", spawner=spawner)
     assert small.ok and small.max_rss is not None and small.max_rss < 8 << 20
+    if spawner.native:
+        # the copy held none of the spawner's memory: a shell running true, no more
+        assert small.max_rss < 3 << 20
     big = _run(ALLOC_200M, spawner=spawner)
     assert big.ok and big.max_rss is not None and 200 << 20 <= big.max_rss <= 230 << 20
     # spawned here, the child is charged with our peak: not told, rather than ours

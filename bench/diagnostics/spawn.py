@@ -8,17 +8,22 @@ drained, the group killed, the child reaped):
 - ``raw``: ``os.posix_spawn`` + ``os.wait`` and nothing else (the machine's floor);
 - ``popen``: ``subprocess.Popen`` as the worker used it (new session, stdin /dev/null,
   merged stdout+stderr pipe, cwd, ``close_fds``) plus a pidfd;
-- ``posix_spawn``: ``jobctl.worker.Child.start``.
+- ``posix_spawn``: ``jobctl.worker.Child.start`` spawning itself;
+- ``spawner``: ``jobctl.worker.Child.start`` through the daemon's spawner (attempts cloned
+  from a small process, so their ``max_rss`` is their own), whose CPU is counted with
+  this process's.
 
 Prints, per way, the median over the repetitions of the wall time, the wall time per
 child, the time the loop was blocked inside the spawn call per child (with a
-``vfork``-style spawn, until the child has exec'd), and this process's CPU per child.
+``vfork``-style spawn, until the child has exec'd), this process's CPU per child (and the
+spawner's), and the children's own CPU per child.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import selectors
 import signal
 import subprocess
@@ -27,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobctl.models import RunSettings
+from jobctl.spawner import Spawner
 from jobctl.worker import Child, mark_inherited_fds_cloexec
 
 from ..stats import median
@@ -139,6 +145,20 @@ def _driven(start: Callable[[], Any], children: int, width: int) -> tuple[float,
     return time.perf_counter() - t0, blocked, time.process_time() - c0
 
 
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _cpu_of(pid: int | None) -> float:
+    """The CPU seconds of a live process of ours (0 when there is none)."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.diagnostics.spawn", description=__doc__)
     p.add_argument("--children", type=int, default=1000)
@@ -148,27 +168,39 @@ def main(argv: list[str] | None = None) -> int:
     mark_inherited_fds_cloexec()
     env = dict(os.environ)
     settings = RunSettings("true", SH, None, {}, None, None, 10.0, None)
+    spawner = Spawner()
+    spawner.start()
     ways: dict[str, Callable[[], tuple[float, float, float]]] = {
         "raw": lambda: _raw(a.children, a.width, env),
         "popen": lambda: _driven(lambda: _PopenChild(env), a.children, a.width),
         "posix_spawn": lambda: _driven(
             lambda: Child.start(settings, env, time.monotonic()), a.children, a.width
         ),
+        "spawner": lambda: _driven(
+            lambda: Child.start(settings, env, time.monotonic(), spawner=spawner),
+            a.children,
+            a.width,
+        ),
     }
-    results: dict[str, list[tuple[float, float, float]]] = {w: [] for w in ways}
+    results: dict[str, list[tuple[float, float, float, float]]] = {w: [] for w in ways}
     for _ in range(a.repeat):  # interleaved, so a noisy moment hits every way alike
         for name, run in ways.items():
-            results[name].append(run())
+            c0, s0 = _children_cpu(), _cpu_of(spawner.pid)
+            wall, blocked, cpu = run()
+            spawner_cpu = _cpu_of(spawner.pid) - s0
+            results[name].append((wall, blocked, cpu + spawner_cpu, _children_cpu() - c0))
+    spawner.stop()
     print(f"{a.children} x sh -c true, {a.width} in flight, median of {a.repeat}")
     print(
         f"{'way':<12} {'wall s':>7} {'ms/child':>9} {'blocked ms/child':>17} {'cpu ms/child':>13}"
+        f" {'child cpu ms':>13}"
     )
     for name, runs in results.items():
-        wall, blocked, cpu = (median([r[k] for r in runs]) for k in range(3))
+        wall, blocked, cpu, child = (median([r[k] for r in runs]) for k in range(4))
         n = a.children
         print(
             f"{name:<12} {wall:>7.3f} {wall * 1000 / n:>9.3f} {blocked * 1000 / n:>17.3f} "
-            f"{cpu * 1000 / n:>13.3f}"
+            f"{cpu * 1000 / n:>13.3f} {child * 1000 / n:>13.3f}"
         )
     return 0
 

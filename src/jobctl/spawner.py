@@ -12,16 +12,22 @@ MiB, importing nothing of jobctl) that the daemon starts once.
 It makes each attempt with ``clone(CLONE_PARENT)``: a copy of itself whose parent is
 the daemon, not the spawner. So the daemon watches, signals and reaps its attempts as
 before (a pidfd, ``killpg`` before the reap, ``wait4`` with its rusage); the spawner
-only forks and execs, and a fork of a small process is what the attempt is charged
-with (a few MiB, below what ``true`` or a shell needs of its own).
+only forks and execs.
 
-The daemon sends one message per attempt on a ``SOCK_SEQPACKET`` socket: the program,
-argv, environment, working directory, niceness and I/O priority, with the descriptors
-for stdin and for the output (``SCM_RIGHTS``). The child puts them on 0, 1 and 2, starts
-a new session, sets the signals back to their defaults with an empty mask, sets its
-niceness and I/O priority (a process's own, now: no helper thread), goes to the working
-directory and execs. The spawner answers ``pid`` and, when a step failed before the
-exec took, that step and its errno (the child then exits 127 and the daemon reaps it).
+On x86-64 the clone is made by a few instructions of machine code (:data:`NATIVE_SPAWN`,
+its source in :data:`NATIVE_SPAWN_SOURCE`) that issue the ``clone``, ``setsid``,
+``ioprio_set``, ``setpriority`` and ``execve`` system calls themselves and touch no
+memory but the request they are given: so every private writable mapping of the
+spawner (the interpreter's heap and stack) is marked ``MADV_DONTFORK`` and the copy
+holds nothing of it. The attempt is charged with its own memory alone (``true``: about
+1 MiB), copying nothing costs the spawner nothing, and the copy makes no page fault
+before its exec: an attempt costs what a ``posix_spawn`` costs. (The kernel writes a
+thread's restartable-sequence area, in memory the copy no longer has, on its way back
+to user space: the spawner is started with glibc's ``rseq`` registration off.) Where
+that cannot be had (another machine, or memory that may not be made executable), the
+clone returns into Python, which execs: the attempt is then charged with the copy of
+the spawner it was (about 6 MiB), and each attempt costs a few tenths of a millisecond
+more.
 
 Where the spawner cannot run (no ``clone`` number known for the machine, or it cannot
 start), the daemon spawns attempts itself and their ``max_rss`` is not told (null).
@@ -74,6 +80,100 @@ _NO_FD = -1
 _NO_NICE = -(2**31)
 #: the steps of a spawn, as the answer names the one that failed
 STEPS = ("fork", "stdio", "session", "ioprio", "nice", "chdir", "exec")
+
+
+#: the native spawn's source (GNU as, Intel syntax): ``long spawn(struct request *r)``.
+#: ``r`` holds, at 0, 8 and 16, the path, argv and envp of the exec; at 24 the niceness
+#: (``_NO_NICE``: none) and at 28 the I/O priority (negative: none), 32-bit; at 32 the
+#: page a failure is reported on (the step, then the errno, 32-bit each) and at 40 the
+#: clone's flags. The caller gets the pid, or ``-errno`` when the clone failed. The copy
+#: uses no stack (it has none: see the module's doc) and exits 127 on a failure.
+#: ``tests/test_spawner.py`` assembles it, where binutils are, and checks the bytes.
+NATIVE_SPAWN_SOURCE = """\
+    .intel_syntax noprefix
+spawn:
+    endbr64
+    push rbx
+    push r12
+    mov rbx, rdi
+    mov rdi, [rbx+40]       # clone(flags, stack 0: the same address, in the copy)
+    xor esi, esi
+    xor edx, edx
+    xor r10d, r10d
+    xor r8d, r8d
+    mov eax, 56
+    syscall
+    test rax, rax
+    jz child
+    pop r12                 # the caller: the pid or -errno
+    pop rbx
+    ret
+child:
+    mov r12d, 2             # step 2, session: setsid()
+    mov eax, 112
+    syscall
+    test rax, rax
+    js fail
+    mov r12d, 3             # step 3: ioprio_set(IOPRIO_WHO_PROCESS, 0, ioprio)
+    mov edx, [rbx+28]
+    test edx, edx
+    js 1f
+    mov edi, 1
+    xor esi, esi
+    mov eax, 251
+    syscall
+    test rax, rax
+    js fail
+1:
+    mov r12d, 4             # step 4: setpriority(PRIO_PROCESS, 0, nice)
+    mov edx, [rbx+24]
+    cmp edx, 0x80000000
+    je 2f
+    xor edi, edi
+    xor esi, esi
+    mov eax, 141
+    syscall
+    cmp rax, -1             # EPERM, EACCES: a niceness below ours is not ours to give
+    je 2f
+    cmp rax, -13
+    je 2f
+    test rax, rax
+    js fail
+2:
+    mov r12d, 6             # step 6: execve(path, argv, envp)
+    mov rdi, [rbx]
+    mov rsi, [rbx+8]
+    mov rdx, [rbx+16]
+    mov eax, 59
+    syscall
+fail:
+    neg eax                 # report the step and errno, exit_group(127)
+    mov rcx, [rbx+32]
+    mov [rcx], r12d
+    mov [rcx+4], eax
+    mov edi, 127
+    mov eax, 231
+    syscall
+"""
+#: :data:`NATIVE_SPAWN_SOURCE` assembled, by machine (``os.uname().machine``)
+NATIVE_SPAWN = {
+    "x86_64": bytes.fromhex(
+        "f30f1efa5341544889fb488b7b2831f631d24531d24531c0b8380000000f054885c07404415c5bc341"
+        "bc02000000b8700000000f054885c0786541bc030000008b531c85d27813bf0100000031f6b8fb0000"
+        "000f054885c0784541bc040000008b531881fa00000080741c31ff31f6b88d0000000f054883f8ff74"
+        "0b4883f8f374054885c0781841bc06000000488b3b488b7308488b5310b83b0000000f05f7d8488b4b"
+        "20448921894104bf7f000000b8e70000000f05"
+    ),
+}.get(os.uname().machine)
+#: the request's header (see NATIVE_SPAWN_SOURCE), before the strings it points at
+_REQUEST_BYTES = 48
+#: what the spawner's environment asks of glibc: no restartable sequences (see above)
+SPAWNER_ENV = {"GLIBC_TUNABLES": "glibc.pthread.rseq=0"}
+#: madvise(2): the mapping is not copied into a child
+MADV_DONTFORK = 10
+#: the spawner looks again for mappings to leave out of its copies after this many
+#: requests (the interpreter maps memory now and then)
+REMAP_EVERY = 256
 
 
 #: an answer: pid, the step that failed (-1: none), its errno
@@ -169,17 +269,21 @@ def _clone_parent(libc: object) -> int:
 
 
 def _serve_one(
-    sock: _socket.socket, libc: object, report: mmap.mmap, data: bytes, fds: list[int]
+    sock: _socket.socket,
+    libc: object,
+    report: mmap.mmap,
+    native: _Native | None,
+    buf: mmap.mmap | memoryview,
+    n: int,
+    fds: list[int],
 ) -> None:
-    """One request: the child's descriptors and directory are set here, in the spawner
-    (what a fork copies), so the clone itself runs almost nothing before its exec. The
-    clone is made with ``CLONE_VFORK``: the spawner goes on once it has exec'd or exited,
-    and ``report`` (a shared page) then holds the step that failed, if one did."""
-    nice, ioprio, which, nfields = _ints(data, 4)
-    fields = data[16:].split(b"\0")[:nfields]
-    path, cwd, argc = fields[0], fields[1], int(fields[2])
-    argv = fields[3 : 3 + argc]
-    env = dict(item.partition(b"=")[::2] for item in fields[3 + argc :])
+    """One request, the ``n`` bytes at the start of ``buf``: the child's descriptors and
+    directory are set here, in the spawner (what a clone copies), so the clone itself
+    runs almost nothing before its exec. The clone is made with ``CLONE_VFORK``: the
+    spawner goes on once it has exec'd or exited, and ``report`` (a shared page) then
+    holds the step that failed, if one did."""
+    nice, ioprio, which, nfields = _ints(bytes(buf[:16]), 4)
+    fields = bytes(buf[16:n]).split(b"\0")[:nfields]
     given = iter(fds)  # stdin's, then the output's, each when the daemon sent one
     in_fd, out_fd = (next(given, _NO_FD) if which >> bit & 1 else _NO_FD for bit in (0, 1))
     try:
@@ -189,15 +293,22 @@ def _serve_one(
         os.dup2(out, 1)
         os.dup2(out, 2)
         step = 5
-        os.chdir(cwd)
+        os.chdir(fields[1])
         step = 0
         report[:_REPORT_BYTES] = _NOT_REPORTED
-        pid = _clone_parent(libc)
+        if native is not None:
+            pid = native.spawn(fields, n, nice, ioprio)
+            if pid < 0:
+                raise OSError(-pid, os.strerror(-pid))
+        else:
+            pid = _clone_parent(libc)
     except OSError as e:
         sock.send(_pack(0, step, e.errno or 0))
         pid = -1
-    if pid == 0:  # (the descriptors received are closed by the exec: close-on-exec)
-        _child(path, argv, env, nice, ioprio, report)
+    if pid == 0:  # the Python clone (the descriptors received are close-on-exec)
+        path, argc = fields[0], int(fields[2])
+        env = dict(item.partition(b"=")[::2] for item in fields[3 + argc :])
+        _child(path, fields[3 : 3 + argc], env, nice, ioprio, report)
     for fd in fds:
         os.close(fd)
     # the child's copies are its own: the spawner holds none of its pipes (an output
@@ -208,6 +319,94 @@ def _serve_one(
     if pid > 0:
         step, err = _ints(report[:_REPORT_BYTES], 2)
         sock.send(_pack(pid, step, err))
+
+
+class _Native:
+    """The spawn of :data:`NATIVE_SPAWN`: its code in a page made executable, the request
+    in a shared mapping the received message is read into (the strings stay where they
+    arrived; the header and the argv and envp arrays are written after them), and the
+    report page. :meth:`leave_out` marks what the copies are not to hold."""
+
+    def __init__(self, libc: object, report: mmap.mmap) -> None:
+        import ctypes
+
+        assert NATIVE_SPAWN is not None
+        self.ctypes = ctypes
+        self.libc = libc
+        libc.mprotect.argtypes = libc.madvise.argtypes = (  # type: ignore[attr-defined]
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+        )
+        # shared mappings, all three: never left out of a copy, never copied
+        self.code = mmap.mmap(-1, mmap.PAGESIZE)
+        self.code.write(NATIVE_SPAWN)
+        code_at = self._address(self.code)
+        prot = mmap.PROT_READ | mmap.PROT_EXEC
+        if libc.mprotect(code_at, mmap.PAGESIZE, prot) != 0:  # type: ignore[attr-defined]
+            err = ctypes.get_errno()
+            raise OSError(err, f"cannot make the spawn's code executable: {os.strerror(err)}")
+        self.call = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_void_p)(code_at)
+        # the message (at most MAX_MESSAGE_BYTES) and the arrays that point into it
+        self.data = mmap.mmap(-1, 2 * MAX_MESSAGE_BYTES)
+        self.at = self._address(self.data)
+        self.report_at = self._address(report)
+        self.view = memoryview(self.data)[_REQUEST_BYTES:]
+        self.served = 0
+        self.left_out = self.leave_out()
+
+    def _address(self, m: mmap.mmap) -> int:
+        return self.ctypes.addressof(self.ctypes.c_char.from_buffer(m))
+
+    def leave_out(self) -> int:
+        """Mark every private writable mapping ``MADV_DONTFORK`` (the interpreter's heap,
+        stacks and data: nothing the native spawn touches); how many were. None is while
+        glibc has registered a restartable-sequence area (it lives in that memory)."""
+        try:
+            rseq = self.ctypes.c_uint.in_dll(self.libc, "__rseq_size").value  # type: ignore[arg-type]
+        except ValueError:  # a glibc without it registers none
+            rseq = 0
+        if rseq:
+            return 0
+        n = 0
+        madvise = self.libc.madvise  # type: ignore[attr-defined]
+        with open("/proc/self/maps", "rb") as f:
+            for line in f:
+                fields = line.split()
+                perms = fields[1]
+                if perms[1:2] != b"w" or perms[3:4] != b"p":
+                    continue
+                lo, hi = (int(x, 16) for x in fields[0].split(b"-"))
+                if madvise(lo, hi - lo, MADV_DONTFORK) == 0:
+                    n += 1
+        return n
+
+    def spawn(self, fields: list[bytes], n: int, nice: int, ioprio: int) -> int:
+        """Clone and exec the request received at the start of :attr:`view`: ``n``
+        bytes, its 16-byte header then ``fields`` (as split), each ended by NUL but the
+        last. The pid, or ``-errno`` when the clone failed."""
+        self.view[n] = 0  # the last field's end
+        addresses, at = [], self.at + _REQUEST_BYTES + 16
+        for field in fields:
+            addresses.append(at)
+            at += len(field) + 1
+        argc = int(fields[2])
+        argv, envp = [*addresses[3 : 3 + argc], 0], [*addresses[3 + argc :], 0]
+        table = (_REQUEST_BYTES + n + 8) & ~7
+        arrays = b"".join(a.to_bytes(8, sys.byteorder) for a in argv + envp)
+        self.data[table : table + len(arrays)] = arrays
+        head = (addresses[0], self.at + table, self.at + table + 8 * len(argv))
+        self.data[:_REQUEST_BYTES] = (
+            b"".join(a.to_bytes(8, sys.byteorder) for a in head)
+            + _pack(nice, ioprio)
+            + self.report_at.to_bytes(8, sys.byteorder)
+            + (CLONE_PARENT | CLONE_VFORK | _signal.SIGCHLD).to_bytes(8, sys.byteorder)
+        )
+        pid = int(self.call(self.at))
+        self.served += 1
+        if self.served % REMAP_EVERY == 0:
+            self.leave_out()
+        return pid
 
 
 _DEVNULL: dict[int, int] = {}
@@ -229,14 +428,15 @@ def _received_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
     return fds
 
 
-def main(fd: int = 0) -> int:
+def main(fd: int = 0, native: bool = True) -> int:
     """The spawner process: serve the daemon's requests until its socket ends.
 
-    Its signals keep their default dispositions (what Python ignores is set back), so
-    the clone needs no signal work: it is in a process group of its own (a terminal's
-    Ctrl-C is not for it), and a stop that ends it ends no attempt (the daemon spawns
-    none while it stops, and starts another spawner when it needs one)."""
-    for sig in (_signal.SIGPIPE, _signal.SIGXFSZ):
+    Its signals keep their default dispositions (what Python sets is set back), so
+    the clone needs no signal work and runs no handler: it is in a process group of its
+    own (a terminal's Ctrl-C is not for it), and a stop that ends it ends no attempt (the
+    daemon spawns none while it stops, and starts another spawner when it needs one).
+    ``native`` False: the clone returns into Python (see the module's doc)."""
+    for sig in (_signal.SIGINT, _signal.SIGPIPE, _signal.SIGXFSZ):
         _signal.signal(sig, _signal.SIG_DFL)
     _signal.pthread_sigmask(_signal.SIG_SETMASK, ())  # and the clones' mask is empty
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET, 0, os.dup(fd))
@@ -247,9 +447,15 @@ def main(fd: int = 0) -> int:
     # where a clone that failed says so: shared (an anonymous MAP_SHARED page), as the
     # clone's memory is otherwise a copy
     report = mmap.mmap(-1, mmap.PAGESIZE)
+    spawn: _Native | None = None
+    if native and NATIVE_SPAWN is not None:
+        try:
+            spawn = _Native(libc, report)
+        except OSError:
+            spawn = None
     # the requests' buffer, once: mapped, not touched (what arrives is what counts), so
     # it costs no page, and no map and unmap a request as a new buffer each time would
-    buf = mmap.mmap(-1, MAX_MESSAGE_BYTES, mmap.MAP_PRIVATE)
+    buf = spawn.view if spawn is not None else mmap.mmap(-1, MAX_MESSAGE_BYTES, mmap.MAP_PRIVATE)
     while True:
         try:
             n, ancdata, _, _ = sock.recvmsg_into(
@@ -261,7 +467,7 @@ def main(fd: int = 0) -> int:
             return 0
         if not n:
             return 0
-        _serve_one(sock, libc, report, buf[:n], _received_fds(ancdata))
+        _serve_one(sock, libc, report, spawn, buf, n, _received_fds(ancdata))
 
 
 # ---------------------------------------------------------------------- the daemon's side
@@ -282,9 +488,11 @@ class Spawner:
     spawner that died is started again at the next spawn (once; if that fails too, the
     daemon spawns itself from then on)."""
 
-    def __init__(self) -> None:
+    def __init__(self, native: bool = True) -> None:
         self.pid: int | None = None
         self._sock: socket.socket | None = None
+        #: False: the clone returns into Python, even where the native spawn would do
+        self.native = native
         self.available = SYS_CLONE is not None and sys.platform == "linux"
         self.failure: str | None = None if self.available else "clone is not known here"
 
@@ -295,8 +503,9 @@ class Spawner:
         try:
             pid = os.posix_spawn(
                 sys.executable,
-                [sys.executable, "-I", "-S", os.path.abspath(__file__)],
-                {},
+                [sys.executable, "-I", "-S", os.path.abspath(__file__)]
+                + ([] if self.native else ["--python-clone"]),
+                SPAWNER_ENV,
                 file_actions=[
                     (os.POSIX_SPAWN_DUP2, theirs.fileno(), 0),
                     (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
@@ -394,4 +603,4 @@ class Spawner:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(native="--python-clone" not in sys.argv))
