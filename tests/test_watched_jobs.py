@@ -242,7 +242,7 @@ def test_jobctl_ping_writes_start_and_exit_with_stdin_as_output(jobctl, db) -> N
     # one kind of ping a call: two are invalid input, and nothing is recorded
     for two in (["--start", "--fail"], ["--log", "--exit", "0"], ["--fail", "--exit", "4"]):
         r = jobctl("ping", "report", *two, ok=False)
-        assert r.exit_code == 2 and r.output.startswith("Error: give one of"), r.output
+        assert r.exit_code == 2 and r.output.startswith("Error: give at most one of"), r.output
     assert [r["id"] for r in _runs(jobctl, "report")] == [run["id"]]
     r = jobctl("ping", "nope", ok=False)
     assert r.exit_code == 1 and "no job named 'nope'" in r.output
@@ -315,6 +315,43 @@ def test_exec_wraps_a_failing_and_a_succeeding_command(jobctl, db) -> None:
         [*argv, "exec", "x", "--url", "http://127.0.0.1:9", "--", "true"], capture_output=True
     )
     assert far.returncode == 0 and far.stderr.count(b"warning: jobctl exec:") == 2
+
+
+def test_exec_gives_every_word_after_name_to_the_command(jobctl, db, server) -> None:
+    # `exec NAME echo -h` printed exec's help and ran nothing (exit 0): a crontab line
+    # silently not run. Every word after NAME is COMMAND's, but --url right after NAME.
+    jobctl("add", "sync", "--watch", "--every", "1h")
+    argv = _jobctl_argv(db)
+
+    def run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([*argv, "exec", *args], capture_output=True, timeout=60)
+
+    for args, out in (
+        (["sync", "echo", "-h"], b"-h\n"),
+        (["sync", "printf", "%s\\n", "--help"], b"--help\n"),
+        (["sync", "sh", "-c", 'echo "$@"', "sh", "--url", "u"], b"--url u\n"),
+        (["sync", "--", "echo", "--url", "u"], b"--url u\n"),
+    ):
+        r = run(*args)
+        assert (r.returncode, r.stdout, r.stderr) == (0, out, b""), args
+    assert [x["state"] for x in _runs(jobctl, "sync")] == ["succeeded"] * 4
+    # --url after NAME (as the README writes it), with = too, or before NAME
+    for args in (
+        ["sync", "--url", server.url, "--", "true"],
+        ["sync", f"--url={server.url}", "true"],
+        ["--url", server.url, "sync", "true"],
+    ):
+        r = run(*args)
+        assert (r.returncode, r.stderr) == (0, b""), (args, r.stderr)
+        newest = _runs(jobctl, "sync")[0]
+        assert _inspect(jobctl, newest["id"])["attempts"][0]["host"] == "127.0.0.1", args
+    assert len(_runs(jobctl, "sync")) == 7
+    # ping takes at most one of its flags, and says so
+    r = jobctl("ping", "sync", "--start", "--fail", ok=False)
+    assert r.exit_code == 2
+    assert r.stderr == (
+        "Error: give at most one of --start, --fail, --log and --exit (got --start, --fail)\n"
+    )
 
 
 def test_exec_with_url_pings_serve_by_key(jobctl, db, server, tmp_path) -> None:

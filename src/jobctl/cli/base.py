@@ -328,7 +328,8 @@ def trigger_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--start",
             metavar="TIME",
-            help="With --every: the anchor (default: now); H: a phase chosen from the job's name.",
+            help="With --every: the first window (default: one interval from now); H: a phase "
+            "chosen from the job's name.",
         ),
         click.option("--at", metavar="TIME", help="One shot at an ISO 8601 time (naive = --tz)."),
         click.option("--in", "in_", metavar="DURATION", help="One shot DURATION from now."),
@@ -342,7 +343,8 @@ def trigger_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--tz",
             metavar="ZONE",
             shell_complete=_complete_zones,
-            help="IANA zone the cron expression is read in (default: local).",
+            help="IANA zone the job's cron expressions, --except, calendar dates and naive "
+            "times are read in (default: local).",
         ),
         click.option(
             "--after",

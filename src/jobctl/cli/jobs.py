@@ -56,7 +56,8 @@ def add(
     as_json: bool,
     **kwargs: Any,
 ) -> None:
-    """Create a job: NAME, one trigger, policies, then -- COMMAND.
+    """Create a job: NAME, its trigger (several --cron and --every make one set), policies,
+    then -- COMMAND.
 
     One COMMAND argument is a shell string; several are shell-quoted and joined. With
     --watch, no COMMAND: the job gets a ping key and its windows are recorded as runs that

@@ -10,10 +10,18 @@ from .base import Ctx, cli, int64, pass_ctx, warn
 
 @cli.command()
 @click.option("--from", "from_", metavar="TIME", help="Start of the range (default: now).")
-@click.option("--hours", type=int64(1), default=24, show_default=True, help="Length of the range.")
+@click.option(
+    "--hours",
+    type=int64(1),
+    metavar="N",
+    default=24,
+    show_default=True,
+    help="Length of the range in hours.",
+)
 @click.option(
     "--by",
     type=click.Choice(["minute", "hour"]),
+    metavar="minute|hour",
     default="minute",
     show_default=True,
     help="The slot windows are counted in.",
@@ -22,6 +30,7 @@ from .base import Ctx, cli, int64, pass_ctx, warn
 @click.option(
     "--max-starts",
     type=int64(1),
+    metavar="N",
     default=5,
     show_default=True,
     help="With --suggest: more starts than this in one slot is crowded.",

@@ -73,7 +73,7 @@ def secret_set(obj: Ctx, name: str, from_file: str | None) -> None:
 
 
 @secret.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of secrets.")
+@click.option("--json", "as_json", is_flag=True, help="Print [{name, updated_at, used_by}].")
 @pass_ctx
 def secret_list(obj: Ctx, as_json: bool) -> None:
     """Secrets: name, when last set, the jobs that use them (never a value)."""

@@ -40,8 +40,9 @@ def ping(
 ) -> None:
     """Ping the watched job NAME as /ping/KEY does, straight into the database.
 
-    Without a flag: the work succeeded. Standard input, when it is not a terminal, is the
-    body (the attempt's output; at most 100 KB kept).
+    At most one of --start, --fail, --log and --exit; without one: the work succeeded.
+    Standard input, when it is not a terminal, is the body (the attempt's output; at most
+    100 KB kept).
     """
     from ..watching import CLI_HOST, PingKind, make_ping
 
@@ -49,7 +50,9 @@ def ping(
     if exit_code is not None:
         given.append("--exit")
     if len(given) > 1:
-        raise UsageError(f"give one of --start, --fail, --log and --exit (got {', '.join(given)})")
+        raise UsageError(
+            f"give at most one of --start, --fail, --log and --exit (got {', '.join(given)})"
+        )
     kind = given[0][2:] if given and exit_code is None else None
     what = PingKind.EXIT if exit_code is not None else PingKind(kind or "success")
     body = _stdin_body()
@@ -68,7 +71,9 @@ def _stdin_body() -> bytes:
 
 @cli.command(
     "exec",
-    context_settings={"ignore_unknown_options": True},
+    # what follows NAME is COMMAND's, but for --url right after NAME: `exec NAME echo -h`
+    # runs echo -h (click took -h for its own help and ran nothing)
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
 @click.argument("name", shell_complete=_complete_jobs)
 @click.option(
@@ -80,15 +85,18 @@ def _stdin_body() -> bytes:
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @pass_ctx
 def exec_(obj: Ctx, /, name: str, url: str | None, command: tuple[str, ...]) -> None:
-    """Run COMMAND here as a crontab line's wrapper, and ping the watched job NAME.
+    """Run COMMAND here as a crontab line's wrapper, and ping the watched job NAME:
+    `jobctl exec NAME [--url URL] -- COMMAND...`.
 
     Pings start, then success or the exit code with the last 64 KiB of the output, which
     is passed through; exits with COMMAND's exit code. A ping that cannot be made prints a
-    warning and never changes the exit code. Into the database, or with --url to serve.
+    warning and never changes the exit code. The pings go into the database, or with
+    --url over HTTP to `jobctl serve`. Every word after NAME (but --url) is COMMAND's.
     """
     from ..pinger import run_passthrough, send_http
     from ..watching import CLI_HOST, PingKind, make_ping, new_rid
 
+    url, command = _url_after_name(url, command)
     if command[:1] == ("--",):
         command = command[1:]
     if not command:
@@ -116,6 +124,19 @@ def exec_(obj: Ctx, /, name: str, url: str | None, command: tuple[str, ...]) -> 
         send(PingKind.EXIT, code, body=ran.output)
     obj.close()
     sys.exit(code)
+
+
+def _url_after_name(url: str | None, words: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """``exec NAME --url URL -- COMMAND``: a --url right after NAME (click hands every word
+    after NAME to COMMAND) -> (url, the rest)."""
+    while words and words[0] != "--":
+        if words[0] == "--url" and len(words) > 1:
+            url, words = words[1], words[2:]
+        elif words[0].startswith("--url="):
+            url, words = words[0][len("--url=") :], words[1:]
+        else:
+            break
+    return url, words
 
 
 _UUID_RE = re.compile(
