@@ -495,3 +495,54 @@ def test_windows_are_recorded_ahead_of_their_time_and_start_at_it(jobctl, start_
     # ones are written ahead of it
     assert all(scheduled <= started_at for _, scheduled, started_at in rows), rows
     assert any(created < scheduled for created, scheduled, _ in rows[1:]), rows
+
+
+def test_an_attempt_that_cannot_start_says_why_and_the_next_one_runs(jobctl, start_daemon, tmp_path):
+    """The spawner answers a spawn before its clone has exec'd: a working directory that
+    is gone fails before the clone, a shell that may not be executed fails in it (the
+    clone writes the step on the daemon's report pipe); each attempt fails with the
+    reason, and the daemon goes on."""
+    start_daemon()
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    shell = tmp_path / "mysh"
+    shell.write_text("#!/bin/sh\nexec /bin/sh \"$@\"\n")
+    shell.chmod(0o755)
+    jobctl("add", "nodir", "--manual", "--retries", "0", "--cwd", str(gone), "--", "true")
+    jobctl("add", "noexec", "--manual", "--retries", "0", "--shell", str(shell), "--", "true")
+    jobctl("add", "fine", "--manual", "--shell", str(shell), "--", "echo fine")
+    gone.rmdir()
+    shell.chmod(0o644)
+    nodir = jobctl.json("run", "nodir")["id"]
+    noexec = jobctl.json("run", "noexec")["id"]
+    wait_until(lambda: _run(jobctl, nodir).state is RunState.DEAD, 15)
+    wait_until(lambda: _run(jobctl, noexec).state is RunState.DEAD, 15)
+    assert _run(jobctl, nodir).last_error == f"spawn: {gone}: No such file or directory"
+    assert _run(jobctl, noexec).last_error == f"spawn: {shell}: Permission denied"
+    shell.chmod(0o755)
+    fine = jobctl.json("run", "fine")["id"]
+    wait_until(lambda: _run(jobctl, fine).state is RunState.SUCCEEDED, 15)
+
+
+def _spawner_of(pid):
+    for c in _children(pid):
+        try:
+            if Path(f"/proc/{c}/cmdline").read_bytes().endswith(b"/spawner.py\0"):
+                return c
+        except OSError:
+            continue
+    return None
+
+
+def test_a_spawner_that_is_killed_is_replaced_and_runs_go_on(jobctl, start_daemon):
+    d = start_daemon()
+    jobctl("add", "t", "--manual", "--", "true")
+    first = wait_until(lambda: _spawner_of(d.pid), 10, what="the spawner")
+    os.kill(first, 9)
+    ids = [jobctl.json("run", "t")["id"] for _ in range(3)]
+    wait_until(lambda: all(_run(jobctl, i).state is RunState.SUCCEEDED for i in ids), 20)
+    second = wait_until(lambda: _spawner_of(d.pid), 10, what="another spawner")
+    assert second != first
+    # started by the new spawner: what the kernel counted is the command's own
+    rss = [_attempts(jobctl, i)[0].max_rss for i in ids]
+    assert all(r is not None and r < 8 << 20 for r in rss), rss

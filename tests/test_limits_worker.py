@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from jobctl.models import AttemptResult, IoClass, Limits, RunSettings
-from jobctl.spawner import NATIVE_SPAWN, Spawner, SpawnError
+from jobctl.spawner import NATIVE_SPAWN, Spawner, SpawnError, exec_failure
 from jobctl.worker import LIMITS_FAILED_EXIT, Child, limits_prefix
 
 BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"}
@@ -131,8 +131,8 @@ def test_the_spawner_gives_the_child_what_a_spawn_here_gives(spawner):
 
 
 def test_the_spawner_names_the_step_that_failed_and_goes_on(spawner, tmp_path):
-    # the clone reports a failed exec through the page it shares with the spawner; each
-    # clone starts from a clean report, so a success after a failure is one
+    # the clone reports a failed exec on the pipe of its own request, the spawner a step
+    # before the clone in its answer; a success after a failure is one
     with pytest.raises(SpawnError) as failed:
         spawner.spawn(str(tmp_path / "missing"), ["missing"], {}, "/", None, None, None, None)
     assert (failed.value.step, failed.value.errno) == ("exec", errno.ENOENT)
@@ -225,3 +225,34 @@ def test_no_limits_no_prefix_and_a_failed_limit_line_is_exit_125():
     result = _run(limits_prefix(Limits(files_max=64)).replace("64", "-1") + "echo never")
     assert result.exit_code == LIMITS_FAILED_EXIT
     assert b"never" not in result.output
+
+
+def test_requests_are_answered_in_order_and_need_no_wait(spawner, tmp_path):
+    # the daemon sends each request and goes on; the answers come in the order asked,
+    # and an exec that took leaves nothing on the request's report pipe
+    reqs = [
+        spawner.request("/bin/sh", ["sh", "-c", f"exit {n}"], {}, "/", None, None, None, None)
+        for n in (3, 4, 5)
+    ]
+    got = []
+    while len(got) < len(reqs):
+        got += spawner.answers(block=True)
+    assert [req for req, _ in got] == reqs
+    codes = []
+    for req, pid in got:
+        assert isinstance(pid, int) and pid > 0
+        codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        assert exec_failure(req.report_r) is None
+    assert codes == [3, 4, 5]
+    # a step before the clone is in the answer; the clone's own on its report pipe
+    bad = spawner.request("/bin/true", ["true"], {}, str(tmp_path / "gone"), None, None, None, None)
+    worse = spawner.request(str(tmp_path / "nope"), ["nope"], {}, "/", None, None, None, None)
+    got = []
+    while len(got) < 2:
+        got += spawner.answers(block=True)
+    (r1, a1), (r2, a2) = got
+    assert r1 is bad and isinstance(a1, SpawnError) and a1.step == "chdir"
+    assert r2 is worse and isinstance(a2, int)
+    assert os.waitstatus_to_exitcode(os.waitpid(a2, 0)[1]) == 127
+    failed = exec_failure(worse.report_r)
+    assert failed is not None and (failed.step, failed.errno) == ("exec", errno.ENOENT)

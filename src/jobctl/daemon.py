@@ -415,7 +415,9 @@ class Daemon:
         if self.config.reap_strays:
             if self.executor.take_exited() and self.sweep_at is None:
                 self.sweep_at = mono + SWEEP_DELAY_SECONDS
-            if self.sweep_at is not None and mono >= self.sweep_at:
+            # not while a clone of the spawner may be a child whose pid is not known yet
+            # (its answer wakes the loop)
+            if self.sweep_at is not None and mono >= self.sweep_at and not self.executor.spawning:
                 self.sweep_at = None
                 self._sweep()
         if self.phase is not Phase.RUNNING and not self.executor.busy:
@@ -463,7 +465,7 @@ class Daemon:
         ):
             if wait is not None:
                 timeout = min(timeout, wait)
-        if self.sweep_at is not None:
+        if self.sweep_at is not None and not self.executor.spawning:
             timeout = min(timeout, max(self.sweep_at - mono, 0.0))
         if self.phase is Phase.DRAINING and self.kill_deadline is not None:
             timeout = min(timeout, max(self.kill_deadline - mono, 0.0))

@@ -21,10 +21,10 @@ from .keeper import Keeper
 from .logs import DEBUG, ERROR, INFO, WARNING, LogFn
 from .models import AttemptResult, Decision, Run, RunState, StopReason
 from .reaper import group_alive, kill_group, kill_run_processes
-from .spawner import Spawner
+from .spawner import Spawner, SpawnError
 from .store import DaemonStore
 from .store.values import Claimed, ExpiredLease, Finished, FinishItem
-from .worker import CANCEL_GRACE_SECONDS, Child, Hook, build_env, spawn_hook
+from .worker import CANCEL_GRACE_SECONDS, Child, Hook, build_env, spawn_hook, start_error
 
 #: a running attempt's output tail is stored at most this often while it changes
 OUTPUT_FLUSH_SECONDS = 1.0
@@ -131,12 +131,20 @@ class Executor:
         self._started: dict[tuple[int, int], tuple[int, float]] = {}
         self._record_after = 0.0
         self._batching = False
+        #: attempts asked of the spawner and not answered yet, oldest first
+        self._spawning: list[Held] = []
+        self._spawner_fd: int | None = None
 
     # ------------------------------------------------------------------ what the loop reads
 
     @property
     def busy(self) -> bool:
         return bool(self.held)
+
+    @property
+    def spawning(self) -> bool:
+        """Attempts were asked of the spawner and their pids are not known yet."""
+        return bool(self._spawning)
 
     def tracked_pids(self) -> set[int]:
         """Pids of children this executor reaps itself (attempts and hooks)."""
@@ -380,34 +388,101 @@ class Executor:
             n = kill_run_processes(run.id, env.get("JOBCTL_DB", ""))
             if n:
                 self.log(f"run {run.id}: killed {n} leftover processes of a lost attempt", WARNING)
+        spawner = self.spawner if self.spawner is not None and self.spawner.available else None
+        masks = [v.encode("utf-8", "surrogateescape") for v in secret_env.values()]
+        on_reap = self.keeper.release if self.keeper is not None else None
+        child = None
         try:
-            child = Child.start(
-                run.settings,
-                env,
-                mono,
-                on_close=self.unwatch,
-                on_reap=self.keeper.release if self.keeper is not None else None,
-                masks=[v.encode("utf-8", "surrogateescape") for v in secret_env.values()],
-                spawner=self.spawner,
-            )
+            if spawner is not None:
+                try:
+                    child = Child.request(
+                        run.settings, env, mono, spawner, self.unwatch, on_reap, masks
+                    )
+                except ConnectionError as e:  # spawned here, below, as those waiting
+                    self._spawner_lost(e, now, mono)
+            if child is None:
+                child = Child.start(run.settings, env, mono, self.unwatch, on_reap, masks)
         except OSError as e:
-            error = f"spawn: {e.strerror or e}" if not str(e).startswith("spawn:") else str(e)
-            if e.filename and e.filename not in error:
-                error = f"spawn: {e.filename}: {e.strerror or e}"
-            self.log(f"run {run.id} of {run.job_name}: cannot start: {error}", WARNING)
-            self._queue(None, run, run.attempt, AttemptResult(None, spawn_error=error), now, mono)
+            self._not_started(run, e, now, mono)
             return
-        if self.keeper is not None:
-            self.keeper.hold(child.pid)
         held = Held(run, run.attempt, child, mono)
         self.held[run.id] = held
-        assert child.output_fd is not None and child.pidfd is not None  # just started
+        assert child.output_fd is not None  # just started
         self.watch(child.output_fd, lambda now, mono: self._on_output(held, now, mono))
+        if child.request_ is not None:  # its pid comes with the spawner's answer
+            self._spawning.append(held)
+            self._watch_spawner()
+        else:
+            self._running(held, mono)
+
+    def _not_started(self, run: Run, e: OSError, now: datetime, mono: float) -> None:
+        error = start_error(e)
+        self.log(f"run {run.id} of {run.job_name}: cannot start: {error}", WARNING)
+        self._queue(None, run, run.attempt, AttemptResult(None, spawn_error=error), now, mono)
+
+    def _running(self, held: Held, mono: float) -> None:
+        """The attempt's child runs, its pid known: watch its exit, name its group to the
+        keeper, record its pid with the next transaction."""
+        child, run = held.child, held.run
+        if self.keeper is not None:
+            self.keeper.hold(child.pid)
+        assert child.pidfd is not None
         self.watch(child.pidfd, lambda now, mono: self._on_exit(held, now, mono))
         self._started[(run.id, run.attempt)] = (child.pid, mono)
         self.log(
             f"run {run.id} of {run.job_name}: attempt {run.attempt} started, pid {child.pid}", DEBUG
         )
+
+    # ------------------------------------------------------------------ the spawner
+
+    def _watch_spawner(self) -> None:
+        """Watch the descriptor the spawner answers on (another once it was replaced)."""
+        assert self.spawner is not None
+        self.spawner.on_close = self._spawner_closed
+        fd = self.spawner.fileno()
+        if fd is not None and fd != self._spawner_fd:
+            self.watch(fd, self._on_spawner)
+            self._spawner_fd = fd
+
+    def _spawner_closed(self, fd: int) -> None:
+        if fd == self._spawner_fd:
+            self.unwatch(fd)
+            self._spawner_fd = None
+
+    def _on_spawner(self, now: datetime, mono: float) -> None:
+        self.spawned(now, mono)
+
+    def spawned(self, now: datetime, mono: float) -> None:
+        """Take the spawner's answers that came: each attempt asked of it runs, or did
+        not start. A spawner lost and not to be had again: the attempts still waiting
+        are spawned here."""
+        assert self.spawner is not None
+        try:
+            answers: list[tuple[object, int | SpawnError | None]] = list(self.spawner.answers())
+        except ConnectionError as e:
+            self._spawner_lost(e, now, mono)
+            return
+        self._watch_spawner()
+        self._take(answers, now, mono)
+
+    def _spawner_lost(self, e: ConnectionError, now: datetime, mono: float) -> None:
+        """The spawner is gone for good: the attempts that waited for it are spawned here."""
+        self.log(f"{e}: attempts are spawned by the daemon, their max_rss is not told", WARNING)
+        self._take([(h.child.request_, None) for h in self._spawning], now, mono)
+
+    def _take(
+        self, answers: list[tuple[object, int | SpawnError | None]], now: datetime, mono: float
+    ) -> None:
+        for req, answer in answers:
+            held = self._spawning.pop(0)
+            assert held.child.request_ is req
+            failed = held.child.spawned(answer)
+            if failed is None:
+                self._running(held, mono)
+                continue
+            if self.held.get(held.run.id) is held:
+                del self.held[held.run.id]
+            self._not_started(held.run, failed, now, mono)
 
     def _attempt_env(self, run: Run) -> tuple[dict[str, str], dict[str, str]]:
         """What the attempt's environment gets when it starts (README "Secrets"): the

@@ -29,6 +29,19 @@ clone returns into Python, which execs: the attempt is then charged with the cop
 the spawner it was (about 6 MiB), and each attempt costs a few tenths of a millisecond
 more.
 
+The daemon sends one message per attempt on a ``SOCK_SEQPACKET`` socket: the program,
+argv, environment, working directory, niceness and I/O priority, with descriptors
+(``SCM_RIGHTS``): stdin's and the output's, and the write end of a close-on-exec pipe
+of its own. The spawner puts the first two on 0, 1 and 2, goes to the working directory
+and clones; the clone starts a new session, sets its niceness and I/O priority and
+execs (its signals are the defaults, its mask empty: the spawner's own). The spawner
+answers the pid as soon as the clone is made, or the step that failed before it
+(``stdio``, ``chdir``, ``fork``) with its errno; a step of the clone that fails is
+written by the clone to that pipe, before it exits 127, and the daemon reads it when
+the clone has exited (an exec that took closed the pipe: it reads nothing). So the
+daemon never waits for a spawn: it sends, goes on, and takes the answers when its loop
+sees them (:meth:`Spawner.answers`).
+
 Where the spawner cannot run (no ``clone`` number known for the machine, or it cannot
 start), the daemon spawns attempts itself and their ``max_rss`` is not told (null).
 
@@ -48,14 +61,12 @@ import sys
 
 if __name__ != "__main__":  # the daemon's side
     import socket
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 #: clone(2) and ioprio_set(2) numbers (Python's os module has neither)
 SYS_CLONE = {"x86_64": 56, "aarch64": 220, "arm64": 220}.get(os.uname().machine)
 SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "arm64": 30}.get(os.uname().machine)
 CLONE_PARENT = 0x00008000
-#: the spawner is suspended until the clone has exec'd or exited (no pipe to wait on)
-CLONE_VFORK = 0x00004000
 #: the largest request: an environment and a command line (what one exec takes on Linux
 #: is far less)
 MAX_MESSAGE_BYTES = 4 << 20
@@ -84,11 +95,12 @@ STEPS = ("fork", "stdio", "session", "ioprio", "nice", "chdir", "exec")
 
 #: the native spawn's source (GNU as, Intel syntax): ``long spawn(struct request *r)``.
 #: ``r`` holds, at 0, 8 and 16, the path, argv and envp of the exec; at 24 the niceness
-#: (``_NO_NICE``: none) and at 28 the I/O priority (negative: none), 32-bit; at 32 the
-#: page a failure is reported on (the step, then the errno, 32-bit each) and at 40 the
-#: clone's flags. The caller gets the pid, or ``-errno`` when the clone failed. The copy
-#: uses no stack (it has none: see the module's doc) and exits 127 on a failure.
-#: ``tests/test_spawner.py`` assembles it, where binutils are, and checks the bytes.
+#: (``_NO_NICE``: none) and at 28 the I/O priority (negative: none), 32-bit; at 32 room
+#: for the step that failed and its errno (32-bit each), at 40 the clone's flags and at
+#: 48 the descriptor a failure is written to. The caller gets the pid, or ``-errno`` when
+#: the clone failed. The copy uses no stack (it has none: see the module's doc); on a
+#: failure it writes the step and errno (8 bytes) to that descriptor and exits 127.
+#: ``tests/test_spawner_code.py`` assembles it, where binutils are, and checks the bytes.
 NATIVE_SPAWN_SOURCE = """\
     .intel_syntax noprefix
 spawn:
@@ -147,11 +159,15 @@ child:
     mov eax, 59
     syscall
 fail:
-    neg eax                 # report the step and errno, exit_group(127)
-    mov rcx, [rbx+32]
-    mov [rcx], r12d
-    mov [rcx+4], eax
-    mov edi, 127
+    neg eax                 # write(fd, {step, errno}, 8) into the copy's request
+    mov [rbx+32], r12d
+    mov [rbx+36], eax
+    mov edi, [rbx+48]
+    lea rsi, [rbx+32]
+    mov edx, 8
+    mov eax, 1
+    syscall
+    mov edi, 127            # exit_group(127)
     mov eax, 231
     syscall
 """
@@ -161,12 +177,12 @@ NATIVE_SPAWN = {
         "f30f1efa5341544889fb488b7b2831f631d24531d24531c0b8380000000f054885c07404415c5bc341"
         "bc02000000b8700000000f054885c0786541bc030000008b531c85d27813bf0100000031f6b8fb0000"
         "000f054885c0784541bc040000008b531881fa00000080741c31ff31f6b88d0000000f054883f8ff74"
-        "0b4883f8f374054885c0781841bc06000000488b3b488b7308488b5310b83b0000000f05f7d8488b4b"
-        "20448921894104bf7f000000b8e70000000f05"
+        "0b4883f8f374054885c0781841bc06000000488b3b488b7308488b5310b83b0000000f05f7d8448963"
+        "208943248b7b30488d7320ba08000000b8010000000f05bf7f000000b8e70000000f05"
     ),
 }.get(os.uname().machine)
 #: the request's header (see NATIVE_SPAWN_SOURCE), before the strings it points at
-_REQUEST_BYTES = 48
+_REQUEST_BYTES = 56
 #: what the spawner's environment asks of glibc: no restartable sequences (see above)
 SPAWNER_ENV = {"GLIBC_TUNABLES": "glibc.pthread.rseq=0"}
 #: madvise(2): the mapping is not copied into a child
@@ -178,8 +194,15 @@ REMAP_EVERY = 256
 
 #: an answer: pid, the step that failed (-1: none), its errno
 _ANSWER_BYTES = 12
-#: what a failed clone leaves in the shared page: the step and its errno
+#: what a clone whose exec failed writes to the descriptor it was given: the step, errno
 _REPORT_BYTES = 8
+#: madvise(2): a mapping is copied into a child again (the request's, see _Native)
+MADV_DOFORK = 11
+#: a request larger than this gives its pages back after its clone, so that a later
+#: clone's copy of the request holds no more than it needs
+_GIVE_BACK_BYTES = 64 << 10
+#: madvise(2): drop the pages of a private mapping (they read as zeros again)
+MADV_DONTNEED = 4
 
 
 def _ints(data: bytes, n: int) -> list[int]:
@@ -191,10 +214,6 @@ def _pack(*values: int) -> bytes:
     return b"".join(v.to_bytes(4, sys.byteorder, signed=True) for v in values)
 
 
-#: the shared page before a clone: no step failed
-_NOT_REPORTED = _pack(-1, 0)
-
-
 # ---------------------------------------------------------------------- the spawner
 
 
@@ -204,13 +223,13 @@ def _child(
     env: dict[bytes, bytes],
     nice: int,
     ioprio: int,
-    report: mmap.mmap,
+    report_fd: int,
 ) -> None:
-    """In the clone, whose descriptors 0, 1, 2 and working directory the spawner set
-    before it: a new session, the niceness and I/O priority asked for, and the exec. On a
-    failure it writes the step and errno to ``report`` (shared with the spawner) and
-    exits. As little Python as can be: each page it writes is copied, and counts in the
-    attempt's peak memory and CPU. Never returns."""
+    """In the Python clone, whose descriptors 0, 1, 2 and working directory the spawner
+    set before it: a new session, the niceness and I/O priority asked for, and the exec.
+    On a failure it writes the step and errno to ``report_fd`` and exits. As little
+    Python as can be: each page it writes is copied, and counts in the attempt's peak
+    memory and CPU. Never returns."""
     step = 2
     try:
         os.setsid()
@@ -231,7 +250,7 @@ def _child(
     except BaseException:
         err = 0
     try:
-        report[:_REPORT_BYTES] = _pack(step, err)
+        os.write(report_fd, _pack(step, err))
     finally:
         os._exit(SPAWN_FAILED_EXIT)
 
@@ -256,11 +275,10 @@ def _ioprio_set(value: int) -> None:
 
 
 def _clone_parent(libc: object) -> int:
-    """``clone(CLONE_PARENT | CLONE_VFORK | SIGCHLD)``: 0 in the child, its pid in the
-    caller once the child has exec'd or exited."""
+    """``clone(CLONE_PARENT | SIGCHLD)``: 0 in the child, its pid in the caller."""
     import ctypes
 
-    flags = CLONE_PARENT | CLONE_VFORK | _signal.SIGCHLD
+    flags = CLONE_PARENT | _signal.SIGCHLD
     pid = int(libc.syscall(SYS_CLONE, flags, 0, 0, 0, 0))  # type: ignore[attr-defined]
     if pid < 0:
         err = ctypes.get_errno()
@@ -271,7 +289,6 @@ def _clone_parent(libc: object) -> int:
 def _serve_one(
     sock: _socket.socket,
     libc: object,
-    report: mmap.mmap,
     native: _Native | None,
     buf: mmap.mmap | memoryview,
     n: int,
@@ -279,15 +296,18 @@ def _serve_one(
 ) -> None:
     """One request, the ``n`` bytes at the start of ``buf``: the child's descriptors and
     directory are set here, in the spawner (what a clone copies), so the clone itself
-    runs almost nothing before its exec. The clone is made with ``CLONE_VFORK``: the
-    spawner goes on once it has exec'd or exited, and ``report`` (a shared page) then
-    holds the step that failed, if one did."""
+    runs almost nothing before its exec. The answer goes as soon as the clone is made;
+    a step of the clone that fails is written to the last descriptor received (the
+    daemon's, close-on-exec: it reads the end of file once the exec took)."""
     nice, ioprio, which, nfields = _ints(bytes(buf[:16]), 4)
     fields = bytes(buf[16:n]).split(b"\0")[:nfields]
     given = iter(fds)  # stdin's, then the output's, each when the daemon sent one
     in_fd, out_fd = (next(given, _NO_FD) if which >> bit & 1 else _NO_FD for bit in (0, 1))
+    report_fd = fds[-1] if fds else _NO_FD
     try:
         step = 1
+        if report_fd == _NO_FD or len(fds) != 1 + (which & 1) + (which >> 1 & 1):
+            raise OSError(22, "a request without its descriptors")  # EINVAL
         os.dup2(_devnull(os.O_RDONLY) if in_fd == _NO_FD else in_fd, 0)
         out = _devnull(os.O_WRONLY) if out_fd == _NO_FD else out_fd
         os.dup2(out, 1)
@@ -295,9 +315,8 @@ def _serve_one(
         step = 5
         os.chdir(fields[1])
         step = 0
-        report[:_REPORT_BYTES] = _NOT_REPORTED
         if native is not None:
-            pid = native.spawn(fields, n, nice, ioprio)
+            pid = native.spawn(fields, n, nice, ioprio, report_fd)
             if pid < 0:
                 raise OSError(-pid, os.strerror(-pid))
         else:
@@ -308,7 +327,7 @@ def _serve_one(
     if pid == 0:  # the Python clone (the descriptors received are close-on-exec)
         path, argc = fields[0], int(fields[2])
         env = dict(item.partition(b"=")[::2] for item in fields[3 + argc :])
-        _child(path, fields[3 : 3 + argc], env, nice, ioprio, report)
+        _child(path, fields[3 : 3 + argc], env, nice, ioprio, report_fd)
     for fd in fds:
         os.close(fd)
     # the child's copies are its own: the spawner holds none of its pipes (an output
@@ -317,17 +336,17 @@ def _serve_one(
     os.dup2(_devnull(os.O_WRONLY), 1)
     os.dup2(_devnull(os.O_WRONLY), 2)
     if pid > 0:
-        step, err = _ints(report[:_REPORT_BYTES], 2)
-        sock.send(_pack(pid, step, err))
+        sock.send(_pack(pid, -1, 0))
 
 
 class _Native:
-    """The spawn of :data:`NATIVE_SPAWN`: its code in a page made executable, the request
-    in a shared mapping the received message is read into (the strings stay where they
-    arrived; the header and the argv and envp arrays are written after them), and the
-    report page. :meth:`leave_out` marks what the copies are not to hold."""
+    """The spawn of :data:`NATIVE_SPAWN`: its code in a page made executable, and the
+    request in a private mapping the message is received into (the strings stay where
+    they arrived; the header and the argv and envp arrays are written after them), which
+    each clone copies: the next request may be read before the clone has exec'd.
+    :meth:`leave_out` marks every other private mapping as not to be copied."""
 
-    def __init__(self, libc: object, report: mmap.mmap) -> None:
+    def __init__(self, libc: object) -> None:
         import ctypes
 
         assert NATIVE_SPAWN is not None
@@ -338,8 +357,7 @@ class _Native:
             ctypes.c_size_t,
             ctypes.c_int,
         )
-        # shared mappings, all three: never left out of a copy, never copied
-        self.code = mmap.mmap(-1, mmap.PAGESIZE)
+        self.code = mmap.mmap(-1, mmap.PAGESIZE)  # shared: never copied
         self.code.write(NATIVE_SPAWN)
         code_at = self._address(self.code)
         prot = mmap.PROT_READ | mmap.PROT_EXEC
@@ -347,10 +365,11 @@ class _Native:
             err = ctypes.get_errno()
             raise OSError(err, f"cannot make the spawn's code executable: {os.strerror(err)}")
         self.call = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_void_p)(code_at)
-        # the message (at most MAX_MESSAGE_BYTES) and the arrays that point into it
-        self.data = mmap.mmap(-1, 2 * MAX_MESSAGE_BYTES)
+        # the message (at most MAX_MESSAGE_BYTES) and the arrays that point into it;
+        # mapped, not touched: what a request writes is what is resident
+        self.size = 2 * MAX_MESSAGE_BYTES + _REQUEST_BYTES
+        self.data = mmap.mmap(-1, self.size, mmap.MAP_PRIVATE)
         self.at = self._address(self.data)
-        self.report_at = self._address(report)
         self.view = memoryview(self.data)[_REQUEST_BYTES:]
         self.served = 0
         self.left_out = self.leave_out()
@@ -359,9 +378,10 @@ class _Native:
         return self.ctypes.addressof(self.ctypes.c_char.from_buffer(m))
 
     def leave_out(self) -> int:
-        """Mark every private writable mapping ``MADV_DONTFORK`` (the interpreter's heap,
-        stacks and data: nothing the native spawn touches); how many were. None is while
-        glibc has registered a restartable-sequence area (it lives in that memory)."""
+        """Mark every private writable mapping but the request's ``MADV_DONTFORK`` (the
+        interpreter's heap, stacks and data: nothing the native spawn touches); how many
+        were. None is while glibc has registered a restartable-sequence area (it lives
+        in that memory)."""
         try:
             rseq = self.ctypes.c_uint.in_dll(self.libc, "__rseq_size").value  # type: ignore[arg-type]
         except ValueError:  # a glibc without it registers none
@@ -379,9 +399,12 @@ class _Native:
                 lo, hi = (int(x, 16) for x in fields[0].split(b"-"))
                 if madvise(lo, hi - lo, MADV_DONTFORK) == 0:
                     n += 1
+        if madvise(self.at, self.size, MADV_DOFORK) != 0:
+            err = self.ctypes.get_errno()
+            raise OSError(err, f"cannot keep the request in the clones: {os.strerror(err)}")
         return n
 
-    def spawn(self, fields: list[bytes], n: int, nice: int, ioprio: int) -> int:
+    def spawn(self, fields: list[bytes], n: int, nice: int, ioprio: int, report_fd: int) -> int:
         """Clone and exec the request received at the start of :attr:`view`: ``n``
         bytes, its 16-byte header then ``fields`` (as split), each ended by NUL but the
         last. The pid, or ``-errno`` when the clone failed."""
@@ -398,11 +421,15 @@ class _Native:
         head = (addresses[0], self.at + table, self.at + table + 8 * len(argv))
         self.data[:_REQUEST_BYTES] = (
             b"".join(a.to_bytes(8, sys.byteorder) for a in head)
-            + _pack(nice, ioprio)
-            + self.report_at.to_bytes(8, sys.byteorder)
-            + (CLONE_PARENT | CLONE_VFORK | _signal.SIGCHLD).to_bytes(8, sys.byteorder)
+            + _pack(nice, ioprio, -1, 0)
+            + (CLONE_PARENT | _signal.SIGCHLD).to_bytes(8, sys.byteorder)
+            + _pack(report_fd, 0)
         )
         pid = int(self.call(self.at))
+        end = table + len(arrays)
+        if end > _GIVE_BACK_BYTES:  # a large request: the next clones need not copy it
+            page = mmap.PAGESIZE
+            self.libc.madvise(self.at + page, end - page, MADV_DONTNEED)  # type: ignore[attr-defined]
         self.served += 1
         if self.served % REMAP_EVERY == 0:
             self.leave_out()
@@ -444,13 +471,10 @@ def main(fd: int = 0, native: bool = True) -> int:
     # received is never one of them
     os.dup2(_devnull(os.O_RDONLY), fd)
     libc = _libc()
-    # where a clone that failed says so: shared (an anonymous MAP_SHARED page), as the
-    # clone's memory is otherwise a copy
-    report = mmap.mmap(-1, mmap.PAGESIZE)
     spawn: _Native | None = None
     if native and NATIVE_SPAWN is not None:
         try:
-            spawn = _Native(libc, report)
+            spawn = _Native(libc)
         except OSError:
             spawn = None
     # the requests' buffer, once: mapped, not touched (what arrives is what counts), so
@@ -459,7 +483,7 @@ def main(fd: int = 0, native: bool = True) -> int:
     while True:
         try:
             n, ancdata, _, _ = sock.recvmsg_into(
-                [buf], _socket.CMSG_SPACE(8), _socket.MSG_CMSG_CLOEXEC
+                [buf], _socket.CMSG_SPACE(12), _socket.MSG_CMSG_CLOEXEC
             )
         except InterruptedError:
             continue
@@ -467,7 +491,7 @@ def main(fd: int = 0, native: bool = True) -> int:
             return 0
         if not n:
             return 0
-        _serve_one(sock, libc, report, spawn, buf, n, _received_fds(ancdata))
+        _serve_one(sock, libc, spawn, buf, n, _received_fds(ancdata))
 
 
 # ---------------------------------------------------------------------- the daemon's side
@@ -481,12 +505,45 @@ class SpawnError(OSError):
         self.step = step
 
 
+class Request:
+    """One spawn asked of the spawner and not answered yet: the message and descriptors
+    (sent again to a new spawner if this one is lost before it answers), and the read
+    end of the pipe its clone reports a failed step on (:func:`exec_failure`)."""
+
+    __slots__ = ("fds", "message", "report_r", "report_w")
+
+    def __init__(self, message: bytes, fds: list[int]) -> None:
+        self.message = message
+        #: the caller's descriptors (stdin's, the output's): theirs to keep open until
+        #: the answer, and to close
+        self.fds = fds
+        self.report_r, self.report_w = os.pipe2(os.O_CLOEXEC)
+
+
+def exec_failure(report_r: int) -> SpawnError | None:
+    """What the clone of a request wrote on its report pipe (read once the clone has
+    exited, or blocking until its exec): the step that failed, or None when the exec
+    took. Closes ``report_r``."""
+    try:
+        data = os.read(report_r, _REPORT_BYTES)
+    except OSError:
+        data = b""
+    finally:
+        os.close(report_r)
+    if len(data) != _REPORT_BYTES:
+        return None
+    step, err = _ints(data, 2)
+    return SpawnError(err, STEPS[step] if 0 <= step < len(STEPS) else "exec")
+
+
 class Spawner:
-    """The daemon's side: start the spawner once, then :meth:`spawn` through it.
+    """The daemon's side: start the spawner once, then :meth:`request` spawns through it
+    and read their :meth:`answers` when :meth:`fileno` is readable (or :meth:`spawn` and
+    wait).
 
     :attr:`available` is False when it cannot run (the daemon then spawns itself). A
-    spawner that died is started again at the next spawn (once; if that fails too, the
-    daemon spawns itself from then on)."""
+    spawner that died is started again and the requests it had not answered are sent to
+    the new one; if that fails too, the daemon spawns itself from then on."""
 
     def __init__(self, native: bool = True) -> None:
         self.pid: int | None = None
@@ -495,6 +552,11 @@ class Spawner:
         self.native = native
         self.available = SYS_CLONE is not None and sys.platform == "linux"
         self.failure: str | None = None if self.available else "clone is not known here"
+        #: asked, not answered, oldest first
+        self.waiting: list[Request] = []
+        #: told the descriptor of :meth:`fileno` just before it is closed (a caller
+        #: that watches it in epoll takes it out there)
+        self.on_close: Callable[[int], None] | None = None
 
     def start(self) -> bool:
         if not self.available:
@@ -527,7 +589,12 @@ class Spawner:
         self.available = False
         self.failure = why
 
-    def spawn(
+    def fileno(self) -> int | None:
+        """The descriptor answers arrive on (None while there is no spawner); it changes
+        when a lost spawner is replaced."""
+        return None if self._sock is None else self._sock.fileno()
+
+    def request(
         self,
         path: str,
         argv: Sequence[str],
@@ -537,10 +604,10 @@ class Spawner:
         output_fd: int | None,
         nice: int | None,
         ioprio: int | None,
-    ) -> int:
-        """Start ``argv`` (``path`` resolved) as the daemon's child through the spawner;
-        its pid. SpawnError names the step that failed (the failed child is reaped
-        here); ConnectionError when the spawner is gone and cannot be had again (the
+    ) -> Request:
+        """Ask for ``argv`` (``path`` resolved) to be started as the daemon's child; its
+        answer comes later (:meth:`answers`). The caller keeps ``stdin_fd`` and
+        ``output_fd`` open until then. ConnectionError when no spawner can be had (the
         caller spawns itself)."""
         fields = [path.encode(), cwd.encode(), b"%d" % len(argv)]
         fields += [a.encode() for a in argv]
@@ -553,41 +620,98 @@ class Spawner:
             which,
             len(fields),
         )
-        message = head + b"\0".join(fields)
-        answer = self._ask(message, fds) or self._ask(message, fds)  # a new one, once
-        if answer is None:
-            self._give_up("the spawner stopped answering")
-            raise ConnectionError(self.failure)
-        pid, step, err = _ints(answer, 3)
-        if pid == 0:  # nothing was started
-            raise SpawnError(err, STEPS[step])
-        if step >= 0:
+        req = Request(head + b"\0".join(fields), fds)
+        self.waiting.append(req)
+        if not self._send(req):
+            self._replace()
+        return req
+
+    def _send(self, req: Request) -> bool:
+        if self._sock is None:
+            return False
+        try:
+            socket.send_fds(self._sock, [req.message], [*req.fds, req.report_w])
+        except OSError:
+            return False
+        return True
+
+    def _replace(self) -> None:
+        """The spawner is gone: reap it, start another (once) and send it what was not
+        answered; ConnectionError (every request dropped, its pipe closed) when that
+        cannot be."""
+        self._lost()
+        if self.start():
+            if all(self._send(r) for r in self.waiting):
+                return
+            self._lost()
+        for req in self.waiting:
+            _close_report(req)
+        self.waiting = []
+        self._give_up("the spawner stopped answering")
+        raise ConnectionError(self.failure)
+
+    def answers(self, block: bool = False) -> list[tuple[Request, int | SpawnError]]:
+        """The answers that came (at least one when ``block``), oldest first: each
+        request with its pid, or the SpawnError of a step before the clone (the request's
+        report pipe is then closed). ConnectionError when the spawner is gone and cannot
+        be had again (the requests are dropped: the caller spawns them itself)."""
+        out: list[tuple[Request, int | SpawnError]] = []
+        while self.waiting:
+            assert self._sock is not None
             try:
-                os.waitpid(pid, 0)
+                flags = 0 if block and not out else socket.MSG_DONTWAIT
+                answer = self._sock.recv(_ANSWER_BYTES, flags)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                answer = b""
+            if len(answer) != _ANSWER_BYTES:
+                self._replace()  # (raises, or the new spawner answers from the start)
+                continue
+            req = self.waiting.pop(0)
+            os.close(req.report_w)
+            pid, step, err = _ints(answer, 3)
+            if pid == 0:
+                os.close(req.report_r)
+                out.append((req, SpawnError(err, STEPS[step])))
+            else:
+                out.append((req, pid))
+        return out
+
+    def spawn(
+        self,
+        path: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str,
+        stdin_fd: int | None,
+        output_fd: int | None,
+        nice: int | None,
+        ioprio: int | None,
+    ) -> int:
+        """:meth:`request` and wait for its answer and its exec: the pid. SpawnError
+        names the step that failed (a clone that failed is reaped here);
+        ConnectionError when the spawner is gone and cannot be had again (the caller
+        spawns itself). Not while requests of :meth:`request` wait."""
+        assert not self.waiting, "spawn waits for its own answer alone"
+        req = self.request(path, argv, env, cwd, stdin_fd, output_fd, nice, ioprio)
+        ((_, answer),) = self.answers(block=True)
+        if isinstance(answer, SpawnError):
+            raise answer
+        failed = exec_failure(req.report_r)  # blocks until the exec took or failed
+        if failed is not None:
+            try:
+                os.waitpid(answer, 0)
             except ChildProcessError:
                 pass
-            raise SpawnError(err, STEPS[step])
-        return int(pid)
-
-    def _ask(self, message: bytes, fds: list[int]) -> bytes | None:
-        """Send one request and read its answer; None (the spawner reaped) when it is
-        gone. A spawner is started first when there is none."""
-        if self._sock is None and not self.start():
-            return None
-        assert self._sock is not None
-        try:
-            socket.send_fds(self._sock, [message], fds)
-            answer = self._sock.recv(_ANSWER_BYTES)
-        except OSError:
-            answer = b""
-        if len(answer) == _ANSWER_BYTES:
-            return answer
-        self._lost()
-        return None
+            raise failed
+        return answer
 
     def _lost(self) -> None:
-        """The spawner is gone: reap it; the next spawn starts another."""
+        """The spawner is gone: reap it; the next request starts another."""
         if self._sock is not None:
+            if self.on_close is not None:
+                self.on_close(self._sock.fileno())
             self._sock.close()
             self._sock = None
         if self.pid is not None:
@@ -599,7 +723,18 @@ class Spawner:
 
     def stop(self) -> None:
         """Close the socket (the spawner exits at its end) and reap it."""
+        for req in self.waiting:
+            _close_report(req)
+        self.waiting = []
         self._lost()
+
+
+def _close_report(req: Request) -> None:
+    for fd in (req.report_r, req.report_w):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

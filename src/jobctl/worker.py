@@ -70,7 +70,7 @@ from .models import (
     StopReason,
 )
 from .reaper import kill_group
-from .spawner import Spawner, SpawnError
+from .spawner import Request, Spawner, SpawnError, exec_failure
 
 #: on ``--timeout``: SIGTERM first, SIGKILL this long after (README, Choices where the
 #: contract is silent)
@@ -382,17 +382,30 @@ def spawn_through(
             None if limits.io_class is None else _IOPRIO[limits.io_class],
         )
     except SpawnError as e:
-        err = e.errno or errno.ENOEXEC
-        if e.step == "chdir":
-            raise _not_found(cwd, err) from None
-        if e.step == "exec":
-            raise _not_found(path, err) from None
-        if e.step == "ioprio" and limits.io_class is not None:
-            raise OSError(err, f"--io-class {limits.io_class.value}: {os.strerror(err)}") from None
-        raise OSError(err, f"{e.step}: {os.strerror(err)}") from None
+        raise _spawn_failure(e, path, cwd, limits) from None
     finally:
         if in_fd is not None:
             os.close(in_fd)
+
+
+def _spawn_failure(e: SpawnError, path: str, cwd: str, limits: Limits) -> OSError:
+    """A step of a spawn through the spawner that failed, as :func:`spawn` says it."""
+    err = e.errno or errno.ENOEXEC
+    if e.step == "chdir":
+        return _not_found(cwd, err)
+    if e.step == "exec":
+        return _not_found(path, err)
+    if e.step == "ioprio" and limits.io_class is not None:
+        return OSError(err, f"--io-class {limits.io_class.value}: {os.strerror(err)}")
+    return OSError(err, f"{e.step}: {os.strerror(err)}")
+
+
+def start_error(e: OSError) -> str:
+    """An attempt's error when its command could not be started (``spawn: …``)."""
+    error = f"spawn: {e.strerror or e}" if not str(e).startswith("spawn:") else str(e)
+    if e.filename and e.filename not in error:
+        error = f"spawn: {e.filename}: {e.strerror or e}"
+    return error
 
 
 def own_peak_rss_bytes() -> int | None:
@@ -579,7 +592,7 @@ class Child:
     def __init__(
         self,
         pid: int,
-        pidfd: int,
+        pidfd: int | None,
         output_fd: int,
         deadline: float | None,
         on_close: Callable[[int], None] | None = None,
@@ -603,6 +616,111 @@ class Child:
         self.deadline = deadline  # monotonic seconds, for --timeout
         self.kill_at: float | None = None  # monotonic: SIGKILL the group then
         self.stop_reason: StopReason | None = None
+        #: asked of the spawner and not answered yet (pid 0 until then: see request)
+        self.request_: Request | None = None
+        #: what the spawn needs until it is answered: the arguments of :func:`spawn`
+        #: (to spawn here if the spawner is lost) and the descriptors the child gets
+        self._spawn_args: tuple[Any, ...] | None = None
+        self._keep: list[int] = []
+        #: the shell's path, the working directory and the limits: what names a step
+        #: that failed (see _spawn_failure)
+        self._context: tuple[str, str, Limits] | None = None
+        #: where a clone of the spawner reports a step that failed (read at the exit)
+        self.report_r: int | None = None
+        #: why the command could not start, when that was learnt after the spawn
+        self.spawn_error: str | None = None
+
+    @classmethod
+    def request(
+        cls,
+        settings: RunSettings,
+        env: Mapping[str, str],
+        now_monotonic: float,
+        spawner: Spawner,
+        on_close: Callable[[int], None] | None = None,
+        on_reap: Callable[[int], None] | None = None,
+        masks: Sequence[bytes] = (),
+    ) -> Child:
+        """As :meth:`start` through ``spawner``, without waiting for it: the child is
+        pending (pid 0, no pidfd; its output pipe is there) until :meth:`spawned` is
+        given the spawner's answer. ConnectionError when no spawner can be had; OSError
+        when the shell cannot be found."""
+        r, w = os.pipe2(os.O_CLOEXEC)
+        r, w = _high_fd(r), _high_fd(w)
+        in_fd = None
+        limits = settings.limits
+        argv = [settings.shell, "-c", limits_prefix(limits) + settings.command]
+        cwd = _default_cwd(settings.cwd, env)
+        stdin = None if settings.stdin is None else settings.stdin.encode()
+        try:
+            path = _resolve_shell(argv[0], env)
+            in_fd = None if stdin is None else _stdin_fd(stdin)
+            ioprio = None if limits.io_class is None else _IOPRIO[limits.io_class]
+            req = spawner.request(path, argv, env, cwd, in_fd, w, limits.nice, ioprio)
+        except BaseException:
+            for fd in (r, w, in_fd):
+                if fd is not None:
+                    os.close(fd)
+            raise
+        deadline = now_monotonic + settings.timeout_seconds if settings.timeout_seconds else None
+        child = cls(0, None, r, deadline, on_close, limits, on_reap, masks, own_rss=True)
+        child.request_, child.report_r = req, req.report_r
+        child._keep = [w] if in_fd is None else [w, in_fd]
+        child._spawn_args = (argv, env, cwd, stdin, w, limits)
+        child._context = (path, cwd, limits)
+        return child
+
+    def spawned(self, answer: int | SpawnError | None) -> OSError | None:
+        """The spawner's answer to :meth:`request`: the pid (the child runs: its pidfd is
+        opened, and a stop asked meanwhile is sent), the step that kept it from starting
+        (returned, the output closed), or None: the spawner is lost, the child is
+        spawned here (its max_rss then not told: see :meth:`_max_rss`)."""
+        path_args, self._spawn_args = self._spawn_args, None
+        self.request_ = None
+        try:
+            if answer is None:
+                assert path_args is not None
+                self.own_rss = False
+                if self.report_r is not None:
+                    os.close(self.report_r)
+                    self.report_r = None
+                try:
+                    answer = spawn(*path_args)
+                except OSError as e:
+                    return self._not_started(e)
+            elif isinstance(answer, SpawnError):
+                assert self._context is not None
+                self.report_r = None  # (closed by the spawner's side)
+                return self._not_started(_spawn_failure(answer, *self._context))
+        finally:
+            for fd in self._keep:
+                os.close(fd)
+            self._keep = []
+        self.pid = answer
+        try:
+            self.pidfd = os.pidfd_open(answer)
+        except OSError as e:
+            self._signal(signal.SIGKILL)
+            _exit_status(answer)
+            return self._not_started(e)
+        if self.stop_reason is not None:  # stopped before it was known
+            self._signal(signal.SIGKILL if self.kill_at is None else signal.SIGTERM)
+        return None
+
+    def _not_started(self, e: OSError) -> OSError:
+        if self.report_r is not None:
+            os.close(self.report_r)
+            self.report_r = None
+        self._close_output()
+        return e
+
+    def _signal(self, sig: int) -> None:
+        """Signal the child's process group; the child alone while it has none yet (a
+        clone of the spawner between its birth and its ``setsid``; not reaped yet, so its
+        pid is still its own)."""
+        if self.pid > 1 and not kill_group(self.pid, sig) and self.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, sig)
 
     @classmethod
     def start(
@@ -694,6 +812,10 @@ class Child:
         if self.pidfd is not None:
             self._close(self.pidfd)
             self.pidfd = None
+        if self.report_r is not None:  # a clone of the spawner: did its exec take?
+            failed, self.report_r = exec_failure(self.report_r), None
+            if failed is not None and self._context is not None:
+                self.spawn_error = start_error(_spawn_failure(failed, *self._context))
         # what is already in the pipe is kept; a process outside the group that still
         # holds the pipe open does not keep the attempt alive
         self.on_output()
@@ -723,7 +845,7 @@ class Child:
         reason given is the one kept."""
         if self.stop_reason is None:
             self.stop_reason = reason
-        kill_group(self.pid, signal.SIGTERM)
+        self._signal(signal.SIGTERM)
         kill_at = now_monotonic + grace_seconds
         self.kill_at = kill_at if self.kill_at is None else min(self.kill_at, kill_at)
 
@@ -731,7 +853,7 @@ class Child:
         """SIGKILL the whole group now. The first reason given is the one kept."""
         if self.stop_reason is None:
             self.stop_reason = reason
-        kill_group(self.pid, signal.SIGKILL)
+        self._signal(signal.SIGKILL)
         self.kill_at = None
 
     def tick(self, now_monotonic: float) -> None:
@@ -745,7 +867,7 @@ class Child:
         ):
             self.stop(StopReason.TIMEOUT, now_monotonic, KILL_GRACE_SECONDS)
         if self.kill_at is not None and now_monotonic >= self.kill_at:
-            kill_group(self.pid, signal.SIGKILL)
+            self._signal(signal.SIGKILL)
             self.kill_at = None
 
     def next_deadline(self) -> float | None:
@@ -763,6 +885,8 @@ class Child:
         if rc is None:
             raise RuntimeError("the child has not been reaped yet")
         ru = self.rusage
+        if self.spawn_error is not None:  # the clone's exec failed
+            return AttemptResult(None, spawn_error=self.spawn_error)
         return AttemptResult(
             exit_code=rc if rc >= 0 else None,
             signal=-rc if rc < 0 else None,
