@@ -389,6 +389,81 @@ def test_a_claim_that_breaks_a_unique_key_is_undone_alone_then_taken_one_by_one(
         store.close()
 
 
+def test_a_turn_of_ends_and_claims_waits_on_the_server_four_times(pg_url, monkeypatch):
+    """A turn that records two ends and claims the next two runs of those forbid jobs
+    waits for the server four times: the ends with the claim's first reads, the advisory
+    locks, the claim, the commit. (psycopg's nested pipelines and transaction() made
+    it thirteen: each wait is a wake-up of the daemon and of the server's process.)"""
+    import random
+
+    from jobctl import planner
+    from jobctl.models import AttemptResult
+    from jobctl.store.values import DaemonIdentity, FinishItem
+
+    with _view(pg_url) as s:
+        for name in ("a", "b"):
+            s.add_job(manual(name, overlap=Overlap.FORBID), T0)
+            for i in range(2):
+                s.enqueue_run(name, T0 + timedelta(seconds=i))
+    me = DaemonIdentity("d1", "h1", 1, "b1", 30.0)
+    store = _open(pg_url)
+    try:
+        face = store.open_daemon(me)
+        now = T0 + timedelta(minutes=1)
+        first = face.record_and_claim(
+            now, finishes=[], started=[], limit=2, low_limit=None, reserved_priority=None,
+            on_expired=lambda lease: None,
+        )  # fmt: skip
+        assert len(first.claimed) == 2
+        later = now + timedelta(seconds=1)
+        finishes = []
+        for c in first.claimed:
+            result = AttemptResult(0)
+            decision = planner.decide(c.run, 1, result, later, random.Random(0))
+            assert decision is not None
+            finishes.append(FinishItem(c.run.id, 1, result, decision, job_id=c.run.job_id))
+        # psycopg waits on the server where a pipeline asks for results now (a fetch
+        # flushes) or syncs (a Sync, then every result up to it): each is counted once
+        from psycopg._pipeline_base import BasePipeline
+
+        waits = 0
+        in_sync = False
+        fetch_gen, sync_gen, exit_gen = (
+            BasePipeline._fetch_gen, BasePipeline._sync_gen, BasePipeline._exit_gen
+        )  # fmt: skip
+
+        def fetching(self: Any, *, flush: bool) -> Any:
+            nonlocal waits
+            waits += bool(flush and self.result_queue and not in_sync)
+            return fetch_gen(self, flush=flush)
+
+        def syncing(original: Any) -> Any:
+            def gen(self: Any) -> Any:
+                nonlocal waits, in_sync
+                waits += 1
+                in_sync = True
+                try:
+                    return (yield from original(self))
+                finally:
+                    in_sync = False
+
+            return gen
+
+        monkeypatch.setattr(BasePipeline, "_fetch_gen", fetching)
+        monkeypatch.setattr(BasePipeline, "_sync_gen", syncing(sync_gen))
+        monkeypatch.setattr(BasePipeline, "_exit_gen", syncing(exit_gen))
+        second = face.record_and_claim(
+            later, finishes=finishes, started=[], limit=2, low_limit=None,
+            reserved_priority=None, on_expired=lambda lease: None,
+        )  # fmt: skip
+        monkeypatch.undo()
+        assert [f.state for f in second.finished] == [RunState.SUCCEEDED] * 2
+        assert sorted(c.run.job_name for c in second.claimed) == ["a", "b"]
+        assert waits == 4
+    finally:
+        store.close()
+
+
 def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):
     """Four claimers at once, each on its own connection, over runs of a forbid job and of
     jobs sharing a lock: never two leased runs of the forbid job, never two holders of a

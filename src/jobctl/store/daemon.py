@@ -460,7 +460,8 @@ class Daemons:
         me = self.identity
         driver = self.driver
         with driver.turn() as c:
-            ends, any_channel = driver.finish(c, me.id, now, finishes, started)
+            claim_next = (me, limit) if limit > 0 else None
+            ends, any_channel = driver.finish(c, me.id, now, finishes, started, claim_next)
             self._after_ends(c, now, finishes, ends, any_channel)
             claimed = []
             ended: list[tuple[Run, Decision]] = []

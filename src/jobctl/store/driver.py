@@ -133,12 +133,22 @@ class DaemonDriver(Protocol):
         """The one write transaction of an executor's turn (its cursor)."""
         ...
 
-    def finish(self, c: Any, me: str, now: datetime, finishes: Finishes, started: Started) -> Ends:
+    def finish(
+        self,
+        c: Any,
+        me: str,
+        now: datetime,
+        finishes: Finishes,
+        started: Started,
+        claim_next: tuple[DaemonIdentity, int] | None = None,
+    ) -> Ends:
         """Record the pids of ``started`` (run id, attempt, pid) and every end of
         ``finishes``, each fenced (its run still leased by ``me``, same attempt; a cancel
         requested meanwhile applies its ``if_cancelled``). What each end wrote, in the
         order of ``finishes`` (None: fenced off), and whether any notification channel
-        exists when that was read with them (None: not read)."""
+        exists when that was read with them (None: not read). ``claim_next`` (the
+        claimer and the claim's limit): :meth:`expired_and_skipped` follows in this
+        transaction, and a driver may send its reads after the ends, with them."""
         ...
 
     def expired_and_skipped(

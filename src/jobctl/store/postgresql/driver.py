@@ -380,6 +380,9 @@ class PgDriver:
 
     def __init__(self, db: PgDb) -> None:
         self.db = db
+        #: the claim's first reads, sent by :meth:`finish` with the ends: (the turn's
+        #: cursor, now, limit, their cursors), taken by :meth:`expired_and_skipped`
+        self._ahead: tuple[Any, int, int, tuple[Any, Any, int, Any]] | None = None
 
     # ---------------------------------------------------------------- connection
 
@@ -479,10 +482,19 @@ class PgDriver:
         with self.db.batch(), self.db.write() as c:
             yield c
 
-    def finish(self, c: Any, me: str, now: datetime, finishes: Finishes, started: Started) -> Ends:
+    def finish(
+        self,
+        c: Any,
+        me: str,
+        now: datetime,
+        finishes: Finishes,
+        started: Started,
+        claim_next: tuple[DaemonIdentity, int] | None = None,
+    ) -> Ends:
         """The pids of the children started (:data:`SET_PIDS`) and every end of the turn
         (:data:`FINISH_RUNS`), one statement each, sent together with whether any channel
-        exists (a burst's usual answer: no)."""
+        exists (a burst's usual answer: no); with ``claim_next``, the claim's first reads
+        (:meth:`expired_and_skipped`) after them: the turn waits once for all of it."""
         if not finishes:
             if started:
                 c.execute(SET_PIDS, _pid_params(me, started))
@@ -502,7 +514,11 @@ class PgDriver:
         if started:
             conn.cursor().execute(SET_PIDS, _pid_params(me, started))
         channel = conn.cursor().execute(ANY_CHANNEL)
-        rows = c.execute(FINISH_RUNS, {**cols, "me": me}).fetchall()
+        ended = conn.cursor().execute(FINISH_RUNS, {**cols, "me": me})
+        if claim_next is not None:
+            claimer, limit = claim_next
+            self._ahead = (c, now_us, limit, self._send_claim_reads(conn, claimer, now_us, limit))
+        rows = ended.fetchall()
         any_channel = channel.fetchone() is not None
         held = {(r["id"], r["attempt"]): (RunState(r["state"]), r["job_id"]) for r in rows}
         return [held.get((f.run_id, f.attempt)) for f in finishes], any_channel
@@ -510,15 +526,26 @@ class PgDriver:
     def expired_and_skipped(
         self, c: Any, me: DaemonIdentity, now_us: int, limit: int
     ) -> tuple[list[Any], list[Any], Any]:
-        """One round trip: the expired leases, the runs past their deadline skipped, and
-        the first candidates of the claim (read after the skips: a skipped run is none)."""
-        conn = c.connection
+        """One round trip (none of its own when :meth:`finish` sent it with the ends): the
+        expired leases, the runs past their deadline skipped, and the first candidates of
+        the claim (read after the skips: a skipped run is none)."""
+        sent, self._ahead = self._ahead, None
+        if sent is not None and sent[:3] == (c, now_us, limit):
+            expired, skips, n, ahead = sent[3]
+        else:
+            expired, skips, n, ahead = self._send_claim_reads(c.connection, me, now_us, limit)
+        return expired.fetchall(), skips.fetchall(), (n, _in_queue_order(ahead))
+
+    def _send_claim_reads(
+        self, conn: Any, me: DaemonIdentity, now_us: int, limit: int
+    ) -> tuple[Any, Any, int, Any]:
+        """Send :meth:`expired_and_skipped`'s statements; their cursors, and the number of
+        candidates asked for."""
         n = min(CLAIM_BATCH, limit * 4)
         first = {"now": now_us, "low_ok": True, "rp": 0, "tried": [], "n": n, "tags": _tags(me)}
         expired = conn.cursor().execute(EXPIRED, (now_us, me.id))
         skips = conn.cursor().execute(SKIP_PAST_DEADLINE, {"now": now_us})
-        ahead = _send_candidates(conn, first)
-        return expired.fetchall(), skips.fetchall(), (n, _in_queue_order(ahead))
+        return expired, skips, n, _send_candidates(conn, first)
 
     def skip_past_deadline(self, c: Any, now_us: int) -> list[Any]:
         return list(c.execute(SKIP_PAST_DEADLINE, {"now": now_us}).fetchall())

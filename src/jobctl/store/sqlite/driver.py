@@ -183,7 +183,15 @@ class SqliteDriver:
     def turn(self) -> AbstractContextManager[Any]:
         return self.db.write()
 
-    def finish(self, c: Any, me: str, now: datetime, finishes: Finishes, started: Started) -> Ends:
+    def finish(
+        self,
+        c: Any,
+        me: str,
+        now: datetime,
+        finishes: Finishes,
+        started: Started,
+        claim_next: tuple[DaemonIdentity, int] | None = None,
+    ) -> Ends:
         # pids first: an attempt that started and ended since the last turn keeps its pid
         # in its attempt row
         if started:
