@@ -42,6 +42,30 @@ def proc_cpu_split(pid: int) -> tuple[float, float]:
     return own / CLK_TCK, children / CLK_TCK
 
 
+def helpers_cpu(pid: int) -> float:
+    """User + system CPU seconds of a jobctl daemon's live helpers (its children that are
+    jobctl's own programs: the spawner that starts its attempts and the keeper): the
+    daemon's own work, done in another process."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids = f.read().split()
+        except OSError:
+            continue
+        for kid in kids:
+            try:
+                with open(f"/proc/{kid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+                with open(f"/proc/{kid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if any(a.endswith((b"/jobctl/spawner.py", b"/jobctl/keeper.py")) for a in argv):
+                total += int(fields[11]) + int(fields[12])
+    return total / CLK_TCK
+
+
 def proc_memory_mib(pid: int) -> tuple[float, float]:
     """(VmRSS, VmHWM) of a live process in MiB: resident now, and its peak."""
     rss = hwm = 0.0
