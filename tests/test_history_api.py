@@ -77,6 +77,39 @@ def test_backfill_and_coverage(server: Server, jobctl: Jobctl) -> None:
     assert len(server.request("GET", "/v1/jobs/b/coverage").json()) == 24
 
 
+def test_a_job_shown_and_posted_back_keeps_its_windows(server: Server, jobctl: Jobctl) -> None:
+    """POST /v1/jobs takes a job as show --json gives it: a fixed rate added without
+    --start, posted back under another name, has the same windows, its add instant none
+    of them (the JSON's start is its first window)."""
+    from jobctl.models import JobSpec
+    from jobctl.specs import TriggerOptions, build_trigger
+
+    added = T0 + timedelta(microseconds=250_000)
+    with StoreView(jobctl.db) as store:
+        for name, trig in (
+            ("rate", TriggerOptions(every="1h")),
+            ("set", TriggerOptions(cron="30 * * * *", every="1h", tz="UTC")),
+        ):
+            spec = JobSpec(name=name, trigger=build_trigger(trig, added), command="true")
+            store.add_job(spec, added)
+    span = "from=2026-01-04T22:00:00Z&to=2026-01-05T03:30:00Z"
+    for name in ("rate", "set"):
+        shown = jobctl.json("show", name)
+        body = {"name": f"{name}-copy", "trigger": shown["trigger"], "command": "true"}
+        r = server.request("POST", "/v1/jobs", body)
+        assert r.status == 201, r.text
+        assert r.json()["trigger"] == shown["trigger"]
+
+        def windows(job: str) -> list[str]:
+            got = server.request("GET", f"/v1/jobs/{job}/coverage?{span}")
+            assert got.status == 200, got.text
+            return [w["scheduled_for"] for w in got.json()]
+
+        assert windows(f"{name}-copy") == windows(name)
+        assert "2026-01-05T00:00:00.250000Z" not in windows(name)
+        assert "2026-01-05T01:00:00.250000Z" in windows(name)
+
+
 @pytest.mark.parametrize(
     ("body", "status"),
     [

@@ -190,7 +190,8 @@ def test_a_fixed_rate_jobs_add_instant_is_no_window(jobctl: Jobctl) -> None:
         store.add_job(JobSpec(name="starts", trigger=later, command="true"), added)
         both = build_trigger(TriggerOptions(cron="30 * * * *", every="1h", tz="UTC"), added)
         store.add_job(JobSpec(name="set", trigger=both, command="true"), added)
-    assert jobctl.json("show", "rate")["trigger"]["start"] == "2026-01-05T00:00:00.250000Z"
+    # job JSON's start is the first window, as export writes it: the add instant is none
+    assert jobctl.json("show", "rate")["trigger"]["start"] == "2026-01-05T01:00:00.250000Z"
     expected = [f"2026-01-05T0{h}:00:00.250000Z" for h in (1, 2, 3)]
     span = ("--from", z("2026-01-04T22:00:00"), "--to", z("2026-01-05T03:30:00"))
     cov = jobctl.json("coverage", "rate", *span)

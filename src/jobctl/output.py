@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .clock import iso
@@ -39,11 +39,31 @@ if TYPE_CHECKING:  # the listing commands' start imports neither
 
 def trigger_json(job: Job) -> dict[str, Any]:
     """The job's ``trigger``: a set is ``{kind: "set", expr: its members' texts joined with
-    " | ", tz}`` (its fixed rates' anchor as ``start``)."""
-    out = _trigger_obj(job.trigger)
-    if job.trigger.kind is TriggerKind.SET and job.trigger.anchor is not None:
-        out["start"] = iso(job.trigger.anchor)
+    " | ", tz}`` (its fixed rates' ``start``, as :func:`start_of` gives it)."""
+    t = job.trigger
+    out = _trigger_obj(t)
+    if t.kind is TriggerKind.SET and t.anchor is not None:
+        from .triggers import is_fixed_rate, members  # a set's parser, for sets only
+
+        rates = [m for m in members(t) if is_fixed_rate(m)]
+        # several rates share an anchor no start stands for: it is given as it is
+        out["start"] = iso(start_of(rates[0]) if len(rates) == 1 else t.anchor)
     return out
+
+
+def start_of(t: Trigger) -> datetime | None:
+    """A fixed rate's ``start`` in job JSON: the ``--start`` given, or, when the anchor only
+    sets the phase (the instant of add without ``--start``, no window), the first window,
+    one interval later, as ``export`` writes it: posted back to the API it gives the same
+    windows."""
+    if t.anchor is None or not t.phase_only or t.every_seconds is None:
+        return t.anchor
+    return _first_window(t.anchor, t.every_seconds)
+
+
+def _first_window(anchor: datetime, every_seconds: float) -> datetime:
+    # as jobctl.triggers counts it, in whole microseconds (a listing never loads triggers)
+    return anchor + timedelta(microseconds=round(every_seconds * 1_000_000))
 
 
 def triggers_json(job: Job) -> list[dict[str, Any]]:
@@ -69,7 +89,7 @@ def _trigger_obj(t: Trigger) -> dict[str, Any]:
         out["resolved"] = t.resolved
     if t.kind is TriggerKind.INTERVAL:
         out["every"] = t.every_seconds
-        out["start"] = iso(t.anchor)
+        out["start"] = iso(start_of(t))
     if t.kind is TriggerKind.ONCE:
         out["expr"] = iso(t.at)
         out["at"] = iso(t.at)
