@@ -497,7 +497,9 @@ def test_windows_are_recorded_ahead_of_their_time_and_start_at_it(jobctl, start_
     assert any(created < scheduled for created, scheduled, _ in rows[1:]), rows
 
 
-def test_an_attempt_that_cannot_start_says_why_and_the_next_one_runs(jobctl, start_daemon, tmp_path):
+def test_an_attempt_that_cannot_start_says_why_and_the_next_one_runs(
+    jobctl, start_daemon, tmp_path
+):
     """The spawner answers a spawn before its clone has exec'd: a working directory that
     is gone fails before the clone, a shell that may not be executed fails in it (the
     clone writes the step on the daemon's report pipe); each attempt fails with the
@@ -506,7 +508,7 @@ def test_an_attempt_that_cannot_start_says_why_and_the_next_one_runs(jobctl, sta
     gone = tmp_path / "gone"
     gone.mkdir()
     shell = tmp_path / "mysh"
-    shell.write_text("#!/bin/sh\nexec /bin/sh \"$@\"\n")
+    shell.write_text('#!/bin/sh\nexec /bin/sh "$@"\n')
     shell.chmod(0o755)
     jobctl("add", "nodir", "--manual", "--retries", "0", "--cwd", str(gone), "--", "true")
     jobctl("add", "noexec", "--manual", "--retries", "0", "--shell", str(shell), "--", "true")

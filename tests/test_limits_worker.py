@@ -134,12 +134,20 @@ def test_the_spawner_names_the_step_that_failed_and_goes_on(spawner, tmp_path):
     # the clone reports a failed exec on the pipe of its own request, the spawner a step
     # before the clone in its answer; a success after a failure is one
     with pytest.raises(SpawnError) as failed:
-        spawner.spawn(str(tmp_path / "missing"), ["missing"], {}, "/", None, None, None, None)
+        spawner.wait(
+            spawner.request(str(tmp_path / "missing"), ["missing"], {}, "/", None, None, None, None)
+        )
     assert (failed.value.step, failed.value.errno) == ("exec", errno.ENOENT)
     with pytest.raises(SpawnError) as failed:
-        spawner.spawn("/bin/true", ["true"], {}, str(tmp_path / "gone"), None, None, None, None)
+        spawner.wait(
+            spawner.request(
+                "/bin/true", ["true"], {}, str(tmp_path / "gone"), None, None, None, None
+            )
+        )
     assert (failed.value.step, failed.value.errno) == ("chdir", errno.ENOENT)
-    pid = spawner.spawn("/bin/sh", ["sh", "-c", "exit 7"], {}, "/", None, None, None, None)
+    pid = spawner.wait(
+        spawner.request("/bin/sh", ["sh", "-c", "exit 7"], {}, "/", None, None, None, None)
+    )
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7
 
 

@@ -538,8 +538,8 @@ def exec_failure(report_r: int) -> SpawnError | None:
 
 class Spawner:
     """The daemon's side: start the spawner once, then :meth:`request` spawns through it
-    and read their :meth:`answers` when :meth:`fileno` is readable (or :meth:`spawn` and
-    wait).
+    and read their :meth:`answers` when :meth:`fileno` is readable (or :meth:`wait` for
+    one).
 
     :attr:`available` is False when it cannot run (the daemon then spawns itself). A
     spawner that died is started again and the requests it had not answered are sent to
@@ -678,23 +678,12 @@ class Spawner:
                 out.append((req, pid))
         return out
 
-    def spawn(
-        self,
-        path: str,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        cwd: str,
-        stdin_fd: int | None,
-        output_fd: int | None,
-        nice: int | None,
-        ioprio: int | None,
-    ) -> int:
-        """:meth:`request` and wait for its answer and its exec: the pid. SpawnError
-        names the step that failed (a clone that failed is reaped here);
-        ConnectionError when the spawner is gone and cannot be had again (the caller
-        spawns itself). Not while requests of :meth:`request` wait."""
-        assert not self.waiting, "spawn waits for its own answer alone"
-        req = self.request(path, argv, env, cwd, stdin_fd, output_fd, nice, ioprio)
+    def wait(self, req: Request) -> int:
+        """Wait for the answer to ``req`` (the only request waiting) and for its exec:
+        the pid. SpawnError names the step that failed (a clone that failed is reaped
+        here); ConnectionError when the spawner is gone and cannot be had again (the
+        caller spawns itself)."""
+        assert self.waiting == [req], "wait is for a request waiting alone"
         ((_, answer),) = self.answers(block=True)
         if isinstance(answer, SpawnError):
             raise answer

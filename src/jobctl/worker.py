@@ -371,15 +371,9 @@ def spawn_through(
     path = _resolve_shell(argv[0], env)
     in_fd = None if stdin is None else _stdin_fd(stdin)
     try:
-        return spawner.spawn(
-            path,
-            argv,
-            env,
-            cwd,
-            in_fd,
-            output_fd,
-            limits.nice,
-            None if limits.io_class is None else _IOPRIO[limits.io_class],
+        ioprio = None if limits.io_class is None else _IOPRIO[limits.io_class]
+        return spawner.wait(
+            spawner.request(path, argv, env, cwd, in_fd, output_fd, limits.nice, ioprio)
         )
     except SpawnError as e:
         raise _spawn_failure(e, path, cwd, limits) from None
