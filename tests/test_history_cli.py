@@ -291,6 +291,24 @@ def test_an_anchor_set_by_edit_or_carried_by_a_file_is_no_window(
     assert len(created) == len(rate)
 
 
+def test_the_instant_of_a_cli_edit_is_no_window(jobctl: Jobctl) -> None:
+    # the real edit, now: its instant is past by the time coverage and backfill look
+    before = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    jobctl.ok("add", "r", "--cron", "0 0 1 1 *", "--", "true")
+    jobctl.ok("edit", "r", "--every", "1h")
+    assert jobctl.json("coverage", "r") == []
+    jobctl.ok("edit", "r", "--every", "2h", "--every", "3h")  # a set of rates
+    assert jobctl.json("coverage", "r") == []
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert jobctl.json("coverage", "r", "--from", before, "--to", now) == []
+    assert jobctl.json("backfill", "r", "--from", before, "--to", now, "--dry-run") == {
+        "windows": [],
+        "requeued": [],
+        "left": 0,
+        "dry_run": True,
+    }
+
+
 def test_the_migration_marks_the_anchors_set_without_start(db) -> None:
     """A database from before the flag: an anchor that is the job's add instant or the
     instant of one of its revisions (an edit without --start) only sets the phase; a
