@@ -11,6 +11,7 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,48 @@ def test_every_command_has_help(jobctl: Jobctl) -> None:
         assert cmd is not None and cmd.help, name
         r = jobctl(name, "--help", db=False)
         assert r.code == 0 and "Usage:" in r.out, name
+
+
+def test_help_speaks_jobctl_not_click(jobctl: Jobctl) -> None:
+    # every option's placeholder is jobctl's (N, minute|hour), never click's INTEGER or
+    # [minute|hour], in every command's help and so in the man page made from it
+    import re
+
+    import click
+
+    from jobctl.cli import cli
+
+    def walk(cmd: click.Command, path: list[str]) -> Iterator[list[str]]:
+        yield path
+        if isinstance(cmd, click.Group):
+            ctx = click.Context(cmd)
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                assert sub is not None
+                yield from walk(sub, [*path, name])
+
+    leaks = re.compile(r"\bINTEGER\b|\bFLOAT\b|\[[a-z]+(\|[a-z]+)+\]|\{[a-z]+(\|[a-z]+)+\}")
+    for path in walk(cli, []):
+        out = jobctl(*path, "--help", db=False).out
+        assert not leaks.search(out), (path, leaks.search(out))
+    assert "  --by minute|hour " in jobctl("plan", "--help", db=False).out
+    assert "Usage: jobctl rollback [OPTIONS] NAME REVISION" in jobctl("rollback", "--help").out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["plan", "--by", "day"], "Error: invalid --by 'day': use minute|hour"),
+        (["export", "--format", "yaml"], "Error: invalid --format 'yaml': use toml|json"),
+        (["completion", "tcsh"], "Error: invalid SHELL 'tcsh': use bash|zsh|fish"),
+        (["daemon", "--log-level", "x"], "Error: invalid --log-level 'x': use debug|info|warning"),
+    ],
+)
+def test_a_word_not_among_an_options_words_is_said_in_jobctls_words(
+    jobctl: Jobctl, args: list[str], message: str
+) -> None:
+    r = jobctl(*args)
+    assert (r.code, r.out, r.err) == (2, "", message + "\n")
 
 
 # ---------------------------------------------------------------------- bad input

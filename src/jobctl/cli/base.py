@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -120,6 +120,10 @@ class Integer(click.IntRange):
     def __init__(self, minimum: int = -(2**63), maximum: int = 2**63 - 1) -> None:
         super().__init__(minimum, maximum)
 
+    def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str | None:
+        # an option's N, not click's INTEGER; an argument keeps its name (REVISION)
+        return "N" if isinstance(param, click.Option) else None
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         what = _param_name(param)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -149,6 +153,23 @@ class Integer(click.IntRange):
         if high is not None:
             return f"at most {high}"
         return ""
+
+
+class Choice(click.Choice):  # type: ignore[type-arg]
+    """One of a few words, shown as ``a|b`` in ``--help``; a bad one is one jobctl sentence
+    (``invalid --by 'day': use minute|hour``), as ``--catchup`` says it."""
+
+    def __init__(self, choices: Sequence[str]) -> None:
+        super().__init__(list(choices))
+
+    def get_metavar(self, param: click.Parameter, *args: Any, **kwargs: Any) -> str:
+        return "|".join(str(c) for c in self.choices)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value in self.choices:
+            return value
+        words = "|".join(str(c) for c in self.choices)
+        raise InvalidValue(f"invalid {_param_name(param)} {str(value)!r}: use {words}")
 
 
 def _param_name(param: click.Parameter | None) -> str:

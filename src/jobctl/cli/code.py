@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 
 import click
 
-from .base import Ctx, _complete_jobs, _one_line, cli, int64, pass_ctx, warn_all
+from .base import Choice, Ctx, _complete_jobs, _one_line, cli, int64, pass_ctx, warn_all
 
 
 @cli.command()
@@ -16,7 +16,7 @@ from .base import Ctx, _complete_jobs, _one_line, cli, int64, pass_ctx, warn_all
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["toml", "json"]),
+    type=Choice(["toml", "json"]),
     default="toml",
     show_default=True,
     help="TOML, or the same document as JSON.",

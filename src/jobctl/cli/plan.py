@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from .base import Ctx, cli, int64, pass_ctx, warn
+from .base import Choice, Ctx, cli, int64, pass_ctx, warn
 
 
 @cli.command()
@@ -20,8 +20,7 @@ from .base import Ctx, cli, int64, pass_ctx, warn
 )
 @click.option(
     "--by",
-    type=click.Choice(["minute", "hour"]),
-    metavar="minute|hour",
+    type=Choice(["minute", "hour"]),
     default="minute",
     show_default=True,
     help="The slot windows are counted in.",

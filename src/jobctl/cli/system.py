@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import JobctlError, UsageError
-from .base import INT64, Ctx, Integer, JobctlGroup, _one_line, cli, int64, pass_ctx
+from .base import INT64, Choice, Ctx, Integer, JobctlGroup, _one_line, cli, int64, pass_ctx
 
 if TYPE_CHECKING:
     pass
@@ -100,7 +100,7 @@ def status(obj: Ctx, as_json: bool) -> None:
 )
 @click.option(
     "--log-level",
-    type=click.Choice(["debug", "info", "warning"]),
+    type=Choice(["debug", "info", "warning"]),
     default="info",
     show_default=True,
     help="The least level logged: debug adds every attempt's start and success; "
@@ -150,7 +150,7 @@ def daemon(
 
 
 @cli.command()
-@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+@click.argument("shell", type=Choice(["bash", "zsh", "fish"]))
 def completion(shell: str) -> None:
     """Print the shell completion script for bash, zsh or fish."""
     click.echo(completion_script(shell), nl=False)
