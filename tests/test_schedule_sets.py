@@ -278,7 +278,7 @@ def test_calendar_add_rm_list(jobctl: Any) -> None:
     assert r.stdout == "calendar hol: 2 dates added\n"
     # what it says is what changed: a date the calendar already holds is not counted
     r = jobctl("calendar", "add", "hol", "2026-12-26", "2026-12-25")
-    assert r.stdout == "calendar hol: 1 dates added\n"
+    assert r.stdout == "calendar hol: 1 date added\n"
     jobctl("calendar", "add", "spare", "2026-05-01")
     jobctl("add", "a", "--cron", "0 9 * * *", "--except-calendar", "hol", "--", "true")
     assert jobctl.json("calendar", "list") == [
@@ -288,7 +288,7 @@ def test_calendar_add_rm_list(jobctl: Any) -> None:
     r = jobctl("calendar", "rm", "hol", ok=False)
     assert r.exit_code == 1 and "a" in r.stderr and r.stderr.startswith("Error: ")
     r = jobctl("calendar", "rm", "hol", "2026-12-26", "2026-07-14")
-    assert r.stdout == "calendar hol: 1 dates removed\n"
+    assert r.stdout == "calendar hol: 1 date removed\n"
     assert jobctl.json("calendar", "list", "hol")[0]["dates"] == ["2026-12-25", "2027-01-01"]
     jobctl("calendar", "rm", "spare")
     assert [c["name"] for c in jobctl.json("calendar", "list")] == ["hol"]

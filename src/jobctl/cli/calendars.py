@@ -41,7 +41,7 @@ def calendar_add(obj: Ctx, name: str, dates: tuple[str, ...]) -> None:
     store = obj.store()
     before = _dates_of(store, name)
     store.calendar_add(name, days)
-    click.echo(f"calendar {name}: {len(set(days) - before)} dates added")
+    click.echo(f"calendar {name}: {_dates(len(set(days) - before))} added")
 
 
 @calendar.command("rm")
@@ -58,8 +58,12 @@ def calendar_rm(obj: Ctx, name: str, dates: tuple[str, ...]) -> None:
     before = _dates_of(store, name) if days else set()
     store.calendar_rm(name, days)
     click.echo(
-        f"calendar {name}: {len(set(days) & before)} dates removed" if days else f"removed {name}"
+        f"calendar {name}: {_dates(len(set(days) & before))} removed" if days else f"removed {name}"
     )
+
+
+def _dates(n: int) -> str:
+    return f"{n} date" if n == 1 else f"{n} dates"
 
 
 def _dates_of(store: CommandStore, name: str) -> set[date]:
