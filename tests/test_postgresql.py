@@ -464,6 +464,90 @@ def test_a_turn_of_ends_and_claims_waits_on_the_server_four_times(pg_url, monkey
         store.close()
 
 
+def test_a_turns_ends_keep_the_tallies_the_row_triggers_kept_without_calling_them(pg_url):
+    """The ends of a turn append their run, duration and CPU tallies, move last_ends and
+    free their held locks in the statement that records them, as the row triggers did one
+    end at a time (which are not called for them: five PL/pgSQL calls an end); a change
+    after it in the same transaction is kept by the triggers again."""
+    import random
+
+    from jobctl import planner
+    from jobctl.clock import to_us
+    from jobctl.models import AttemptResult
+    from jobctl.store.driver import Quota
+    from jobctl.store.values import DaemonIdentity, FinishItem
+
+    with _view(pg_url) as s:
+        s.add_job(manual("a", overlap=Overlap.ALLOW), T0)
+        s.add_job(manual("b", locks=("L",), retries=0), T0)
+        s.add_job(manual("c"), T0)
+        a1 = s.enqueue_run("a", T0)[0].id
+        a2 = s.enqueue_run("a", T0 + timedelta(seconds=1))[0].id
+        b1 = s.enqueue_run("b", T0)[0].id
+    me = DaemonIdentity("d1", "h1", 1, "b1", 30.0)
+    now = T0 + timedelta(minutes=1)
+    store = _open(pg_url)
+    try:
+        driver = store.open_daemon(me).driver
+        with driver.turn() as c:
+            claimed = {x.run.id: x.run for x in driver.claim(c, me, now, Quota(10, None, None))}
+        assert sorted(claimed) == sorted([a1, a2, b1])
+        with _view(pg_url) as s:
+            c1 = s.enqueue_run("c", T0)[0].id
+
+        def end(run_id: int, seconds: float, code: int, cpu: tuple[Any, Any]) -> FinishItem:
+            at = now + timedelta(seconds=seconds)
+            result = AttemptResult(code, cpu_user=cpu[0], cpu_system=cpu[1])
+            decision = planner.decide(claimed[run_id], 1, result, at, random.Random(0))
+            assert decision is not None
+            return FinishItem(run_id, 1, result, decision, ended_at=at)
+
+        finishes = [
+            end(a1, 0.05, 0, (0.01, 0.002)),
+            end(a2, 2, 0, (0.5, None)),
+            end(b1, 0.2, 1, (None, None)),
+        ]
+        with driver.turn() as c:
+            c.execute("SET LOCAL track_functions = 'pl'")
+            ends, _ = driver.finish(c, me.id, now + timedelta(seconds=3), finishes, [])
+            c.execute(
+                "UPDATE runs SET state = 'cancelled', finished_at = %s WHERE id = %s",
+                (to_us(now), c1),
+            )
+            stats = c.execute("SELECT funcname, calls FROM pg_stat_xact_user_functions")
+            calls = {r["funcname"]: r["calls"] for r in stats.fetchall()}
+        assert [e[0] if e else None for e in ends] == [
+            RunState.SUCCEEDED, RunState.SUCCEEDED, RunState.DEAD,
+        ]  # fmt: skip
+        # the cancel after the ends: the two triggers its change calls, once each
+        assert calls == {"tally_runs": 1, "keep_last_end": 1}
+    finally:
+        store.close()
+    with _admin(pg_url) as conn:
+        conn.execute("SET search_path TO jobctl")
+
+        def rows(sql: str) -> list[tuple[Any, ...]]:
+            return [tuple(r) for r in conn.execute(sql).fetchall()]  # type: ignore[arg-type]
+
+        by_name = "JOIN jobs ON jobs.id = t.job_id GROUP BY jobs.name"
+        assert rows(
+            f"SELECT jobs.name, t.state, SUM(t.ended)::int, SUM(t.kept)::int FROM run_tallies t "
+            f"{by_name}, t.state ORDER BY 1"
+        ) == [("a", "succeeded", 2, 2), ("b", "dead", 1, 1), ("c", "cancelled", 1, 1)]
+        assert rows(
+            f"SELECT jobs.name, t.bucket, SUM(t.n)::int, SUM(t.us)::bigint "
+            f"FROM duration_tallies t {by_name}, t.bucket ORDER BY 1, 2"
+        ) == [("a", 0, 1, 50_000), ("a", 3, 1, 2_000_000), ("b", 1, 1, 200_000)]
+        assert rows(f"SELECT jobs.name, SUM(t.cpu_us)::bigint FROM cpu_tallies t {by_name}") == [
+            ("a", 512_000)
+        ]
+        assert rows(
+            "SELECT jobs.name, t.run_id, t.state FROM last_ends t "
+            "JOIN jobs ON jobs.id = t.job_id ORDER BY 1"
+        ) == [("a", a2, "succeeded"), ("b", b1, "dead"), ("c", c1, "cancelled")]
+        assert rows("SELECT run_id FROM held_locks") == []
+
+
 def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):
     """Four claimers at once, each on its own connection, over runs of a forbid job and of
     jobs sharing a lock: never two leased runs of the forbid job, never two holders of a

@@ -1,4 +1,4 @@
--- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 12).
+-- The whole current schema of a jobctl database on PostgreSQL (jobctl.schema_version 14).
 -- The numbered migrations beside this file (NNNN_*.sql), applied in order to an empty
 -- database, must give exactly this schema; tests/test_postgresql.py checks it.
 -- Everything lives in the schema "jobctl". Times are BIGINT microseconds since the Unix
@@ -178,7 +178,8 @@ $$;
 
 -- a run that leaves its lease (finished, lost, cancelled, retried) frees its locks with it
 CREATE TRIGGER runs_release_locks AFTER UPDATE OF state, attempt ON jobctl.runs
-    FOR EACH ROW WHEN (OLD.state = 'leased' AND (NEW.state <> 'leased' OR NEW.attempt <> OLD.attempt))
+    FOR EACH ROW WHEN (OLD.state = 'leased' AND (NEW.state <> 'leased' OR NEW.attempt <> OLD.attempt)
+        AND current_setting('jobctl.ends_tallied', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION jobctl.release_held_locks();
 
 CREATE TABLE jobctl.attempts (
@@ -229,6 +230,10 @@ CREATE TABLE jobctl.scheduler_lease (
 -- never go down. The triggers below append one row of deltas per change (no row is
 -- ever updated, so concurrent daemons never wait on each other for a counter); readers
 -- sum them, and the scheduler-lease holder folds them together now and then.
+-- A daemon's turn records its ends in one statement that appends their tallies, moves
+-- last_ends and frees their held locks itself (set-wise, store/postgresql/driver.py
+-- FINISH_RUNS), with jobctl.ends_tallied 'on' for that statement: the row triggers that
+-- do the same for every other writer stand aside while it is.
 -- run_tallies: per job and finished state, the runs that entered it (ended) and the
 -- rows in it now (kept: what the jobctl_runs gauge and status count).
 CREATE TABLE jobctl.run_tallies (
@@ -273,7 +278,8 @@ CREATE TRIGGER runs_tally_insert AFTER INSERT ON jobctl.runs
 
 CREATE TRIGGER runs_tally_update AFTER UPDATE OF state ON jobctl.runs
     FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state
-        AND (OLD.state IN ('succeeded', 'dead', 'cancelled', 'skipped') OR NEW.state IN ('succeeded', 'dead', 'cancelled', 'skipped')))
+        AND (OLD.state IN ('succeeded', 'dead', 'cancelled', 'skipped') OR NEW.state IN ('succeeded', 'dead', 'cancelled', 'skipped'))
+        AND current_setting('jobctl.ends_tallied', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION jobctl.tally_runs();
 
 CREATE TRIGGER runs_tally_delete AFTER DELETE ON jobctl.runs
@@ -309,7 +315,8 @@ CREATE TRIGGER attempts_tally_insert AFTER INSERT ON jobctl.attempts
     EXECUTE FUNCTION jobctl.tally_attempts();
 
 CREATE TRIGGER attempts_tally_finish AFTER UPDATE OF finished_at ON jobctl.attempts
-    FOR EACH ROW WHEN (OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL)
+    FOR EACH ROW WHEN (OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL
+        AND current_setting('jobctl.ends_tallied', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION jobctl.tally_attempts();
 
 CREATE FUNCTION jobctl.forget_tallies() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -345,7 +352,8 @@ $$;
 
 CREATE TRIGGER attempts_cpu_finish AFTER UPDATE OF finished_at ON jobctl.attempts
     FOR EACH ROW WHEN (OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL
-        AND NEW.cpu_user IS NOT NULL)
+        AND NEW.cpu_user IS NOT NULL
+        AND current_setting('jobctl.ends_tallied', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION jobctl.tally_cpu();
 
 -- notifications (see jobctl(1), jobctl notify): channels, the outbox, and the sent/failed counters
@@ -456,7 +464,8 @@ CREATE TRIGGER runs_last_end_insert AFTER INSERT ON jobctl.runs
 
 CREATE TRIGGER runs_last_end_update AFTER UPDATE OF state ON jobctl.runs
     FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state
-        AND (OLD.state IN ('succeeded', 'dead', 'cancelled') OR NEW.state IN ('succeeded', 'dead', 'cancelled')))
+        AND (OLD.state IN ('succeeded', 'dead', 'cancelled') OR NEW.state IN ('succeeded', 'dead', 'cancelled'))
+        AND current_setting('jobctl.ends_tallied', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION jobctl.keep_last_end();
 
 CREATE TRIGGER runs_last_end_delete AFTER DELETE ON jobctl.runs

@@ -264,17 +264,72 @@ ended AS (
     FROM f
     WHERE runs.id = f.run_id AND runs.attempt = f.attempt AND runs.state = 'leased'
       AND runs.leased_by = %(me)s
-    RETURNING runs.id, runs.attempt, runs.state, runs.job_id
+    RETURNING runs.id, runs.attempt, runs.state, runs.job_id, runs.scheduled_for
 ),
 recorded AS (
     UPDATE attempts SET finished_at = f.ended, exit_code = f.exit_code, error = f.a_error,
         output = f.output, output_bytes = f.total, pid = COALESCE(f.pid, attempts.pid),
         cpu_user = f.cpu_user, cpu_system = f.cpu_system, max_rss = f.max_rss
     FROM ended JOIN f ON f.run_id = ended.id
+        -- the row as it was before this statement: its end is tallied once
+        JOIN attempts was ON was.run_id = f.run_id AND was.attempt = f.attempt
     WHERE attempts.run_id = f.run_id AND attempts.attempt = f.attempt
+    RETURNING ended.job_id, attempts.started_at, attempts.finished_at, attempts.cpu_user,
+        attempts.cpu_system, was.finished_at AS was_finished_at
+),
+-- what the row triggers do one end at a time (schema.sql, run_tallies and last_ends),
+-- set-wise for the turn's ends: they stand aside while jobctl.ends_tallied is 'on'
+tallied AS (
+    INSERT INTO run_tallies (job_id, state, ended, kept)
+    SELECT job_id, state, COUNT(*), COUNT(*) FROM ended
+    WHERE state IN ('succeeded', 'dead', 'cancelled', 'skipped') GROUP BY job_id, state
+),
+last_end AS (
+    INSERT INTO last_ends (job_id, run_id, scheduled_for, state)
+    SELECT DISTINCT ON (job_id) job_id, id, scheduled_for, state FROM ended
+    WHERE state IN ('succeeded', 'dead', 'cancelled')
+    ORDER BY job_id, scheduled_for DESC
+    ON CONFLICT (job_id) DO UPDATE SET run_id = EXCLUDED.run_id,
+        scheduled_for = EXCLUDED.scheduled_for, state = EXCLUDED.state
+    WHERE last_ends.scheduled_for <= EXCLUDED.scheduled_for
+),
+freed AS (
+    DELETE FROM held_locks WHERE run_id IN (SELECT id FROM ended)
+),
+timed AS (
+    INSERT INTO duration_tallies (job_id, bucket, n, us)
+    SELECT job_id, bucket, COUNT(*), SUM(us) FROM (
+        SELECT job_id, finished_at - started_at AS us,
+            CASE
+                WHEN finished_at - started_at <= 100000 THEN 0
+                WHEN finished_at - started_at <= 500000 THEN 1
+                WHEN finished_at - started_at <= 1000000 THEN 2
+                WHEN finished_at - started_at <= 5000000 THEN 3
+                WHEN finished_at - started_at <= 10000000 THEN 4
+                WHEN finished_at - started_at <= 30000000 THEN 5
+                WHEN finished_at - started_at <= 60000000 THEN 6
+                WHEN finished_at - started_at <= 300000000 THEN 7
+                WHEN finished_at - started_at <= 900000000 THEN 8
+                WHEN finished_at - started_at <= 1800000000 THEN 9
+                WHEN finished_at - started_at <= 3600000000 THEN 10
+                WHEN finished_at - started_at <= 14400000000 THEN 11
+                ELSE 12 END AS bucket
+        FROM recorded WHERE was_finished_at IS NULL AND finished_at IS NOT NULL
+    ) d GROUP BY job_id, bucket
+),
+spent AS (
+    INSERT INTO cpu_tallies (job_id, cpu_us)
+    SELECT job_id, SUM(round((cpu_user + coalesce(cpu_system, 0)) * 1e6)::BIGINT)
+    FROM recorded
+    WHERE was_finished_at IS NULL AND finished_at IS NOT NULL AND cpu_user IS NOT NULL
+    GROUP BY job_id
 )
 SELECT id, attempt, state, job_id FROM ended
 """
+
+# FINISH_RUNS keeps its ends' tallies itself: the row triggers stand aside for it alone
+ENDS_TALLIED = "SET LOCAL jobctl.ends_tallied = on"
+ENDS_TALLIED_DONE = "SET LOCAL jobctl.ends_tallied = off"
 
 #: FINISH_RUNS's arrays, one element an end (``a_error``: the attempt's error; ``ended``:
 #: when it ended, its ``finished_at``)
@@ -514,7 +569,9 @@ class PgDriver:
         if started:
             conn.cursor().execute(SET_PIDS, _pid_params(me, started))
         channel = conn.cursor().execute(ANY_CHANNEL)
+        conn.cursor().execute(ENDS_TALLIED)
         ended = conn.cursor().execute(FINISH_RUNS, {**cols, "me": me})
+        conn.cursor().execute(ENDS_TALLIED_DONE)
         if claim_next is not None:
             claimer, limit = claim_next
             self._ahead = (c, now_us, limit, self._send_claim_reads(conn, claimer, now_us, limit))

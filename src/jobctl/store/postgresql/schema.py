@@ -12,7 +12,7 @@ from typing import Any
 from ...errors import StoreError
 from .. import sqlfiles
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 #: the key of the advisory lock held while migrating (any constant; 'jobctl' in ASCII)
 MIGRATION_LOCK_KEY = 0x6A6F6263746C
 
