@@ -309,6 +309,46 @@ def test_the_instant_of_a_cli_edit_is_no_window(jobctl: Jobctl) -> None:
     }
 
 
+def test_rollback_to_a_revision_from_before_the_flag_keeps_the_add_instant_no_window(
+    jobctl: Jobctl,
+) -> None:
+    """A revision written before a fixed rate's anchor was told apart holds the add
+    instant as its start; rolled back to after an edit, that instant stays no window."""
+    import json
+
+    from jobctl import specs
+    from jobctl.models import JobSpec
+    from jobctl.specs import TriggerOptions, build_trigger
+
+    added = T0 + timedelta(microseconds=250_000)
+    edited = T0 + timedelta(hours=2, microseconds=500_000)
+    with jobctl.store() as store:
+        trigger = build_trigger(TriggerOptions(every="1h"), added)
+        store.add_job(JobSpec(name="r", trigger=trigger, command="true"), added)
+        job = store.get_job("r")
+        changes = specs.edit_changes(
+            job, TriggerOptions(every="30m"), {}, command=None, rename=None, now=edited
+        )
+        store.edit_job("r", changes, edited, next_run_at=None, restart_schedule=True)
+        with store.write() as c:  # revision 1 as it was written: start, the add instant
+            (text,) = c.execute(
+                "SELECT definition FROM job_revisions WHERE job_id = ? AND revision = 1",
+                (job.id,),
+            ).fetchone()
+            table = json.loads(text)
+            assert table["start"] == "2026-01-05T01:00:00.250000+00:00"
+            table["start"] = "2026-01-05T00:00:00.250000+00:00"
+            c.execute(
+                "UPDATE job_revisions SET definition = ? WHERE job_id = ? AND revision = 1",
+                (json.dumps(table), job.id),
+            )
+    jobctl.ok("rollback", "r", "1")
+    span = ("--from", z("2026-01-05T00:00:00"), "--to", z("2026-01-05T03:30:00"))
+    expected = [f"2026-01-05T0{h}:00:00.250000Z" for h in (1, 2, 3)]
+    assert [w["scheduled_for"] for w in jobctl.json("coverage", "r", *span)] == expected
+    assert jobctl.json("backfill", "r", *span, "--dry-run")["windows"] == expected
+
+
 def test_the_migration_marks_the_anchors_set_without_start(db) -> None:
     """A database from before the flag: an anchor that is the job's add instant or the
     instant of one of its revisions (an edit without --start) only sets the phase; a

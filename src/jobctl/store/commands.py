@@ -34,6 +34,7 @@ from ..models import (
     RunReason,
     RunState,
     SecretInfo,
+    TriggerKind,
     WaitFacts,
     Window,
     after_parts,
@@ -598,10 +599,12 @@ class Commands:
         from ..triggers import next_fire
 
         job = self.get_job(name)
-        found = [r for r in self.history(name) if r.revision == revision]
+        revisions = self.history(name)
+        found = [r for r in revisions if r.revision == revision]
         if not found:
             raise NotFound(f"job {name!r} has no revision {revision}")
         wanted = jobfile.definition_from_table(name, found[0].definition, now, job)
+        wanted = _phase_only_by_revisions(wanted, revisions)
         key = wanted.spec.ping_key
         if key is not None and key != job.spec.ping_key:
             # a watched revision whose key another job holds since (pings go to one job)
@@ -1172,3 +1175,17 @@ class Commands:
 
 
 __all__ = ["Commands", "cancel_runs_tx", "daemon_info"]
+
+
+def _phase_only_by_revisions(
+    d: jobfile.Definition, revisions: Sequence[Revision]
+) -> jobfile.Definition:
+    """A fixed rate as a revision written before its anchor was told apart (migration 0015)
+    keeps it: a ``start`` that is the instant of a revision that set it (an add or edit
+    without ``--start``) only sets the phase, as the migration judges the jobs' own."""
+    t = d.spec.trigger
+    if t.anchor is None or t.phase_only or t.kind not in (TriggerKind.INTERVAL, TriggerKind.SET):
+        return d
+    if not any(r.at == t.anchor and "start" in r.changes for r in revisions):
+        return d
+    return replace(d, spec=replace(d.spec, trigger=replace(t, phase_only=True)))
