@@ -247,6 +247,10 @@ def test_apply_naming_an_unknown_secret_is_a_line_of_the_file(jobctl: MainCli) -
         ]
     }
     assert jobctl.json("list") == []
+    # --dry-run, which writes nothing, says it too (it printed "+ a", exit 0)
+    r = jobctl("apply", "--dry-run", "-", stdin=text, ok=False)
+    assert r.exit_code == 2 and r.stdout == ""
+    assert "Error: line 4: job a: secrets: DB: no secret named nope" in r.stderr
     # an existing job changed to name an unknown secret is refused the same way
     jobctl("apply", "-", stdin=text.replace('"nope"', '"pw"').replace('"gone"', '"pw"'))
     before = jobctl.json("show", "b")
