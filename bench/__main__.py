@@ -546,8 +546,9 @@ def rows(res: dict, a: argparse.Namespace) -> list[tuple[str, str, str, str, str
                     return " / ".join(_fmt(c[k], "ms") for k in ("daemon", "children", "server"))
 
                 row(
-                    f"postgresql: CPU a run, {n} daemon(s): own / children / server",
-                    cpu(mine["cpu_ms"]),
+                    f"postgresql: CPU a run, {n} daemon(s): own (its spawner's and keeper's "
+                    "in it) / children / server",
+                    cpu(mine["cpu_ms"]) + f" ({_fmt(mine['cpu_ms'].get('helpers'), 'ms')} theirs)",
                     cpu(ref["cpu_ms"]) + " (procrastinate)",
                 )
         lat, plat = pg["latency"]["jobctl"], pg["latency"]["procrastinate"]

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .jobctl_runs import DaemonProc, jobctl_exe
-from .stats import median, percentile, proc_cpu_split
+from .stats import helpers_cpu, median, percentile, proc_cpu_split
 
 
 class Server:
@@ -186,22 +186,27 @@ def _server_cpu(srv: Server) -> float:
     return total
 
 
-#: each scheduler process's (own, reaped children's) CPU seconds, and the server's
-CpuReading = tuple[list[tuple[float, float]], float]
+#: each scheduler process's (own, reaped children's) CPU seconds, the server's, and the
+#: live helpers' of jobctl's daemons (their spawner and keeper; none for procrastinate)
+CpuReading = tuple[list[tuple[float, float]], float, float]
 
 
 def _cpu_now(srv: Server, pids: list[int]) -> CpuReading:
-    return [proc_cpu_split(pid) for pid in pids], _server_cpu(srv)
+    helpers = sum(helpers_cpu(pid) for pid in pids)
+    return [proc_cpu_split(pid) for pid in pids], _server_cpu(srv), helpers
 
 
 def _cpu_a_run(before: CpuReading, after: CpuReading, runs: int) -> dict[str, float]:
-    """CPU a run in ms between two readings: the schedulers' own, their children's, the
-    server's (the bench's polling of the count included: 20 statements a second on one
-    connection)."""
+    """CPU a run in ms between two readings: the schedulers' own (a jobctl daemon's with
+    its spawner's and keeper's, its work done in other processes, as the burst counts
+    it; ``helpers``: theirs alone), their children's, the server's (the bench's polling
+    of the count included: 20 statements a second on one connection)."""
     own = sum(b[0] - a[0] for a, b in zip(before[0], after[0], strict=True))
     kids = sum(b[1] - a[1] for a, b in zip(before[0], after[0], strict=True))
+    helpers = after[2] - before[2]
     return {
-        "daemon": own / runs * 1000,
+        "daemon": (own + helpers) / runs * 1000,
+        "helpers": helpers / runs * 1000,
         "children": kids / runs * 1000,
         "server": (after[1] - before[1]) / runs * 1000,
     }
