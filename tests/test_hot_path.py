@@ -455,3 +455,42 @@ def test_a_run_read_by_the_store_has_every_field_and_stays_frozen(db):
                 run.state = RunState.DEAD  # type: ignore[misc]
     finally:
         store.close()
+
+
+def test_a_job_read_by_the_store_has_every_field_and_stays_frozen(db):
+    """Jobs are built at once (JobSpec.of, Job.of: a listing reads every one): each is what
+    the constructors would have made, every field in order, and still frozen."""
+    every = Trigger(TriggerKind.INTERVAL, tz="UTC", every_seconds=600.0, anchor=T0)
+    spec = JobSpec(
+        name="full",
+        trigger=every,
+        command="echo hi",
+        description="all set",
+        env={"A": "1"},
+        locks=("db",),
+        on_tags=("gpu",),
+        ok_exit=(3,),
+        no_retry_exit=(4,),
+        excepts=("0 3 * * *",),
+        timeout_seconds=60.0,
+        pause_after_failures=3,
+    )
+    store = open_store(db)
+    try:
+        store.commands.add_job(spec, T0 + timedelta(minutes=10), T0)
+        store.commands.add_job(JobSpec(name="bare", trigger=every, command="true"), None, T0)
+        store.commands.pause_job("bare", T0)
+        jobs = [store.commands.get_job("full"), *store.commands.list_jobs()]
+        assert [j.name for j in jobs] == ["full", "bare", "full"]
+        for job in jobs:
+            assert list(vars(job)) == [f.name for f in dataclasses.fields(job)]
+            assert list(vars(job.spec)) == [f.name for f in dataclasses.fields(JobSpec)]
+            assert job == dataclasses.replace(job) and job.spec == JobSpec(**vars(job.spec))
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                job.spec.command = "false"  # type: ignore[misc]
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                job.revision = 9  # type: ignore[misc]
+        assert jobs[0].spec == spec and jobs[2] == jobs[0]
+        assert jobs[1].state.value == "paused" and jobs[1].paused_reason is not None
+    finally:
+        store.close()

@@ -446,6 +446,15 @@ class JobSpec:
     def watched(self) -> bool:
         return self.ping_key is not None
 
+    @classmethod
+    def of(cls, fields: dict[str, Any]) -> JobSpec:
+        """A JobSpec from every one of its fields at once, as a store reads it (see
+        :meth:`Run.of`; ``fields`` must name every field, in order: the stores' tests
+        check it)."""
+        spec = object.__new__(cls)
+        spec.__dict__.update(fields)
+        return spec
+
 
 @dataclass(frozen=True)
 class Job:
@@ -463,6 +472,15 @@ class Job:
     revision: int = 0
     #: the dates of its ``except_calendars``, kept with the job when a calendar changes
     except_dates: frozenset[date] = frozenset()
+
+    @classmethod
+    def of(cls, fields: dict[str, Any]) -> Job:
+        """A Job from every one of its fields at once, as a store reads it (see
+        :meth:`Run.of`; ``fields`` must name every field, in order: the stores' tests
+        check it)."""
+        job = object.__new__(cls)
+        job.__dict__.update(fields)
+        return job
 
     @property
     def name(self) -> str:
