@@ -39,6 +39,11 @@ NOT_FOR_A_LISTING = (
     "tomllib",
     "zoneinfo",
     "shutil",
+    # who a change is made by (getpass, socket) is read on a change; a wake-up is sent
+    # after a write commits (socket)
+    "getpass",
+    "socket",
+    "selectors",
 )
 
 #: every jobctl module ``jobctl --version`` loads: the group, and none of its commands
@@ -69,7 +74,6 @@ LISTING_MODULES = VERSION_MODULES | {
     "jobctl.store.sqlite.db",
     "jobctl.store.sqlite.schema",
     "jobctl.store.sqlite.sql",
-    "jobctl.store.sqlite.wake",
     "jobctl.store.writes",
 }
 

@@ -10,9 +10,7 @@ cancel, the windows recorded ahead) are the ones the daemons' halves share.
 from __future__ import annotations
 
 import functools
-import getpass
 import json
-import socket
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import date, datetime
@@ -102,6 +100,9 @@ def _fresh_state(spec: JobSpec, next_run_at: datetime | None, now: datetime) -> 
 
 def default_who() -> str:
     """``USER@HOST``: who a command's revisions name."""
+    import getpass
+    import socket  # here: a listing, which names no one, never loads either
+
     try:
         user = getpass.getuser()
     except Exception:  # no name for this uid (a container): its number
@@ -148,9 +149,22 @@ class Commands:
         self.db = db
         self.q = db.q
         self.backend = db.backend
-        #: who and from where this face's changes are made, as revisions name them
-        self.who = default_who()
+        #: from where this face's changes are made, as revisions name it
         self.source = "cli"
+        self._who: str | None = None
+
+    @property
+    def who(self) -> str:
+        """Who this face's changes are made by, as revisions name it: ``USER@HOST`` (read
+        on the first change: a listing names no one), or what was set (``jobctl serve``
+        sets ``api`` or a token's principal)."""
+        if self._who is None:
+            self._who = default_who()
+        return self._who
+
+    @who.setter
+    def who(self, value: str) -> None:
+        self._who = value
 
     # the collaborators, each made when a command first needs it: a listing loads none
     # of their modules (the outbox's brings the notifications')

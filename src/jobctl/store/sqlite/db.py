@@ -15,7 +15,6 @@ from ...errors import NotFound, StoreError
 from ..dialect import Closing, closed_on_failure
 from .schema import BUSY_TIMEOUT_MS, SCHEMA_VERSION, migrations, split_statements
 from .sql import QUERIES, WAKE_ADDRESSES
-from .wake import poke
 
 #: the write-ahead log size (pages) at which a daemon's own commit checkpoints it; the
 #: daemon checkpoints when it goes idle (:meth:`Db.checkpoint`), so a burst of commits
@@ -205,6 +204,8 @@ class Db(Closing):
                 addresses = [r[0] for r in self.conn.execute(WAKE_ADDRESSES).fetchall()]
             except sqlite3.DatabaseError:
                 return
+        from .wake import poke  # here: a command that only reads never loads sockets
+
         for message in dict.fromkeys(self._notes):
             poke(addresses, message)
 
