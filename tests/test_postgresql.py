@@ -503,7 +503,7 @@ def test_a_turns_ends_keep_the_tallies_the_row_triggers_kept_without_calling_the
             return FinishItem(run_id, 1, result, decision, ended_at=at)
 
         finishes = [
-            end(a1, 0.05, 0, (0.01, 0.002)),
+            end(a1, 0.1, 0, (0.01, 0.002)),  # on a bucket's bound: in it, as the trigger had it
             end(a2, 2, 0, (0.5, None)),
             end(b1, 0.2, 1, (None, None)),
         ]
@@ -537,7 +537,7 @@ def test_a_turns_ends_keep_the_tallies_the_row_triggers_kept_without_calling_the
         assert rows(
             f"SELECT jobs.name, t.bucket, SUM(t.n)::int, SUM(t.us)::bigint "
             f"FROM duration_tallies t {by_name}, t.bucket ORDER BY 1, 2"
-        ) == [("a", 0, 1, 50_000), ("a", 3, 1, 2_000_000), ("b", 1, 1, 200_000)]
+        ) == [("a", 0, 1, 100_000), ("a", 3, 1, 2_000_000), ("b", 1, 1, 200_000)]
         assert rows(f"SELECT jobs.name, SUM(t.cpu_us)::bigint FROM cpu_tallies t {by_name}") == [
             ("a", 512_000)
         ]
@@ -618,6 +618,19 @@ def test_the_claim_and_the_ends_find_their_runs_by_key_whatever_the_statistics(p
                 and "Scan" in n["Node Type"]
             ]
             assert read and sum(read) <= 2, (sql[:40], read)
+
+
+def test_a_turns_statements_are_short_enough_for_psycopgs_cache():
+    """psycopg parses a statement's text for its parameters again at every call when it
+    is longer than MAX_CACHED_STATEMENT_LENGTH (4,096 bytes): the ends' statement, at
+    4,819 bytes with its tallies, was parsed at every turn (a third of the daemon's own
+    time in the turn, py-spy)."""
+    from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH
+
+    from jobctl.store.postgresql import driver
+
+    for name in ("FINISH_RUNS", "CLAIM", "CANDIDATES", "EXPIRED", "SKIP_PAST_DEADLINE"):
+        assert len(getattr(driver, name).encode()) <= MAX_CACHED_STATEMENT_LENGTH, name
 
 
 def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):

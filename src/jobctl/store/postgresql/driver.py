@@ -31,6 +31,7 @@ from typing import Any
 from ...clock import Clock, to_us
 from ...errors import Conflict
 from ...models import JobState, Overlap, Run, RunState
+from ..commands import DURATION_BUCKET_BOUNDS_SECONDS
 from ..daemon_sql import DaemonQueries
 from ..dialect import pyformat
 from ..driver import Ends, Finishes, Quota, Started
@@ -244,6 +245,12 @@ SELECT EXISTS (SELECT 1 FROM runs WHERE job_id = %(id)s AND state = 'leased') AS
 
 # The ends of a turn, each fenced (its run still leased by this daemon, same attempt),
 # with the cancel check inside, and the attempts of the ends that held: one statement.
+# Their runs are found by key (the note above CLAIM_ONE). With them, what the row
+# triggers do one end at a time (schema.sql, run_tallies and last_ends), set-wise: they
+# stand aside while jobctl.ends_tallied is 'on' (ENDS_TALLIED). An attempt's duration
+# and CPU are tallied once, when this statement gives it its end (``was``: the row as it
+# was before). Kept under psycopg's 4,096 bytes (MAX_CACHED_STATEMENT_LENGTH): a longer
+# statement's text is parsed for its parameters again at every call.
 FINISH_RUNS = """
 WITH f AS (
     SELECT * FROM unnest(
@@ -272,7 +279,6 @@ ended AS (
     FROM f
     WHERE runs.id = ANY(%(run_id)s::bigint[]) AND runs.id = f.run_id
       AND runs.attempt = f.attempt
-      -- a filter of the rows found by key (the note above CLAIM_ONE)
       AND (runs.state = 'leased' AND runs.leased_by = %(me)s) IS TRUE
     RETURNING runs.id, runs.attempt, runs.state, runs.job_id, runs.scheduled_for
 ),
@@ -281,14 +287,12 @@ recorded AS (
         output = f.output, output_bytes = f.total, pid = COALESCE(f.pid, attempts.pid),
         cpu_user = f.cpu_user, cpu_system = f.cpu_system, max_rss = f.max_rss
     FROM ended JOIN f ON f.run_id = ended.id
-        -- the row as it was before this statement: its end is tallied once
         JOIN attempts was ON was.run_id = f.run_id AND was.attempt = f.attempt
     WHERE attempts.run_id = f.run_id AND attempts.attempt = f.attempt
-    RETURNING ended.job_id, attempts.started_at, attempts.finished_at, attempts.cpu_user,
-        attempts.cpu_system, was.finished_at AS was_finished_at
+    RETURNING ended.job_id, attempts.finished_at - attempts.started_at AS us,
+        attempts.cpu_user, attempts.cpu_system,
+        was.finished_at IS NULL AND attempts.finished_at IS NOT NULL AS first_end
 ),
--- what the row triggers do one end at a time (schema.sql, run_tallies and last_ends),
--- set-wise for the turn's ends: they stand aside while jobctl.ends_tallied is 'on'
 tallied AS (
     INSERT INTO run_tallies (job_id, state, ended, kept)
     SELECT job_id, state, COUNT(*), COUNT(*) FROM ended
@@ -308,34 +312,21 @@ freed AS (
 ),
 timed AS (
     INSERT INTO duration_tallies (job_id, bucket, n, us)
-    SELECT job_id, bucket, COUNT(*), SUM(us) FROM (
-        SELECT job_id, finished_at - started_at AS us,
-            CASE
-                WHEN finished_at - started_at <= 100000 THEN 0
-                WHEN finished_at - started_at <= 500000 THEN 1
-                WHEN finished_at - started_at <= 1000000 THEN 2
-                WHEN finished_at - started_at <= 5000000 THEN 3
-                WHEN finished_at - started_at <= 10000000 THEN 4
-                WHEN finished_at - started_at <= 30000000 THEN 5
-                WHEN finished_at - started_at <= 60000000 THEN 6
-                WHEN finished_at - started_at <= 300000000 THEN 7
-                WHEN finished_at - started_at <= 900000000 THEN 8
-                WHEN finished_at - started_at <= 1800000000 THEN 9
-                WHEN finished_at - started_at <= 3600000000 THEN 10
-                WHEN finished_at - started_at <= 14400000000 THEN 11
-                ELSE 12 END AS bucket
-        FROM recorded WHERE was_finished_at IS NULL AND finished_at IS NOT NULL
-    ) d GROUP BY job_id, bucket
+    SELECT job_id, width_bucket(us - 1, '{BOUNDS}'::bigint[]), COUNT(*), SUM(us)
+    FROM recorded WHERE first_end GROUP BY 1, 2
 ),
 spent AS (
     INSERT INTO cpu_tallies (job_id, cpu_us)
     SELECT job_id, SUM(round((cpu_user + coalesce(cpu_system, 0)) * 1e6)::BIGINT)
-    FROM recorded
-    WHERE was_finished_at IS NULL AND finished_at IS NOT NULL AND cpu_user IS NOT NULL
-    GROUP BY job_id
+    FROM recorded WHERE first_end AND cpu_user IS NOT NULL GROUP BY job_id
 )
 SELECT id, attempt, state, job_id FROM ended
-"""
+""".replace(
+    "{BOUNDS}",
+    # the upper bounds of the duration buckets, in microseconds: width_bucket of a
+    # duration less 1 is the number of the first bound at or above it (12: none)
+    "{" + ",".join(str(round(b * 1_000_000)) for b in DURATION_BUCKET_BOUNDS_SECONDS) + "}",
+)
 
 # FINISH_RUNS keeps its ends' tallies itself: the row triggers stand aside for it alone
 ENDS_TALLIED = "SET LOCAL jobctl.ends_tallied = on"
