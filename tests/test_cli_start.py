@@ -68,7 +68,6 @@ LISTING_MODULES = VERSION_MODULES | {
     "jobctl.store.protocol",
     "jobctl.store.queries",
     "jobctl.store.rows",
-    "jobctl.store.secrets",
     "jobctl.store.sqlfiles",
     "jobctl.store.sqlite",
     "jobctl.store.sqlite.db",

@@ -22,7 +22,8 @@ from webhelpers import Server, token_file
 
 from jobctl import planner
 from jobctl.errors import StoreError
-from jobctl.models import DaemonLoad, RunState, WaitFacts, WaitReason
+from jobctl.models import RunState
+from jobctl.waits import DaemonLoad, WaitFacts, WaitReason
 
 HUGE = "99999999999999999999"
 #: what one exec argument may hold on Linux, its NUL included (128 KiB; README, Run policies and what a run costs)

@@ -12,6 +12,10 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "jobctl"
 LAYERS = {
     "errors": 0,
     "models": 1,
+    # value types apart from models, each imported only by what uses it
+    "waits": 1.5,
+    "fleet": 1.5,
+    "access": 1.5,
     "clock": 1,
     "paths": 1,
     "zones": 2,

@@ -13,8 +13,9 @@ from test_web_api import cli_error, server  # noqa: F401  (the serve fixture)
 from webhelpers import Server
 
 from jobctl.checks import CheckFacts, CheckState, judge
-from jobctl.models import DaemonLoad, RunState, SkipReason, WaitFacts, WaitReason
+from jobctl.models import RunState, SkipReason
 from jobctl.planner import plan_due, waiting_reason
+from jobctl.waits import DaemonLoad, WaitFacts, WaitReason
 
 
 def test_on_tags_are_sorted_shown_exported_and_cleared(jobctl: Jobctl, tmp_path: Path) -> None:

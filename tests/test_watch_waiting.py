@@ -11,16 +11,9 @@ from conftest import StoreView, wait_until
 
 from jobctl import planner
 from jobctl.clock import iso
-from jobctl.models import (
-    JobSpec,
-    Overlap,
-    RunState,
-    Trigger,
-    TriggerKind,
-    WaitFacts,
-    WaitReason,
-)
+from jobctl.models import JobSpec, Overlap, RunState, Trigger, TriggerKind
 from jobctl.output import OutputStream
+from jobctl.waits import WaitFacts, WaitReason
 
 
 def _inspect(jobctl, run_id: int):

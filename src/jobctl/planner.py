@@ -24,7 +24,6 @@ from .models import (
     BackfillPlan,
     Catchup,
     Coverage,
-    DaemonLoad,
     Decision,
     Job,
     Overlap,
@@ -36,12 +35,10 @@ from .models import (
     StopReason,
     Trigger,
     TriggerKind,
-    WaitFacts,
-    Waiting,
-    WaitReason,
     Window,
     after_parts,
 )
+from .waits import DaemonLoad, WaitFacts, Waiting, WaitReason
 
 #: a loop that wakes this much later than it planned counts the gap as missed
 #: (jobctl(1), CATCH-UP AND DST)

@@ -19,21 +19,15 @@ from typing import TYPE_CHECKING, Any
 from ..clock import from_us, iso, to_us
 from ..errors import Conflict, NameTaken, NotFound, RevisionChanged, StoreError, UsageError
 from ..models import (
-    ApiToken,
     Attempt,
-    DaemonInfo,
-    DaemonLoad,
     Job,
     JobSpec,
     JobState,
-    Maintenance,
     Role,
     Run,
     RunReason,
     RunState,
-    SecretInfo,
     TriggerKind,
-    WaitFacts,
     Window,
     after_parts,
 )
@@ -47,7 +41,6 @@ from .rows import (
     run_from_row,
     spec_columns,
 )
-from .secrets import Secrets, check_secrets
 from .writes import (
     insert_run,
     job_row,
@@ -65,10 +58,14 @@ _NOT_RETRIED = (
 
 if TYPE_CHECKING:  # imported where used: a listing never needs them
     from .. import jobfile
+    from ..access import ApiToken, SecretInfo
     from ..checks import CheckFacts
+    from ..fleet import DaemonInfo, Maintenance
     from ..notifications import Channel, Notification, NotificationState
+    from ..waits import WaitFacts
     from ..watching import Ping
     from .outbox import Outbox, Sql
+    from .secrets import Secrets
     from .values import Backfilled, BackfillFn, CopiedJob, DbInfo, Revision, Status
     from .watch import Watch
 
@@ -113,6 +110,8 @@ def default_who() -> str:
 
 
 def daemon_info(r: Any) -> DaemonInfo:
+    from ..fleet import DaemonInfo  # here: a listing shows no daemon
+
     return DaemonInfo(
         id=r["id"],
         pid=r["pid"],
@@ -129,6 +128,8 @@ def daemon_info(r: Any) -> DaemonInfo:
 def maintenance_of(r: Any) -> Maintenance:
     """A ``maintenance`` row as the window in force: until its end (``ended_at`` when
     ``resume --all`` ended it first, else ``until_at``)."""
+    from ..fleet import Maintenance  # here: a listing shows no maintenance window
+
     end = r["ended_at"] if r["ended_at"] is not None else r["until_at"]
     return Maintenance(
         since=from_us(r["since"]),
@@ -181,6 +182,8 @@ class Commands:
 
     @functools.cached_property
     def secrets(self) -> Secrets:
+        from .secrets import Secrets
+
         return Secrets(self.db, self._q)
 
     @functools.cached_property
@@ -296,7 +299,8 @@ class Commands:
     ) -> Job:
         """Create a job whose first window is ``next_run_at`` (or overwrite the one of that
         name with ``replace_existing``). Raises Conflict when the name is taken."""
-        from . import outbox  # the notify rules' check (a listing never loads it)
+        from . import outbox  # the checks of notify rules and secrets: a listing loads neither
+        from .secrets import check_secrets
 
         with self.db.write() as c:
             self.db.lock_name(c, spec.name)
@@ -323,7 +327,8 @@ class Commands:
         ``delete`` first (Conflict while one has a leased run). Returns (job, changed): a
         job identical to the stored one is left untouched, so a second import changes
         nothing. Each change is a revision from ``source``."""
-        from . import outbox  # the notify rules' check (a listing never loads it)
+        from . import outbox  # the checks of notify rules and secrets: a listing loads neither
+        from .secrets import check_secrets
 
         out = []
         with self.db.write() as c:
@@ -388,7 +393,8 @@ class Commands:
         next_run_at: datetime | None,
         restart_schedule: bool,
     ) -> Job:
-        from . import outbox  # the notify rules' check (a listing never loads it)
+        from . import outbox  # the checks of notify rules and secrets: a listing loads neither
+        from .secrets import check_secrets
 
         new_spec = replace(job.spec, **changes)
         if "notify" in changes:
@@ -510,6 +516,8 @@ class Commands:
         ``add`` adds. ``next_runs`` holds the first window of each added or changed job
         (by name). A job changed by someone else since the plan read it is a Conflict, and
         so is a job left following a deleted one (``--after``): nothing is applied."""
+        from .secrets import check_secrets
+
         with self.db.write() as c:
             for name, (_, days) in plan.calendars.items():
                 self._calendar_changed(calendars.set_dates(c, self._q, name, days))
@@ -703,6 +711,8 @@ class Commands:
 
         :func:`jobctl.planner.waiting_reason` turns these facts into one reason.
         """
+        from ..waits import DaemonLoad, WaitFacts  # here: only inspect asks
+
         rows = self.db.read(self.q.waiting, {"run_id": run_id, "now": to_us(now)})
         if not rows:
             raise NotFound(f"no run with id {run_id}")

@@ -28,25 +28,15 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # names for the annotations only: a command's start imports none of them
+    from ..access import ApiToken, SecretInfo
     from ..checks import CheckFacts
     from ..clock import Clock
     from ..errors import NotFound
+    from ..fleet import DaemonInfo, Maintenance
     from ..jobfile import ApplyPlan
-    from ..models import (
-        ApiToken,
-        Attempt,
-        DaemonInfo,
-        Job,
-        JobSpec,
-        JobState,
-        Maintenance,
-        Role,
-        Run,
-        RunState,
-        SecretInfo,
-        WaitFacts,
-    )
+    from ..models import Attempt, Job, JobSpec, JobState, Role, Run, RunState
     from ..notifications import Channel, Notification, NotificationState, Outcome, Outgoing
+    from ..waits import WaitFacts
     from ..watching import Ping
     from .values import (
         Backfilled,

@@ -14,9 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..access import ApiToken, SecretInfo
 from ..clock import from_us, to_us
 from ..errors import Conflict, NameTaken, NotFound, UsageError
-from ..models import ApiToken, Role, SecretInfo
+from ..models import Role
 from .dialect import Dialect
 
 if TYPE_CHECKING:  # for the annotations: the outbox's module is not a listing's to load

@@ -7,15 +7,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from ..fleet import DaemonInfo, Maintenance
 from ..models import (
     Attempt,
     AttemptResult,
     BackfillPlan,
-    DaemonInfo,
     Decision,
     Job,
     JobState,
-    Maintenance,
     Plan,
     Run,
     RunState,
