@@ -46,6 +46,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--pg-samples", type=int, default=100, help="claim latency samples (postgresql)")
     p.add_argument(
+        "--pg-daemons",
+        default="1,2,4",
+        help="comma-separated daemon (and procrastinate worker) counts of the throughput "
+        "measures (postgresql; default 1,2,4)",
+    )
+    p.add_argument(
         "--sizes",
         default=None,
         help="job counts for the scale workload (default 1000,100000,1000000)",
@@ -73,6 +79,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if w not in WORKLOADS + OPT_IN:
             p.error(f"unknown workload {w!r}")
     a.reps = a.reps or (2 if a.quick else 3)
+    try:
+        a.pg_daemons = tuple(int(n) for n in a.pg_daemons.split(",") if n.strip())
+    except ValueError:
+        p.error(f"--pg-daemons: not a list of counts: {a.pg_daemons!r}")
+    if not a.pg_daemons or min(a.pg_daemons) < 1:
+        p.error("--pg-daemons: give counts of 1 or more")
     a.precision_seconds = a.precision_seconds or (10.0 if a.quick else 30.0)
     a.idle_seconds = a.idle_seconds or (5.0 if a.quick else 30.0)
     default_sizes = "1000,100000" if a.quick else "1000,100000,1000000"
@@ -258,12 +270,13 @@ def run(a: argparse.Namespace, tmp: Path) -> dict:
                 "scale", tmp / "aps-scale.db", jobs=a.peer_size, idle=a.idle_seconds, dispatches=7
             )
     if "postgresql" in a.only:
+        counts = ", ".join(str(n) for n in a.pg_daemons)
         _progress(
-            f"postgresql: {a.pg_runs} runs with 1, 2, 4 jobctl daemons and procrastinate "
+            f"postgresql: {a.pg_runs} runs with {counts} jobctl daemons and procrastinate "
             f"workers; {a.pg_samples} claims one at a time; cli"
         )
         res["postgresql"] = postgresql.run(
-            a.pg_runs, a.pg_samples, 5 if a.quick else 10, reps=a.reps
+            a.pg_runs, a.pg_samples, 5 if a.quick else 10, reps=a.reps, counts=a.pg_daemons
         )
     return res
 
