@@ -190,7 +190,7 @@ def make_dead(db: Path, *run_ids: int) -> None:
         )
         attempts = {c.run.id: c.run.attempt for c in claimed}
         assert set(run_ids) <= set(attempts), "a run could not be claimed"
-        from jobctl.models import AttemptResult, Decision
+        from jobctl.outcomes import AttemptResult, Decision
 
         for run_id in run_ids:
             done = finish_one(

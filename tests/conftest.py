@@ -210,7 +210,7 @@ class StoreView:
         import random
 
         from jobctl import planner
-        from jobctl.models import AttemptResult
+        from jobctl.outcomes import AttemptResult
 
         result = AttemptResult(exit_code)
         decision = planner.decide(run, attempt, result, now, random.Random(0))

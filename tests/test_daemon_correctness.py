@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 from conftest import StoreView, pid_alive, wait_until
 
 from jobctl import planner
-from jobctl.models import AttemptResult, RunState
+from jobctl.models import RunState
+from jobctl.outcomes import AttemptResult
 from jobctl.store.sqlite import migrations, split_statements
 
 

@@ -11,7 +11,8 @@ import pytest
 from clihelpers import Jobctl, assert_one_error_line, make_dead
 from conftest import StoreView, finish_one, wait_until
 
-from jobctl.models import AttemptResult, Decision, RunState
+from jobctl.models import RunState
+from jobctl.outcomes import AttemptResult, Decision
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)  # long past: backfill may reach it
 

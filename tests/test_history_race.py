@@ -12,7 +12,8 @@ from typing import Any
 from conftest import StoreView
 
 from jobctl.clock import to_us
-from jobctl.models import JobSpec, Plan, RunReason, RunState, Trigger, TriggerKind, Window
+from jobctl.models import JobSpec, RunReason, RunState, Trigger, TriggerKind
+from jobctl.outcomes import Plan, Window
 from jobctl.planner import plan_backfill
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)

@@ -13,13 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobctl.errors import UsageError
-from jobctl.models import (
-    Coverage,
-    RunState,
-    SkipReason,
-    Trigger,
-    TriggerKind,
-)
+from jobctl.models import RunState, SkipReason, Trigger, TriggerKind
+from jobctl.outcomes import Coverage
 from jobctl.planner import history_cutoff, plan_backfill, plan_coverage
 from jobctl.triggers import iter_fires, windows_before, windows_between
 

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from jobctl import planner
 from jobctl.daemon import Log
-from jobctl.models import AttemptResult, JobSpec, Overlap, Run, RunState, Trigger, TriggerKind
+from jobctl.models import JobSpec, Overlap, Run, RunState, Trigger, TriggerKind
+from jobctl.outcomes import AttemptResult
 from jobctl.planner import FireHeap
 from jobctl.store import open_store
 from jobctl.store.values import FinishItem

@@ -14,6 +14,7 @@ LAYERS = {
     "models": 1,
     # value types apart from models, each imported only by what uses it
     "waits": 1.5,
+    "outcomes": 1.5,
     "fleet": 1.5,
     "access": 1.5,
     "clock": 1,

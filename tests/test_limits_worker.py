@@ -13,7 +13,8 @@ from dataclasses import replace
 
 import pytest
 
-from jobctl.models import AttemptResult, IoClass, Limits, RunSettings
+from jobctl.models import IoClass, Limits, RunSettings
+from jobctl.outcomes import AttemptResult
 from jobctl.spawner import NATIVE_SPAWN, Spawner, SpawnError, exec_failure
 from jobctl.worker import LIMITS_FAILED_EXIT, Child, limits_prefix
 

@@ -397,7 +397,7 @@ def test_a_turn_of_ends_and_claims_waits_on_the_server_four_times(pg_url, monkey
     import random
 
     from jobctl import planner
-    from jobctl.models import AttemptResult
+    from jobctl.outcomes import AttemptResult
     from jobctl.store.values import DaemonIdentity, FinishItem
 
     with _view(pg_url) as s:
@@ -473,7 +473,7 @@ def test_a_turns_ends_keep_the_tallies_the_row_triggers_kept_without_calling_the
 
     from jobctl import planner
     from jobctl.clock import to_us
-    from jobctl.models import AttemptResult
+    from jobctl.outcomes import AttemptResult
     from jobctl.store.driver import Quota
     from jobctl.store.values import DaemonIdentity, FinishItem
 
@@ -558,7 +558,7 @@ def test_the_claim_and_the_ends_find_their_runs_by_key_whatever_the_statistics(p
 
     from jobctl import planner
     from jobctl.clock import to_us
-    from jobctl.models import AttemptResult
+    from jobctl.outcomes import AttemptResult
     from jobctl.store.driver import Quota
     from jobctl.store.postgresql.driver import CLAIM, FINISH_RUNS, finish_columns
     from jobctl.store.values import DaemonIdentity, FinishItem

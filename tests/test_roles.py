@@ -230,7 +230,8 @@ def test_a_recorded_end_wakes_the_other_daemons(tmp_path):
     # "run" (what it held is free) and "job:ID" (the leader moves a fixed-delay job on)
     from conftest import finish_one
 
-    from jobctl.models import AttemptResult, Decision, RunState
+    from jobctl.models import RunState
+    from jobctl.outcomes import AttemptResult, Decision
 
     store = StoreView(tmp_path / "p.db")
     other = store.daemon.open_waker("other")

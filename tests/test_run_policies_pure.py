@@ -11,7 +11,6 @@ import pytest
 
 from jobctl.errors import UsageError
 from jobctl.models import (
-    AttemptResult,
     IoClass,
     Job,
     JobSpec,
@@ -26,8 +25,8 @@ from jobctl.models import (
     StopReason,
     Trigger,
     TriggerKind,
-    Window,
 )
+from jobctl.outcomes import AttemptResult, Window
 from jobctl.planner import after_fires, apply_overlap, deadline_at, decide, should_pause
 from jobctl.specs import (
     TriggerOptions,

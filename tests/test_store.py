@@ -11,16 +11,8 @@ from conftest import Daemons
 
 from jobctl import planner
 from jobctl.errors import Conflict, NotFound, StoreError
-from jobctl.models import (
-    AttemptResult,
-    JobSpec,
-    Overlap,
-    RunReason,
-    RunState,
-    Trigger,
-    TriggerKind,
-    Window,
-)
+from jobctl.models import JobSpec, Overlap, RunReason, RunState, Trigger, TriggerKind
+from jobctl.outcomes import AttemptResult, Window
 from jobctl.store.sqlite import (
     SCHEMA_VERSION,
     SqliteStore,

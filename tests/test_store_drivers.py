@@ -14,8 +14,9 @@ import pytest
 from jobctl import planner
 from jobctl.clock import to_us
 from jobctl.errors import Conflict
-from jobctl.models import AttemptResult, JobSpec, Overlap, RunState, Trigger, TriggerKind
+from jobctl.models import JobSpec, Overlap, RunState, Trigger, TriggerKind
 from jobctl.notifications import Channel, ChannelKind
+from jobctl.outcomes import AttemptResult
 from jobctl.store import open_store
 from jobctl.store.dialect import Retryable
 from jobctl.store.driver import Quota

@@ -17,15 +17,8 @@ import pytest
 from conftest import pid_alive, wait_until
 
 from jobctl.daemon import Poller
-from jobctl.models import (
-    OUTPUT_LIMIT_BYTES,
-    AttemptResult,
-    Run,
-    RunReason,
-    RunSettings,
-    RunState,
-    StopReason,
-)
+from jobctl.models import OUTPUT_LIMIT_BYTES, Run, RunReason, RunSettings, RunState, StopReason
+from jobctl.outcomes import AttemptResult
 from jobctl.worker import (
     KILL_GRACE_SECONDS,
     MAX_READS_PER_EVENT,

@@ -19,7 +19,8 @@ from .envfile import EnvFileError, read_env_file
 from .errors import StoreError
 from .keeper import Keeper
 from .logs import DEBUG, ERROR, INFO, WARNING, LogFn
-from .models import AttemptResult, Decision, Run, RunState, StopReason
+from .models import Run, RunState, StopReason
+from .outcomes import AttemptResult, Decision
 from .reaper import group_alive, kill_group, kill_run_processes
 from .spawner import Spawner, SpawnError
 from .store import DaemonStore

@@ -14,12 +14,13 @@ from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .clock import iso
-from .models import Attempt, Coverage, Job, Limits, NotifyRule, Run, RunState, Trigger, TriggerKind
+from .models import Attempt, Job, Limits, NotifyRule, Run, RunState, Trigger, TriggerKind
 
 if TYPE_CHECKING:  # for the annotations: the listing commands' start imports none of them
     from .access import ApiToken, SecretInfo
     from .fleet import DaemonInfo, Maintenance
     from .notifications import Channel, Notification
+    from .outcomes import Coverage
     from .waits import Waiting
 
 # ---------------------------------------------------------------------- JSON

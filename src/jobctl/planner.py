@@ -20,14 +20,9 @@ from .clock import iso
 from .models import (
     MAX_BACKOFF_SECONDS,
     MAX_SKIPPED_ROWS,
-    AttemptResult,
-    BackfillPlan,
     Catchup,
-    Coverage,
-    Decision,
     Job,
     Overlap,
-    Plan,
     Run,
     RunReason,
     RunState,
@@ -35,9 +30,9 @@ from .models import (
     StopReason,
     Trigger,
     TriggerKind,
-    Window,
     after_parts,
 )
+from .outcomes import AttemptResult, BackfillPlan, Coverage, Decision, Plan, Window
 from .waits import DaemonLoad, WaitFacts, Waiting, WaitReason
 
 #: a loop that wakes this much later than it planned counts the gap as missed

@@ -17,7 +17,8 @@ from datetime import datetime, timedelta
 from . import planner
 from .clock import from_us, iso, to_us
 from .logs import DEBUG, INFO, LogFn
-from .models import Job, Overlap, Plan, RunReason, RunState
+from .models import Job, Overlap, RunReason, RunState
+from .outcomes import Plan
 from .store import DaemonStore
 
 #: due jobs whose windows are recorded in one transaction, one chunk a loop turn

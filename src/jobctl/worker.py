@@ -61,7 +61,6 @@ from .clock import iso
 from .models import (
     NO_LIMITS,
     OUTPUT_LIMIT_BYTES,
-    AttemptResult,
     IoClass,
     Limits,
     Run,
@@ -69,6 +68,7 @@ from .models import (
     RunSettings,
     StopReason,
 )
+from .outcomes import AttemptResult
 from .reaper import kill_group
 from .spawner import Request, Spawner, SpawnError, exec_failure
 

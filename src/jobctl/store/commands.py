@@ -28,7 +28,6 @@ from ..models import (
     RunReason,
     RunState,
     TriggerKind,
-    Window,
     after_parts,
 )
 from . import calendars
@@ -772,6 +771,8 @@ class Commands:
     ) -> tuple[Run, bool]:
         """A manual run with window ``now`` (moved on by 1 µs while taken). With ``key``
         at most one run per (job, key): an existing one is returned (created False)."""
+        from ..outcomes import Window  # here: a listing records no window
+
         with self.db.write() as c:
             # the job's row lock serialises the enqueues of one job: keys and windows stay
             # unique without a retry
@@ -900,6 +901,7 @@ class Commands:
         run to requeue ``pending`` again with attempts numbered on. A window the
         scheduler records at the same moment keeps one row (the insert yields to it).
         ``dry_run`` writes nothing. Raises NotFound."""
+        from ..outcomes import Window  # here: a listing records no window
         from .values import Backfilled
 
         with self.db.write() as c:

@@ -16,20 +16,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..clock import Clock, from_us, to_us
-from ..models import (
-    MAX_SKIPPED_ROWS,
-    Attempt,
-    Decision,
-    Job,
-    JobState,
-    Plan,
-    Run,
-    RunReason,
-    RunState,
-    SkipReason,
-    Window,
-)
+from ..models import MAX_SKIPPED_ROWS, Attempt, Job, JobState, Run, RunReason, RunState, SkipReason
 from ..notifications import Outcome, Outgoing
+from ..outcomes import Decision, Plan, Window
 from . import outbox, secrets, watch
 from .daemon_sql import INSERT_RUNS_CHUNK, INSERT_RUNS_ROW_PARAMS
 from .dialect import retrying

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import from_us, to_us
 from ..errors import Conflict, NotFound, UsageError
-from ..models import Event, Job, NotifyRule, Plan, RunState, SkipReason
+from ..models import Event, Job, NotifyRule, RunState, SkipReason
 from ..notifications import (
     DROP_AFTER_SECONDS,
     Channel,
@@ -41,6 +41,7 @@ from ..notifications import (
     possible_finish_events,
     rules_from_json,
 )
+from ..outcomes import Plan
 from .dialect import Dialect, pyformat
 
 if TYPE_CHECKING:  # only jobctl check builds one

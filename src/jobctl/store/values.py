@@ -8,17 +8,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ..fleet import DaemonInfo, Maintenance
-from ..models import (
-    Attempt,
-    AttemptResult,
-    BackfillPlan,
-    Decision,
-    Job,
-    JobState,
-    Plan,
-    Run,
-    RunState,
-)
+from ..models import Attempt, Job, JobState, Run, RunState
+from ..outcomes import AttemptResult, BackfillPlan, Decision, Plan
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import from_us, to_us
 from ..errors import NotFound
-from ..models import Job, Run, RunReason, RunState, Window, after_parts
+from ..models import Job, Run, RunReason, RunState, after_parts
 from .dialect import Dialect
 from .rows import job_from_row, opt_us, run_from_row, settings_json
 
 if TYPE_CHECKING:  # imported where used: a listing never needs them
     from .. import jobfile
+    from ..outcomes import Window
     from . import outbox
 
 
@@ -158,6 +159,8 @@ def fire_after(
     resumed, then the last such end seen), with that run's window and
     ``JOBCTL_UPSTREAM_RUN_ID``; one run per upstream window, however often that window's
     run ends. Returns (job, new run id, upstream run id) of the runs created."""
+    from ..outcomes import Window  # here: a listing fires nothing
+
     out: list[tuple[Job, int, int]] = []
     wanted = None if upstream_ids is None else set(upstream_ids)
     ids: dict[str, int | None] = {}
