@@ -389,11 +389,12 @@ def test_a_claim_that_breaks_a_unique_key_is_undone_alone_then_taken_one_by_one(
         store.close()
 
 
-def test_a_turn_of_ends_and_claims_waits_on_the_server_four_times(pg_url, monkeypatch):
+def test_a_turn_of_ends_and_claims_waits_on_the_server_three_times(pg_url, monkeypatch):
     """A turn that records two ends and claims the next two runs of those forbid jobs
-    waits for the server four times: the ends with the claim's first reads, the advisory
-    locks, the claim, the commit. (psycopg's nested pipelines and transaction() made
-    it thirteen: each wait is a wake-up of the daemon and of the server's process.)"""
+    waits for the server three times: the ends with the claim's first reads, the claim
+    with the advisory locks it needs, the commit. (psycopg's nested pipelines and
+    transaction() made it thirteen: each wait is a wake-up of the daemon and of the
+    server's process.)"""
     import random
 
     from jobctl import planner
@@ -459,7 +460,7 @@ def test_a_turn_of_ends_and_claims_waits_on_the_server_four_times(pg_url, monkey
         monkeypatch.undo()
         assert [f.state for f in second.finished] == [RunState.SUCCEEDED] * 2
         assert sorted(c.run.job_name for c in second.claimed) == ["a", "b"]
-        assert waits == 4
+        assert waits == 3
     finally:
         store.close()
 
@@ -601,7 +602,7 @@ def test_the_claim_and_the_ends_find_their_runs_by_key_whatever_the_statistics(p
         ends.append(FinishItem(x.run.id, 1, result, decision))
     claim = {
         "me": "d2", "until": to_us(now) + 30_000_000, "now": to_us(now), "host": "h2",
-        "ids": pending, "tags": "[]",
+        "ids": pending, "tags": "[]", "key_runs": [], "key_names": [],
     }  # fmt: skip
     with _admin(pg_url) as conn:
         conn.execute("SET search_path TO jobctl")
@@ -631,6 +632,36 @@ def test_a_turns_statements_are_short_enough_for_psycopgs_cache():
 
     for name in ("FINISH_RUNS", "CLAIM", "CANDIDATES", "EXPIRED", "SKIP_PAST_DEADLINE"):
         assert len(getattr(driver, name).encode()) <= MAX_CACHED_STATEMENT_LENGTH, name
+
+
+def test_a_claim_passes_by_a_run_whose_advisory_lock_another_transaction_holds(pg_url):
+    """The advisory locks are tried with the claim, not waited for: a run whose job's
+    key another transaction holds is passed by (and claimed once the key is free), a run
+    whose key this claim got is taken, in the same round."""
+    from jobctl.store.driver import Quota
+    from jobctl.store.values import DaemonIdentity
+
+    with _view(pg_url) as s:
+        s.add_job(manual("held", overlap=Overlap.FORBID), T0)
+        s.add_job(manual("free", overlap=Overlap.FORBID), T0)
+        held = s.enqueue_run("held", T0)[0]
+        free = s.enqueue_run("free", T0)[0]
+    me = DaemonIdentity("d1", "h1", 1, "b1", 30.0)
+    store = _open(pg_url)
+    try:
+        driver = store.open_daemon(me).driver
+        with _admin(pg_url) as other, other.transaction():
+            other.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"job:{held.job_id}",)
+            )
+            with driver.turn() as c:
+                first = driver.claim(c, me, T0 + timedelta(minutes=1), Quota(4, None, None))
+        assert [x.run.id for x in first] == [free.id]
+        with driver.turn() as c:
+            then = driver.claim(c, me, T0 + timedelta(minutes=1), Quota(4, None, None))
+        assert [x.run.id for x in then] == [held.id]
+    finally:
+        store.close()
 
 
 def test_claimers_racing_keep_overlap_forbid_and_locks(pg_url):

@@ -133,6 +133,13 @@ WHERE runs.id = ANY(%(ids)s::bigint[]) AND jobs.id = runs.job_id AND jobs.state 
       SELECT 1 FROM run_locks mine JOIN held_locks h ON h.name = mine.name
       WHERE mine.run_id = runs.id
   )
+  -- every advisory lock of the run's keys was got by TRY_KEYS (key_runs, key_names: pairs)
+  AND NOT EXISTS (
+      SELECT 1 FROM unnest(%(key_runs)s::bigint[], %(key_names)s::text[]) AS k(run_id, name)
+      WHERE k.run_id = runs.id
+        AND NOT COALESCE(NULLIF(current_setting('jobctl.claim_keys', true), ''), '[]')::jsonb
+            ? k.name
+  )
   AND NOT (jobs.overlap IN ('forbid', 'replace', 'queue') AND EXISTS (
       SELECT 1 FROM runs sib WHERE sib.job_id = runs.job_id AND sib.id <> runs.id
         AND sib.state = 'leased'
@@ -179,10 +186,14 @@ SELECT claimed.*,
 FROM claimed
 """
 
-# The advisory locks of a turn's claims, each tried once, never waited for.
+# The advisory locks of a round's claims, each tried once, never waited for; the keys got
+# are noted for the rest of the transaction (jobctl.claim_keys, a JSON array), where the
+# claim that follows in the same pipeline reads them: it claims a run only when every key
+# of the run is noted, so the locks are held before its snapshot is taken, and the turn
+# does not wait for this statement's answer.
 TRY_KEYS = """
-SELECT k, pg_try_advisory_xact_lock(hashtextextended(k, 0)) AS ok
-FROM unnest(%s::text[]) AS k
+SELECT set_config('jobctl.claim_keys', COALESCE(json_agg(k), '[]')::text, true)
+FROM unnest(%s::text[]) AS k WHERE pg_try_advisory_xact_lock(hashtextextended(k, 0))
 """
 
 # The pids of children started, on their runs (fenced) and attempts, one statement.
@@ -622,8 +633,10 @@ class PgDriver:
         A round reads the next candidates (locked for this claimer) and picks those this
         turn may take (reserved workers; among them at most one run of a job that holds
         one at a time and one holder of a lock name); it tries their advisory locks in
-        one statement and claims the runs whose keys it got in another (:data:`CLAIM`),
-        then reads them: four statements a round, however many runs it claims."""
+        one statement and claims the runs whose keys it got in another (:data:`CLAIM`,
+        which returns them whole), both sent before the round waits once: a wait for the
+        candidates (the first round's come with the turn's ends) and one for the claim a
+        round, however many runs it claims."""
         limit, low_limit, reserved_priority = quota.limit, quota.low_limit, quota.reserved_priority
         ahead = quota.ahead
         now_us = to_us(now)
@@ -697,15 +710,14 @@ class PgDriver:
         until: int,
     ) -> dict[int, Run]:
         """Claim the picked candidates whose advisory locks this transaction gets (none is
-        waited for); the claimed runs by id."""
-        keys = sorted({k for _, ks, _ in picked for k in ks})
-        if keys:
-            got = {r["k"] for r in c.execute(TRY_KEYS, (keys,)).fetchall() if r["ok"]}
-            ids = [cand["id"] for cand, ks, _ in picked if got.issuperset(ks)]
-        else:
-            ids = [cand["id"] for cand, _, _ in picked]
-        if not ids:
+        waited for; :data:`TRY_KEYS` is sent with the claim, which takes only the runs
+        whose keys it got); the claimed runs by id."""
+        if not picked:
             return {}
+        ids = [cand["id"] for cand, _, _ in picked]
+        pairs = [(cand["id"], k) for cand, ks, _ in picked for k in ks]
+        if pairs:
+            c.connection.cursor().execute(TRY_KEYS, (sorted({k for _, k in pairs}),))
         params = {
             "me": me.id,
             "until": until,
@@ -713,6 +725,8 @@ class PgDriver:
             "host": me.host,
             "ids": ids,
             "tags": _tags(me),
+            "key_runs": [run_id for run_id, _ in pairs],
+            "key_names": [k for _, k in pairs],
         }
         try:
             rows = self._claim_or_undo(c, params)
