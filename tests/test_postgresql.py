@@ -634,6 +634,16 @@ def test_a_turns_statements_are_short_enough_for_psycopgs_cache():
         assert len(getattr(driver, name).encode()) <= MAX_CACHED_STATEMENT_LENGTH, name
 
 
+def test_the_ends_statement_buckets_durations_as_the_commands_read_them():
+    """The ends' statement writes duration tallies with the bounds the commands read them
+    by (and the trigger tally_attempts writes them by)."""
+    from jobctl.store.commands import DURATION_BUCKET_BOUNDS_SECONDS
+    from jobctl.store.postgresql.driver import DURATION_BOUNDS_US, FINISH_RUNS
+
+    assert DURATION_BOUNDS_US == tuple(round(b * 1e6) for b in DURATION_BUCKET_BOUNDS_SECONDS)
+    assert "'{" + ",".join(map(str, DURATION_BOUNDS_US)) + "}'::bigint[]" in FINISH_RUNS
+
+
 def test_a_claim_passes_by_a_run_whose_advisory_lock_another_transaction_holds(pg_url):
     """The advisory locks are tried with the claim, not waited for: a run whose job's
     key another transaction holds is passed by (and claimed once the key is free), a run

@@ -31,7 +31,6 @@ from typing import Any
 from ...clock import Clock, to_us
 from ...errors import Conflict
 from ...models import JobState, Overlap, Run, RunState
-from ..commands import DURATION_BUCKET_BOUNDS_SECONDS
 from ..daemon_sql import DaemonQueries
 from ..dialect import pyformat
 from ..driver import Ends, Finishes, Quota, Started
@@ -262,6 +261,13 @@ SELECT EXISTS (SELECT 1 FROM runs WHERE job_id = %(id)s AND state = 'leased') AS
 # and CPU are tallied once, when this statement gives it its end (``was``: the row as it
 # was before). Kept under psycopg's 4,096 bytes (MAX_CACHED_STATEMENT_LENGTH): a longer
 # statement's text is parsed for its parameters again at every call.
+#: the upper bounds of the duration buckets in microseconds, as the trigger
+#: tally_attempts has them (schema.sql; commands' DURATION_BUCKET_BOUNDS_SECONDS):
+#: width_bucket of a duration less 1 is the number of the first bound at or above it
+DURATION_BOUNDS_US = (
+    100_000, 500_000, 1_000_000, 5_000_000, 10_000_000, 30_000_000, 60_000_000,
+    300_000_000, 900_000_000, 1_800_000_000, 3_600_000_000, 14_400_000_000,
+)  # fmt: skip
 FINISH_RUNS = """
 WITH f AS (
     SELECT * FROM unnest(
@@ -332,12 +338,7 @@ spent AS (
     FROM recorded WHERE first_end AND cpu_user IS NOT NULL GROUP BY job_id
 )
 SELECT id, attempt, state, job_id FROM ended
-""".replace(
-    "{BOUNDS}",
-    # the upper bounds of the duration buckets, in microseconds: width_bucket of a
-    # duration less 1 is the number of the first bound at or above it (12: none)
-    "{" + ",".join(str(round(b * 1_000_000)) for b in DURATION_BUCKET_BOUNDS_SECONDS) + "}",
-)
+""".replace("{BOUNDS}", "{" + ",".join(str(us) for us in DURATION_BOUNDS_US) + "}")
 
 # FINISH_RUNS keeps its ends' tallies itself: the row triggers stand aside for it alone
 ENDS_TALLIED = "SET LOCAL jobctl.ends_tallied = on"
