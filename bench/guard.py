@@ -1,5 +1,6 @@
 """``python -m bench guard``: the figures that slipped once, each against its bound, in
 about a minute; exits 1 when one is broken (run it before a stop; docs/benchmarks.md).
+``python -m bench guard cli`` (or ``burst``, ``idle``) measures and judges those parts only.
 
 - **burst**: 1,000 ``--every 1h`` jobs due at one instant, ``jobctl daemon --workers 4``,
   against the raw spawn of the same 1,000 children 4 at a time, back to back in each of
@@ -55,6 +56,25 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("version_vs_click", "cli: jobctl --version against import click", 1.5, "×"),
     Bound("list_vs_click", "cli: jobctl list --json, 1,000 jobs, against import click", 3.0, "×"),
 )
+
+
+#: the guard's parts, each its figures' keys: ``python -m bench guard cli`` measures and
+#: judges only the CLI ratios (seconds, where the whole guard loads the machine a minute)
+PARTS: dict[str, tuple[str, ...]] = {
+    "burst": ("burst_vs_raw",),
+    "idle": ("idle_core_pct", "idle_rss_mib"),
+    "cli": ("version_vs_click", "list_vs_click"),
+}
+
+
+def bounds_of(parts: Sequence[str]) -> list[Bound]:
+    """The bounds of ``parts`` (every part when none is named), in :data:`BOUNDS`' order.
+    Raises ValueError naming a part that is not one of :data:`PARTS`."""
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise ValueError(f"no part {unknown[0]!r} (parts: {', '.join(PARTS)})")
+    keys = {k for p in (parts or PARTS) for k in PARTS[p]}
+    return [b for b in BOUNDS if b.key in keys]
 
 
 @dataclass(frozen=True)
@@ -153,18 +173,37 @@ def idle(tmp: Path, jobs: int, seconds: float) -> tuple[float, float]:
     return 100 * (c1 - c0) / 1e9 / (t1 - t0), rss
 
 
-def measure(tmp: Path) -> tuple[dict[str, float | None], dict[str, str]]:
-    """Every figure of :data:`BOUNDS`, and a note for some of them."""
+def measure(
+    tmp: Path, parts: Sequence[str] = tuple(PARTS)
+) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Every figure of ``parts`` (all of :data:`BOUNDS` by default), and a note for some."""
     from . import jobctl_runs
 
     figures: dict[str, float | None] = {}
     notes: dict[str, str] = {}
+    if "burst" in parts:
+        burst_figures(tmp, figures, notes)
+    if "idle" in parts:
+        idle_figures(tmp, figures, notes)
+    if "cli" in parts:
+        cli = jobctl_runs.cli(tmp, CLI_PAIRS)
+        figures["version_vs_click"] = cli["version_ratio"]
+        figures["list_vs_click"] = cli["list_ratio"]
+        notes["version_vs_click"] = f"{cli['version_ms']:.0f} against {cli['click_ms']:.0f} ms"
+        notes["list_vs_click"] = f"{cli['list_ms']:.0f} against {cli['click_ms']:.0f} ms"
+    return figures, notes
+
+
+def burst_figures(tmp: Path, figures: dict[str, float | None], notes: dict[str, str]) -> None:
     try:
         ratio, reps = burst_pairs(tmp, BURST_REPS)
         figures["burst_vs_raw"] = ratio
         notes["burst_vs_raw"] = "reps " + ", ".join(f"{r:.2f}×" for r in reps)
     except RuntimeError as e:  # a figure not taken breaks the guard, with its reason
         notes["burst_vs_raw"] = str(e)
+
+
+def idle_figures(tmp: Path, figures: dict[str, float | None], notes: dict[str, str]) -> None:
     try:
         pct, rss = idle(tmp, IDLE_JOBS, IDLE_SECONDS)
         figures["idle_core_pct"] = pct
@@ -172,17 +211,16 @@ def measure(tmp: Path) -> tuple[dict[str, float | None], dict[str, str]]:
         notes["idle_core_pct"] = f"over {IDLE_SECONDS:g} s"
     except RuntimeError as e:
         notes["idle_core_pct"] = str(e)
-    cli = jobctl_runs.cli(tmp, CLI_PAIRS)
-    figures["version_vs_click"] = cli["version_ratio"]
-    figures["list_vs_click"] = cli["list_ratio"]
-    notes["version_vs_click"] = f"{cli['version_ms']:.0f} against {cli['click_ms']:.0f} ms"
-    notes["list_vs_click"] = f"{cli['list_ms']:.0f} against {cli['click_ms']:.0f} ms"
-    return figures, notes
 
 
 def main(argv: Sequence[str] = ()) -> int:
-    if argv:
-        print("usage: python -m bench guard (no options: the bounds are fixed)", file=sys.stderr)
+    try:
+        bounds = bounds_of(argv)
+    except ValueError as e:
+        print(
+            f"usage: python -m bench guard [{'|'.join(PARTS)}]... (the bounds are fixed): {e}",
+            file=sys.stderr,
+        )
         return 2
     from .__main__ import machine_line
 
@@ -190,8 +228,8 @@ def main(argv: Sequence[str] = ()) -> int:
     print(machine_line())
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     with tempfile.TemporaryDirectory(prefix="jobctl-guard-") as tmp:
-        figures, notes = measure(Path(tmp))
-    verdicts = judge(figures)
+        figures, notes = measure(Path(tmp), [p for p in PARTS if not argv or p in argv])
+    verdicts = judge(figures, bounds)
     print(report(verdicts, notes))
     print(
         f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "

@@ -4,7 +4,9 @@ exit code 1. Its timings are the bench's, not the suite's."""
 
 from __future__ import annotations
 
-from bench.guard import BOUNDS, Bound, exit_code, judge, report
+import pytest
+
+from bench.guard import BOUNDS, PARTS, Bound, bounds_of, exit_code, judge, main, report
 
 
 def within() -> dict[str, float | None]:
@@ -45,3 +47,17 @@ def test_the_bounds_are_the_documented_ones() -> None:
     }
     lower = judge({"x": 0.5}, [Bound("x", "a figure", 1.0, "×")])
     assert lower[0].holds
+
+
+def test_a_part_of_the_guard_is_judged_by_its_own_bounds() -> None:
+    """``python -m bench guard cli``: the two CLI ratios alone, each against its bound; the
+    parts together are the whole guard; an unknown part is a usage error, nothing measured."""
+    cli = bounds_of(["cli"])
+    assert [b.key for b in cli] == ["version_vs_click", "list_vs_click"]
+    verdicts = judge({"version_vs_click": 1.2, "list_vs_click": 2.5}, cli)
+    assert exit_code(verdicts) == 0 and "burst" not in report(verdicts)
+    assert exit_code(judge({"version_vs_click": 1.2, "list_vs_click": 3.1}, cli)) == 1
+    assert bounds_of([]) == list(BOUNDS) == bounds_of(list(PARTS))
+    with pytest.raises(ValueError, match="no part 'clli'"):
+        bounds_of(["clli"])
+    assert main(["clli"]) == 2
