@@ -15,7 +15,7 @@ import pytest
 
 from jobctl.models import IoClass, Limits, RunSettings
 from jobctl.outcomes import AttemptResult
-from jobctl.spawner import NATIVE_SPAWN, Spawner, SpawnError, exec_failure
+from jobctl.spawner import NATIVE_SPAWN, REMAP_EVERY, Spawner, SpawnError, exec_failure
 from jobctl.worker import LIMITS_FAILED_EXIT, Child, limits_prefix
 
 BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"}
@@ -265,3 +265,15 @@ def test_requests_are_answered_in_order_and_need_no_wait(spawner, tmp_path):
     assert os.waitstatus_to_exitcode(os.waitpid(a2, 0)[1]) == 127
     failed = exec_failure(worse.report_r)
     assert failed is not None and (failed.step, failed.errno) == ("exec", errno.ENOENT)
+
+
+def test_the_spawner_goes_on_past_a_look_again_at_its_mappings(spawner):
+    # every REMAP_EVERY requests the native spawn marks again what its clones leave out
+    # (the interpreter maps memory now and then): the clones before and after it alike
+    rss = []
+    for _ in range(REMAP_EVERY + 20):
+        pid = spawner.wait(spawner.request("/bin/true", ["true"], {}, "/", None, None, None, None))
+        _, status, ru = os.wait4(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        rss.append(ru.ru_maxrss)
+    assert max(rss) < (3 << 10 if spawner.native else 8 << 10)  # KiB

@@ -17,8 +17,8 @@ only forks and execs.
 On x86-64 the clone is made by a few instructions of machine code (:data:`NATIVE_SPAWN`,
 its source in :data:`NATIVE_SPAWN_SOURCE`) that issue the ``clone``, ``setsid``,
 ``ioprio_set``, ``setpriority`` and ``execve`` system calls themselves and touch no
-memory but the request they are given: so every private writable mapping of the
-spawner (the interpreter's heap and stack) is marked ``MADV_DONTFORK`` and the copy
+memory but the request they are given: so every other mapping of the spawner (the
+interpreter's heap, stack and libraries) is marked ``MADV_DONTFORK`` and the copy
 holds nothing of it. The attempt is charged with its own memory alone (``true``: about
 1 MiB), copying nothing costs the spawner nothing, and the copy makes no page fault
 before its exec: the attempt costs what one started by ``posix_spawn`` costs, and the
@@ -56,6 +56,7 @@ from __future__ import annotations
 # daemon's side imports what it needs inside its methods
 import _signal  # type: ignore[import-not-found]  # (signal itself imports enum)
 import _socket
+import _struct
 import mmap
 import os
 import sys
@@ -345,7 +346,7 @@ class _Native:
     request in a private mapping the message is received into (the strings stay where
     they arrived; the header and the argv and envp arrays are written after them), which
     each clone copies: the next request may be read before the clone has exec'd.
-    :meth:`leave_out` marks every other private mapping as not to be copied."""
+    :meth:`leave_out` marks every other mapping as not to be copied."""
 
     def __init__(self, libc: object) -> None:
         import ctypes
@@ -379,10 +380,10 @@ class _Native:
         return self.ctypes.addressof(self.ctypes.c_char.from_buffer(m))
 
     def leave_out(self) -> int:
-        """Mark every private writable mapping but the request's ``MADV_DONTFORK`` (the
-        interpreter's heap, stacks and data: nothing the native spawn touches); how many
-        were. None is while glibc has registered a restartable-sequence area (it lives
-        in that memory)."""
+        """Mark every mapping but the code's and the request's ``MADV_DONTFORK`` (the
+        interpreter's heap, stack and libraries: nothing the native spawn touches, and
+        each mapping a clone copies costs it); how many were. None is while glibc has
+        registered a restartable-sequence area (it lives in that memory)."""
         try:
             rseq = self.ctypes.c_uint.in_dll(self.libc, "__rseq_size").value  # type: ignore[arg-type]
         except ValueError:  # a glibc without it registers none
@@ -393,14 +394,11 @@ class _Native:
         madvise = self.libc.madvise  # type: ignore[attr-defined]
         with open("/proc/self/maps", "rb") as f:
             for line in f:
-                fields = line.split()
-                perms = fields[1]
-                if perms[1:2] != b"w" or perms[3:4] != b"p":
-                    continue
-                lo, hi = (int(x, 16) for x in fields[0].split(b"-"))
+                lo, hi = (int(x, 16) for x in line.split(maxsplit=1)[0].split(b"-"))
                 if madvise(lo, hi - lo, MADV_DONTFORK) == 0:
                     n += 1
-        if madvise(self.at, self.size, MADV_DOFORK) != 0:
+        kept = ((self._address(self.code), mmap.PAGESIZE), (self.at, self.size))
+        if any(madvise(at, size, MADV_DOFORK) != 0 for at, size in kept):
             err = self.ctypes.get_errno()
             raise OSError(err, f"cannot keep the request in the clones: {os.strerror(err)}")
         return n
@@ -415,25 +413,38 @@ class _Native:
             addresses.append(at)
             at += len(field) + 1
         argc = int(fields[2])
-        argv, envp = [*addresses[3 : 3 + argc], 0], [*addresses[3 + argc :], 0]
+        addresses[3 + argc : 3 + argc] = [0]  # argv's end; envp's is the last below
+        addresses.append(0)
         table = (_REQUEST_BYTES + n + 8) & ~7
-        arrays = b"".join(a.to_bytes(8, sys.byteorder) for a in argv + envp)
-        self.data[table : table + len(arrays)] = arrays
-        head = (addresses[0], self.at + table, self.at + table + 8 * len(argv))
-        self.data[:_REQUEST_BYTES] = (
-            b"".join(a.to_bytes(8, sys.byteorder) for a in head)
-            + _pack(nice, ioprio, -1, 0)
-            + (CLONE_PARENT | _signal.SIGCHLD).to_bytes(8, sys.byteorder)
-            + _pack(report_fd, 0)
+        n_ptrs = len(addresses) - 3
+        _struct.pack_into(f"={n_ptrs}Q", self.data, table, *addresses[3:])
+        argv_at = self.at + table
+        _struct.pack_into(
+            "=3Q4iQ2i",
+            self.data,
+            0,
+            addresses[0],
+            argv_at,
+            argv_at + 8 * (argc + 1),
+            nice,
+            ioprio,
+            -1,
+            0,
+            CLONE_PARENT | _signal.SIGCHLD,
+            report_fd,
+            0,
         )
         pid = int(self.call(self.at))
-        end = table + len(arrays)
+        end = table + 8 * n_ptrs
         if end > _GIVE_BACK_BYTES:  # a large request: the next clones need not copy it
             page = mmap.PAGESIZE
             self.libc.madvise(self.at + page, end - page, MADV_DONTNEED)  # type: ignore[attr-defined]
         self.served += 1
         if self.served % REMAP_EVERY == 0:
-            self.leave_out()
+            try:  # (the clone is made: its answer stands whatever this gives)
+                self.leave_out()
+            except OSError:
+                pass
         return pid
 
 
