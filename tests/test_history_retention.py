@@ -207,3 +207,34 @@ def test_a_later_pass_looks_only_at_the_jobs_that_changed_since_the_last(store) 
     assert [len(states(store, n)) for n in ("ended", "open", "edited", "aged")] == [1, 1, 1, 0]
     assert len(states(store, "quiet")) == 3  # untouched: nothing of it changed
     assert sum(trim_all(store)) == 2  # a full pass (a new lease holder's first) sees all
+
+
+def test_a_pass_finds_the_changed_jobs_once_and_never_an_edited_job_with_nothing_kept(
+    store, monkeypatch
+) -> None:
+    """Right after an import every job is edited: a pass from the marks finds the jobs
+    to look at once (at its first step, not again at each step: that made a pass over
+    100,000 edited jobs quadratic, a daemon's whole core for minutes), and an edited job
+    with no more kept than its --keep-runs is not among them."""
+    from jobctl.store import retention
+
+    for i in range(120):
+        store.add_job(manual(f"kept{i}", keep_runs=1, overlap=Overlap.ALLOW), T0)
+        for k in range(2):
+            ended(store, f"kept{i}", T0 + k * H)
+    marks = store.daemon.retention_marks(T0 + 3 * H)
+    for i in range(200):  # an import: edited since the marks, no run kept
+        store.add_job(manual(f"fresh{i}", keep_runs=1), T0 + 4 * H)
+    for i in range(120):  # edits that matter: more kept than --keep-runs
+        store.edit_job(f"kept{i}", {"description": "x"}, T0 + 4 * H)
+    calls = []
+    real = retention.changed_jobs
+
+    def counted(db, c, since):
+        ids = real(db, c, since)
+        calls.append(len(ids))
+        return ids
+
+    monkeypatch.setattr(retention, "changed_jobs", counted)
+    assert trim_since(store, marks, T0 + 5 * H) == 120  # two steps of at most 100 jobs
+    assert calls == [120]

@@ -23,7 +23,7 @@ from . import outbox, secrets, watch
 from .daemon_sql import INSERT_RUNS_CHUNK, INSERT_RUNS_ROW_PARAMS
 from .dialect import retrying
 from .driver import DaemonDriver, Ended, Quota
-from .retention import retention_marks, trim_history
+from .retention import ChangedJobs, retention_marks, trim_history
 from .rows import (
     attempt_from_row,
     job_from_row,
@@ -69,6 +69,8 @@ class Daemons:
         self.identity = identity
         self.outbox = outbox.Outbox(driver.db)
         self._oq = self.outbox.q
+        #: the jobs retention's pass under way looks at, found at its first step
+        self._changed_jobs = ChangedJobs()
 
     def clock(self, base: Clock) -> Clock:
         """The clock this daemon reads: ``base`` on SQLite (one host's clock), the
@@ -387,7 +389,14 @@ class Daemons:
         at: those with runs ended since, edited since, or with a ``keep_for``; without it,
         every job. Returns (runs deleted, the job id to start the next step after, or None
         when the pass over the jobs is done). The counters are not touched."""
-        done = trim_history(self.db, now, after_job_id=after_job_id, max_rows=max_rows, since=since)
+        done = trim_history(
+            self.db,
+            now,
+            after_job_id=after_job_id,
+            max_rows=max_rows,
+            since=since,
+            changed=self._changed_jobs,
+        )
         if done[1] is None:
             self.driver.end_of_retention_pass(since)
         return done

@@ -447,7 +447,13 @@ FROM jobs WHERE jobs.id = ?
         retention_changed_open="SELECT DISTINCT job_id FROM runs WHERE id IN ({marks}) "
         f"AND state IN {FINISHED}",
         retention_keep_for="SELECT id FROM jobs WHERE keep_for_seconds IS NOT NULL",
-        retention_edited="SELECT id FROM jobs WHERE updated_at >= ?",
+        # (an edit matters only to a job with more kept than --keep-runs, or a --keep-for:
+        # right after an import every job is edited and none has a run)
+        retention_edited="""
+SELECT jobs.id FROM jobs WHERE jobs.updated_at >= ? AND (jobs.keep_for_seconds IS NOT NULL
+    OR (SELECT COALESCE(SUM(t.kept), 0) FROM run_tallies t WHERE t.job_id = jobs.id)
+    > jobs.keep_runs)
+""",
         retention_max_run="SELECT COALESCE(MAX(id), 0) AS n FROM runs",
         retention_open_runs="SELECT id FROM runs WHERE state IN ('pending', 'leased', 'failed')",
         retention_candidates="""

@@ -15,6 +15,7 @@ each run's state, so a run made pending meanwhile (``retry-dead``, ``backfill``)
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from datetime import datetime
 from typing import Any
 
@@ -27,8 +28,9 @@ from .values import RetentionMarks
 JOBS_A_STEP = 100
 #: open run ids asked about in one statement
 IDS_A_STATEMENT = 500
-#: a job edited this long before the marks' time is looked at again (the writers' clocks)
-EDIT_SLACK_US = 60_000_000
+#: a job edited this long before the marks' time is looked at again: the writers' clocks
+#: (PostgreSQL: the hosts' clocks, that may differ; SQLite: one host's, that may step)
+EDIT_SLACK_US = {"postgresql": 60_000_000, "sqlite": 1_000_000}
 
 
 def retention_marks(db: Dialect, now: datetime) -> RetentionMarks:
@@ -49,9 +51,27 @@ def changed_jobs(db: Dialect, c: Any, since: RetentionMarks) -> list[int]:
         sql = q.retention_changed_open.format(marks=db.marks(len(chunk)))
         ids.update(int(r["job_id"]) for r in c.execute(sql, chunk))
     ids.update(int(r["id"]) for r in c.execute(q.retention_keep_for))
-    edited = to_us(since.at) - EDIT_SLACK_US
+    edited = to_us(since.at) - EDIT_SLACK_US.get(db.backend, max(EDIT_SLACK_US.values()))
     ids.update(int(r["id"]) for r in c.execute(q.retention_edited, (edited,)))
     return sorted(ids)
+
+
+class ChangedJobs:
+    """The jobs a pass from some marks looks at, found once at the pass's first step (a
+    pass right after an import of 100,000 jobs has them all: finding them again at each
+    of its thousand steps made the pass quadratic) and handed out a step at a time."""
+
+    def __init__(self) -> None:
+        self._since: RetentionMarks | None = None
+        self._ids: list[int] = []
+
+    def step(self, db: Dialect, c: Any, since: RetentionMarks, after_job_id: int) -> list[int]:
+        """The next :data:`JOBS_A_STEP` of them after ``after_job_id`` (0: the first step,
+        which finds them)."""
+        if after_job_id == 0 or self._since is not since:
+            self._since, self._ids = since, changed_jobs(db, c, since)
+        start = bisect_right(self._ids, after_job_id)
+        return self._ids[start : start + JOBS_A_STEP]
 
 
 def trim_history(
@@ -61,8 +81,10 @@ def trim_history(
     after_job_id: int,
     max_rows: int,
     since: RetentionMarks | None = None,
+    changed: ChangedJobs | None = None,
 ) -> tuple[int, int | None]:
-    """See :meth:`~jobctl.store.protocol.DaemonStore.trim_history`."""
+    """See :meth:`~jobctl.store.protocol.DaemonStore.trim_history`; ``changed`` keeps the
+    jobs a pass looks at from one step to the next (a new one each call without it)."""
     q = db.q
     budget = max_rows
     with db.write() as c:
@@ -71,7 +93,7 @@ def trim_history(
             more = len(jobs) == JOBS_A_STEP
             last = int(jobs[-1]["id"]) if jobs else after_job_id
         else:
-            step = [i for i in changed_jobs(db, c, since) if i > after_job_id][:JOBS_A_STEP]
+            step = (changed or ChangedJobs()).step(db, c, since, after_job_id)
             looked = [c.execute(q.retention_job, (i,)).fetchone() for i in step]
             jobs = [j for j in looked if j is not None and _wanted(j)]
             more = len(step) == JOBS_A_STEP
