@@ -548,3 +548,20 @@ def test_a_spawner_that_is_killed_is_replaced_and_runs_go_on(jobctl, start_daemo
     # started by the new spawner: what the kernel counted is the command's own
     rss = [_attempts(jobctl, i)[0].max_rss for i in ids]
     assert all(r is not None and r < 8 << 20 for r in rss), rss
+
+
+def test_a_turn_that_claims_hundreds_of_runs_starts_them_all(jobctl, start_daemon):
+    """One turn claims a run for every free worker: 400 requests sent to the spawner
+    before the daemon reads an answer would fill both ways of their socket, each side
+    waiting on the other; the daemon reads answers while it asks."""
+    jobctl("add", "many", "--manual", "--overlap", "allow", "--retries", "0", "--", "true")
+    store = jobctl.store()
+    now = datetime.now(UTC)
+    ids = [store.enqueue_run("many", now)[0].id for _ in range(400)]
+    start_daemon("--workers", "400")
+    wait_until(
+        lambda: all(_run(jobctl, i).state is RunState.SUCCEEDED for i in ids[-1:] + ids[:1]),
+        60,
+        what="the last and the first run",
+    )
+    wait_until(lambda: all(_run(jobctl, i).state is RunState.SUCCEEDED for i in ids), 30)

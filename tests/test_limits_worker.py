@@ -15,7 +15,14 @@ import pytest
 
 from jobctl.models import IoClass, Limits, RunSettings
 from jobctl.outcomes import AttemptResult
-from jobctl.spawner import NATIVE_SPAWN, REMAP_EVERY, Spawner, SpawnError, exec_failure
+from jobctl.spawner import (
+    MAX_WAITING,
+    NATIVE_SPAWN,
+    REMAP_EVERY,
+    Spawner,
+    SpawnError,
+    exec_failure,
+)
 from jobctl.worker import LIMITS_FAILED_EXIT, Child, limits_prefix
 
 BASE_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"}
@@ -277,3 +284,25 @@ def test_the_spawner_goes_on_past_a_look_again_at_its_mappings(spawner):
         assert os.waitstatus_to_exitcode(status) == 0
         rss.append(ru.ru_maxrss)
     assert max(rss) < (3 << 10 if spawner.native else 8 << 10)  # KiB
+
+
+def test_many_requests_unread_never_wait_on_each_other(spawner):
+    # the spawner answers each request before reading the next; a caller that asks more
+    # than MAX_WAITING times before reading reads the answers meanwhile (else both sides
+    # of the socket fill and each waits on the other: the alarm would end this test)
+    signal.alarm(60)
+    try:
+        reqs = [
+            spawner.request("/bin/true", ["true"], {}, "/", None, None, None, None)
+            for _ in range(6 * MAX_WAITING)
+        ]
+        got = []
+        while len(got) < len(reqs):
+            got += spawner.answers(block=True)
+    finally:
+        signal.alarm(0)
+    assert [req for req, _ in got] == reqs
+    for req, pid in got:
+        assert isinstance(pid, int)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        assert exec_failure(req.report_r) is None

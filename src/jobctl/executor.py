@@ -10,7 +10,7 @@ fenced write. It never fires windows: the job ids whose runs ended are handed ba
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -351,6 +351,9 @@ class Executor:
             self.claim_needed = False
         for c in claimed:
             self._start(c, now, mono)
+        if self.spawner is not None and self.spawner.taken:
+            # answers read while asking (a turn of many claims): the socket will not say so
+            self.spawned(now, mono)
         if not claim:
             return
         try:  # reads only; what was recorded and started above stands
@@ -459,7 +462,7 @@ class Executor:
         are spawned here."""
         assert self.spawner is not None
         try:
-            answers: list[tuple[object, int | SpawnError | None]] = list(self.spawner.answers())
+            answers = self.spawner.answers()
         except ConnectionError as e:
             self._spawner_lost(e, now, mono)
             return
@@ -467,12 +470,16 @@ class Executor:
         self._take(answers, now, mono)
 
     def _spawner_lost(self, e: ConnectionError, now: datetime, mono: float) -> None:
-        """The spawner is gone for good: the attempts that waited for it are spawned here."""
+        """The spawner is gone for good: the attempts it answered run, those that waited
+        for it are spawned here."""
         self.log(f"{e}: attempts are spawned by the daemon, their max_rss is not told", WARNING)
+        assert self.spawner is not None
+        answered, self.spawner.taken = self.spawner.taken, []
+        self._take(answered, now, mono)
         self._take([(h.child.request_, None) for h in self._spawning], now, mono)
 
     def _take(
-        self, answers: list[tuple[object, int | SpawnError | None]], now: datetime, mono: float
+        self, answers: Sequence[tuple[object, int | SpawnError | None]], now: datetime, mono: float
     ) -> None:
         for req, answer in answers:
             held = self._spawning.pop(0)

@@ -198,6 +198,8 @@ REMAP_EVERY = 256
 _ANSWER_BYTES = 12
 #: what a clone whose exec failed writes to the descriptor it was given: the step, errno
 _REPORT_BYTES = 8
+#: requests the daemon leaves unanswered at most (see Spawner.request)
+MAX_WAITING = 64
 #: madvise(2): a mapping is copied into a child again (the request's, see _Native)
 MADV_DOFORK = 11
 #: a request larger than this gives its pages back after its clone, so that a later
@@ -566,6 +568,8 @@ class Spawner:
         self.failure: str | None = None if self.available else "clone is not known here"
         #: asked, not answered, oldest first
         self.waiting: list[Request] = []
+        #: answers read before :meth:`answers` was called (see MAX_WAITING), oldest first
+        self.taken: list[tuple[Request, int | SpawnError]] = []
         #: told the descriptor of :meth:`fileno` just before it is closed (a caller
         #: that watches it in epoll takes it out there)
         self.on_close: Callable[[int], None] | None = None
@@ -633,6 +637,10 @@ class Spawner:
             len(fields),
         )
         req = Request(head + b"\0".join(fields), fds)
+        # the spawner answers each request before it reads the next: with too many
+        # unread, its answers would fill its socket and both would wait on each other
+        while len(self.waiting) >= MAX_WAITING:
+            self._read(block=True)
         self.waiting.append(req)
         if not self._send(req):
             self._replace()
@@ -666,12 +674,20 @@ class Spawner:
         """The answers that came (at least one when ``block``), oldest first: each
         request with its pid, or the SpawnError of a step before the clone (the request's
         report pipe is then closed). ConnectionError when the spawner is gone and cannot
-        be had again (the requests are dropped: the caller spawns them itself)."""
-        out: list[tuple[Request, int | SpawnError]] = []
+        be had again (the requests not answered are dropped: the caller spawns them
+        itself; those answered before stay in :attr:`taken`)."""
+        self._read(block=block and not self.taken)
+        out, self.taken = self.taken, []
+        return out
+
+    def _read(self, block: bool) -> None:
+        """Read the answers that came into :attr:`taken` (blocking for the first with
+        ``block``)."""
+        first = True
         while self.waiting:
             assert self._sock is not None
             try:
-                flags = 0 if block and not out else socket.MSG_DONTWAIT
+                flags = 0 if block and first else socket.MSG_DONTWAIT
                 answer = self._sock.recv(_ANSWER_BYTES, flags)
             except (BlockingIOError, InterruptedError):
                 break
@@ -680,15 +696,15 @@ class Spawner:
             if len(answer) != _ANSWER_BYTES:
                 self._replace()  # (raises, or the new spawner answers from the start)
                 continue
+            first = False
             req = self.waiting.pop(0)
             os.close(req.report_w)
             pid, step, err = _ints(answer, 3)
             if pid == 0:
                 os.close(req.report_r)
-                out.append((req, SpawnError(err, STEPS[step])))
+                self.taken.append((req, SpawnError(err, STEPS[step])))
             else:
-                out.append((req, pid))
-        return out
+                self.taken.append((req, pid))
 
     def wait(self, req: Request) -> int:
         """Wait for the answer to ``req`` (the only request waiting) and for its exec:
