@@ -20,11 +20,11 @@ its source in :data:`NATIVE_SPAWN_SOURCE`) that issue the ``clone``, ``setsid``,
 memory but the request they are given: so every other mapping of the spawner (the
 interpreter's heap, stack and libraries) is marked ``MADV_DONTFORK`` and the copy
 holds nothing of it. The attempt is charged with its own memory alone (``true``: about
-1 MiB), copying nothing costs the spawner nothing, and the copy makes no page fault
-before its exec: the attempt costs what one started by ``posix_spawn`` costs, and the
-spawner about 0.1 ms of its own. (The kernel writes a
-thread's restartable-sequence area, in memory the copy no longer has, on its way back
-to user space: the spawner is started with glibc's ``rseq`` registration off.) Where
+1 MiB), and the copy makes no page fault before its exec: the attempt costs what one
+started by ``posix_spawn`` costs, and the spawner about 0.1 ms of its own (a clone's
+fixed cost in the kernel, mostly). (The kernel writes a thread's restartable-sequence
+area, in memory the copy no longer has, on its way back to user space: the spawner is
+started with glibc's ``rseq`` registration off.) Where
 that cannot be had (another machine, or memory that may not be made executable), the
 clone returns into Python, which execs: the attempt is then charged with the copy of
 the spawner it was (about 6 MiB), and each attempt costs a few tenths of a millisecond
@@ -41,7 +41,9 @@ answers the pid as soon as the clone is made, or the step that failed before it
 written by the clone to that pipe, before it exits 127, and the daemon reads it when
 the clone has exited (an exec that took closed the pipe: it reads nothing). So the
 daemon never waits for a spawn: it sends, goes on, and takes the answers when its loop
-sees them (:meth:`Spawner.answers`).
+sees them (:meth:`Spawner.answers`), reading them early when :data:`MAX_WAITING` are
+unanswered (the spawner answers each request before it reads the next, so the two
+would otherwise wait on each other once its answers filled the socket).
 
 Where the spawner cannot run (no ``clone`` number known for the machine, or it cannot
 start), the daemon spawns attempts itself and their ``max_rss`` is not told (null).
