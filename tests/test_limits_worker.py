@@ -50,9 +50,14 @@ def _run(
     timeout: float = 30.0,
     spawner: Spawner | None = None,
 ) -> AttemptResult:
+    child = Child.start(_settings(command, limits), BASE_ENV, time.monotonic(), spawner=spawner)
+    return _drive(child, timeout)
+
+
+def _drive(child: Child, timeout: float = 30.0) -> AttemptResult:
+    """Watch a started child's output and exit as the daemon does; how it ended."""
     import selectors
 
-    child = Child.start(_settings(command, limits), BASE_ENV, time.monotonic(), spawner=spawner)
     sel = selectors.DefaultSelector()
     assert child.output_fd is not None and child.pidfd is not None
     sel.register(child.output_fd, selectors.EVENT_READ, "output")
@@ -309,3 +314,37 @@ def test_many_requests_unread_never_wait_on_each_other(spawner):
         assert isinstance(pid, int)
         assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
         assert exec_failure(req.report_r) is None
+
+
+def test_a_spawner_lost_before_it_answers_leaves_the_attempt_to_be_spawned_here(
+    spawner, monkeypatch
+):
+    # the request is in the socket when the spawner dies, and none can be started again:
+    # the attempt is spawned by this process (its max_rss then not told), once
+    import threading
+
+    pid = spawner.pid
+    os.kill(pid, signal.SIGSTOP)
+    threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()
+    monkeypatch.setattr(spawner, "start", lambda: False)
+    result = _run("echo here", spawner=spawner)
+    assert result.ok and result.output == b"here\n"
+    assert not spawner.available and spawner.waiting == [] and spawner.pid is None
+
+
+def test_a_request_dropped_with_its_spawner_is_spawned_by_its_caller(spawner, monkeypatch):
+    # as the daemon does (Executor.spawned): the answers it waits on never come, the
+    # requests are dropped, and each child asked is spawned here; its report pipe's read
+    # end is the caller's, closed once (a second close could hit another descriptor)
+    import threading
+
+    pid = spawner.pid
+    os.kill(pid, signal.SIGSTOP)
+    child = Child.request(_settings("echo here"), BASE_ENV, time.monotonic(), spawner)
+    threading.Timer(0.3, os.kill, (pid, signal.SIGKILL)).start()
+    monkeypatch.setattr(spawner, "start", lambda: False)
+    with pytest.raises(ConnectionError):
+        spawner.answers(block=True)
+    assert child.spawned(None) is None and child.report_r is None
+    result = _drive(child)
+    assert result.ok and result.output == b"here\n"

@@ -658,16 +658,16 @@ class Spawner:
         return True
 
     def _replace(self) -> None:
-        """The spawner is gone: reap it, start another (once) and send it what was not
-        answered; ConnectionError (every request dropped, its pipe closed) when that
-        cannot be."""
+        """The spawner is gone: reap it, start another and send it what was not
+        answered; ConnectionError when that cannot be (every request dropped: its
+        report pipe's write end closed, the read end left to the caller, who spawns it)."""
         self._lost()
         if self.start():
             if all(self._send(r) for r in self.waiting):
                 return
             self._lost()
         for req in self.waiting:
-            _close_report(req)
+            os.close(req.report_w)
         self.waiting = []
         self._give_up("the spawner stopped answering")
         raise ConnectionError(self.failure)
@@ -741,19 +741,12 @@ class Spawner:
             self.pid = None
 
     def stop(self) -> None:
-        """Close the socket (the spawner exits at its end) and reap it."""
+        """Close the socket (the spawner exits at its end) and reap it; the requests not
+        answered are dropped (their read ends are their callers')."""
         for req in self.waiting:
-            _close_report(req)
+            os.close(req.report_w)
         self.waiting = []
         self._lost()
-
-
-def _close_report(req: Request) -> None:
-    for fd in (req.report_r, req.report_w):
-        try:
-            os.close(fd)
-        except OSError:
-            pass
 
 
 if __name__ == "__main__":
