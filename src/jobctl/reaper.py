@@ -33,6 +33,16 @@ def group_alive(pgid: int) -> bool:
     return kill_group(pgid, 0)
 
 
+def _environ(pid: str, proc_root: str) -> bytes | None:
+    """The environment of process ``pid`` as ``/proc`` gives it (None: gone, or not ours
+    to read)."""
+    try:
+        with open(f"{proc_root}/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
 def processes_of_run(run_id: int, db: str, proc_root: str = "/proc") -> list[int]:
     """Pids on this host whose environment has both ``JOBCTL_RUN_ID=run_id`` and
     ``JOBCTL_DB=db`` (README, Choices where the contract is silent), other than this process.
@@ -54,12 +64,8 @@ def processes_of_run(run_id: int, db: str, proc_root: str = "/proc") -> list[int
     for entry in entries:
         if not entry.isdigit() or int(entry) == me:
             continue
-        try:
-            with open(f"{proc_root}/{entry}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        if want_run not in env or want_db not in env:  # cheap test before the split
+        env = _environ(entry, proc_root)
+        if env is None or want_run not in env or want_db not in env:  # cheap test before the split
             continue
         pairs = env.split(b"\0")
         if want_run in pairs and want_db in pairs:
@@ -70,11 +76,10 @@ def processes_of_run(run_id: int, db: str, proc_root: str = "/proc") -> list[int
 def run_of(pid: int, db: str, proc_root: str = "/proc") -> int | None:
     """The run whose attempt ``pid`` came from, as its environment says
     (``JOBCTL_RUN_ID``, with ``JOBCTL_DB=db``); None when it names none of this database."""
-    try:
-        with open(f"{proc_root}/{pid}/environ", "rb") as f:
-            env = f.read().split(b"\0")
-    except OSError:
+    raw = _environ(str(pid), proc_root)
+    if raw is None:
         return None
+    env = raw.split(b"\0")
     if f"JOBCTL_DB={db}".encode() not in env:
         return None
     for item in env:

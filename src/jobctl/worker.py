@@ -356,32 +356,6 @@ def _resolve_shell(shell: str, env: Mapping[str, str]) -> str:
     raise _not_found(shell, errno.ENOENT)
 
 
-def spawn_through(
-    spawner: Spawner,
-    argv: Sequence[str],
-    env: Mapping[str, str],
-    cwd: str,
-    stdin: bytes | None,
-    output_fd: int | None,
-    limits: Limits = NO_LIMITS,
-) -> int:
-    """As :func:`spawn`, through ``spawner`` (see :mod:`jobctl.spawner`): the child is
-    still ours to watch and reap, but it was forked from a small process, so the kernel's
-    account of its memory is its own. ConnectionError when the spawner cannot be had."""
-    path = _resolve_shell(argv[0], env)
-    in_fd = None if stdin is None else _stdin_fd(stdin)
-    try:
-        ioprio = None if limits.io_class is None else _IOPRIO[limits.io_class]
-        return spawner.wait(
-            spawner.request(path, argv, env, cwd, in_fd, output_fd, limits.nice, ioprio)
-        )
-    except SpawnError as e:
-        raise _spawn_failure(e, path, cwd, limits) from None
-    finally:
-        if in_fd is not None:
-            os.close(in_fd)
-
-
 def _spawn_failure(e: SpawnError, path: str, cwd: str, limits: Limits) -> OSError:
     """A step of a spawn through the spawner that failed, as :func:`spawn` says it."""
     err = e.errno or errno.ENOEXEC
@@ -728,17 +702,21 @@ class Child:
         spawner: Spawner | None = None,
     ) -> Child:
         """Spawn ``shell -c command`` in a new session (see :func:`spawn`), through
-        ``spawner`` when it is given and can be had (see :func:`spawn_through`); ``masks``,
-        the values of the secrets it was given, are masked in its output tail.
+        ``spawner`` when it is given and can be had (:meth:`request`, waited for);
+        ``masks``, the values of the secrets it was given, are masked in its output tail.
 
         Raises OSError, its ``strerror`` naming the path, if it cannot start.
         """
+        if spawner is not None and spawner.available:
+            with contextlib.suppress(ConnectionError):  # then spawned here, below
+                child = cls.request(settings, env, now_monotonic, spawner, on_close, on_reap, masks)
+                child._wait_spawned(spawner)
+                return child
         r, w = os.pipe2(os.O_CLOEXEC)
         r, w = _high_fd(r), _high_fd(w)
-        own_rss = False
         try:
             limits = settings.limits
-            args = (
+            pid = spawn(
                 [settings.shell, "-c", limits_prefix(limits) + settings.command],
                 env,
                 _default_cwd(settings.cwd, env),
@@ -746,13 +724,6 @@ class Child:
                 w,
                 limits,
             )
-            pid = 0
-            if spawner is not None and spawner.available:
-                with contextlib.suppress(ConnectionError):  # then spawned here, below
-                    pid = spawn_through(spawner, *args)
-                    own_rss = True
-            if not own_rss:
-                pid = spawn(*args)
         except BaseException:
             os.close(r)
             raise
@@ -766,7 +737,25 @@ class Child:
             os.close(r)
             raise
         deadline = now_monotonic + settings.timeout_seconds if settings.timeout_seconds else None
-        return cls(pid, pidfd, r, deadline, on_close, settings.limits, on_reap, masks, own_rss)
+        return cls(pid, pidfd, r, deadline, on_close, settings.limits, on_reap, masks)
+
+    def _wait_spawned(self, spawner: Spawner) -> None:
+        """Wait for the answer to :meth:`request` and for the exec (``Spawner.wait``, which
+        reads the report pipe), then :meth:`spawned`; raise what kept it from starting."""
+        req = self.request_
+        assert req is not None
+        answer: int | SpawnError | None
+        try:
+            answer = spawner.wait(req)
+        except SpawnError as e:
+            answer = e
+        except ConnectionError:
+            answer = None  # spawned here
+        if answer is not None:
+            self.report_r = None  # read and closed by the spawner's side
+        failed = self.spawned(answer)
+        if failed is not None:
+            raise failed
 
     # -- events
 
