@@ -22,6 +22,14 @@ def _sleeper(run_id: str, db: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
 
 
+def _execed(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return b"JOBCTL_RUN_ID=" in f.read()
+    except OSError:
+        return False
+
+
 def test_processes_of_run_match_both_the_run_and_the_database(tmp_path):
     db, other = str(tmp_path / "a.db"), str(tmp_path / "b.db")
     procs = {
@@ -31,9 +39,9 @@ def test_processes_of_run_match_both_the_run_and_the_database(tmp_path):
         "other_run": _sleeper("70", db),
     }
     try:
-        wait_until(lambda: all(os.path.exists(f"/proc/{p.pid}/environ") for p in procs.values()), 5)
-        # exec done: the environ is the new one
-        wait_until(lambda: processes_of_run(7, db) == [procs["mine"].pid], 5, what="one match")
+        # every exec done: each environ is the new one (until its exec, a child's is ours)
+        wait_until(lambda: all(_execed(p.pid) for p in procs.values()), 5, what="the execs")
+        assert processes_of_run(7, db) == [procs["mine"].pid]
         assert processes_of_run(7, other) == [procs["other_db"].pid]
         assert processes_of_run(70, db) == [procs["other_run"].pid]
         assert processes_of_run(8, db) == []
