@@ -788,3 +788,54 @@ def test_retry_dead_refuses_a_watched_run_its_pings_end(jobctl, server) -> None:
     # what ends it is its success ping, late
     jobctl("ping", "etl")
     assert _inspect(jobctl, run["id"])["state"] == "succeeded"
+
+
+# ---------------------------------------------------------------------- pings written together
+
+
+def test_pings_written_together_keep_each_pings_meaning(jobctl, db) -> None:
+    """What ``serve`` does under load: many pings of many jobs in one transaction (their
+    jobs read together, more keys than one read takes), each as if written alone: a first
+    start takes its window, a second start in the same window makes a run of its own, each
+    end ends the newest started run, and an unknown key fails only its own ping."""
+    from jobctl.errors import NotFound
+    from jobctl.store import open_store
+    from jobctl.store.watch import KEYS_AT_ONCE
+    from jobctl.watching import Ping, PingKind
+
+    names = [f"w{i}" for i in range(KEYS_AT_ONCE + 8)]
+    for name in names:
+        jobctl("add", name, "--watch", "--every", "1h", "--start", "2026-01-01T00:00:00Z")
+    keys = {name: _key(jobctl, name) for name in names}
+    start, success = Ping(PingKind.START), Ping(PingKind.SUCCESS)
+    # past the next top of the hour: the latest window is after every job was added
+    now = datetime.now(UTC).replace(minute=30, second=0, microsecond=0) + timedelta(hours=1)
+    window = now.replace(minute=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pings = [(start, keys[n], "h1") for n in names]
+    pings += [(success, keys[n], "h1") for n in names[:4]]
+    pings += [(start, "no-such-key", "h1")]
+    pings += [(start, keys[n], "h2") for n in names[:2]]  # a second start: runs overlap
+    pings += [(Ping(PingKind.EXIT, exit_code=3), keys[names[0]], "h2")]
+    store = open_store(str(db))
+    try:
+        got = store.commands.ping_many(pings, now)
+    finally:
+        store.close()
+    assert len(got) == len(pings)
+    assert isinstance(got[len(names) + 4], NotFound)
+    assert all(isinstance(x, int) for i, x in enumerate(got) if i != len(names) + 4)
+
+    # w0: the window's run, succeeded; then a run of its own, ended by exit 3
+    first, own = sorted(_runs(jobctl, "w0"), key=lambda r: r["id"])
+    assert (first["scheduled_for"], first["state"]) == (window, "succeeded")
+    assert own["scheduled_for"] != window
+    assert (own["state"], own["exit_code"]) == ("dead", 3)
+    assert [a["host"] for a in _inspect(jobctl, own["id"])["attempts"]] == ["h2"]
+    # w1: the window's run succeeded, a run of its own leased on h2
+    states = sorted((r["state"], r["scheduled_for"] == window) for r in _runs(jobctl, "w1"))
+    assert states == [("leased", False), ("succeeded", True)]
+    # the rest: the window's run, started once, leased with one attempt
+    for name in names[4:]:
+        [run] = _runs(jobctl, name)
+        assert (run["state"], run["scheduled_for"]) == ("leased", window)
+        assert [a["attempt"] for a in _inspect(jobctl, run["id"])["attempts"]] == [1]

@@ -29,14 +29,27 @@ from .rows import job_from_row, settings_json
 
 JOB_BY_KEY = "SELECT * FROM jobs WHERE ping_key = ?"
 JOB_BY_NAME = "SELECT * FROM jobs WHERE name = ?"
-RUN_OF_WINDOW = "SELECT id, state FROM runs WHERE job_id = ? AND scheduled_for = ?"
-INSERT_WATCH_RUN = """
+#: the jobs of the keys of pings written together, :data:`KEYS_AT_ONCE` keys a statement
+#: (fewer are padded with the last one: one statement text, prepared once)
+KEYS_AT_ONCE = 32
+JOBS_BY_KEYS = f"SELECT * FROM jobs WHERE ping_key IN ({', '.join('?' * KEYS_AT_ONCE)})"
+#: a run of a watched job started by its ping, made with its first attempt's number: the
+#: window's row is unique, so the scheduler's later insert of the window is a no-op
+INSERT_STARTED_RUN = """
 INSERT INTO runs (job_id, scheduled_for, state, reason, attempt, max_attempts, not_before,
-    priority, env, settings, created_at, job_revision)
-VALUES (:job_id, :window, 'pending', 'watch', 0, 1, :window, 0, '{}', :settings, :now,
-    :revision)
+    priority, env, settings, created_at, job_revision, started_at, lease_host, run_key)
+VALUES (:job_id, :window, 'leased', 'watch', 1, 1, :window, 0, '{}', :settings, :now,
+    :revision, :now, :host, :rid)
 ON CONFLICT (job_id, scheduled_for) DO NOTHING
-RETURNING id
+RETURNING id, attempt
+"""
+#: PostgreSQL: that run and its attempt in one statement (SQLite, in-process, has no
+#: INSERT inside WITH)
+INSERT_STARTED_RUN_ATTEMPT = f"""
+WITH r AS ({INSERT_STARTED_RUN.strip()})
+INSERT INTO attempts (run_id, attempt, started_at, host)
+SELECT id, attempt, :now, :host FROM r
+RETURNING run_id AS id, attempt
 """
 FORGET_RID = "UPDATE runs SET run_key = NULL WHERE job_id = ? AND run_key = ?"
 START_RUN = """
@@ -52,13 +65,19 @@ UPDATE runs SET state = 'leased', attempt = attempt + 1, started_at = :now,
 WHERE job_id = :job_id AND scheduled_for = :window AND state = 'pending'
 RETURNING id, attempt
 """
-#: PostgreSQL: the start's common case and its attempt in one statement (a round trip
-#: fewer a ping; SQLite, in-process, has no UPDATE inside WITH)
+#: PostgreSQL: the start's common case with its attempt, in one statement that always
+#: answers one row: the run and attempt taken (NULL when none was pending) and whether
+#: the window has a run at all (when it has, a start makes a run of its own)
 START_WINDOW_ATTEMPT = f"""
-WITH r AS ({START_WINDOW.strip()})
-INSERT INTO attempts (run_id, attempt, started_at, host)
-SELECT id, attempt, :now, :host FROM r
-RETURNING run_id AS id, attempt
+WITH r AS ({START_WINDOW.strip()}),
+a AS (
+    INSERT INTO attempts (run_id, attempt, started_at, host)
+    SELECT id, attempt, :now, :host FROM r
+    RETURNING run_id, attempt
+)
+SELECT a.run_id AS id, a.attempt,
+    EXISTS (SELECT 1 FROM runs WHERE job_id = :job_id AND scheduled_for = :window) AS recorded
+FROM (SELECT 1) AS one LEFT JOIN a ON true
 """
 #: an end's common case: the latest started run (of that rid) ends, in one statement
 END_STARTED = """
@@ -160,24 +179,47 @@ def watched_job(c: Cursor, q: Sql, *, key: str | None = None, name: str | None =
     return job_from_row(row)
 
 
-def _new_run(c: Cursor, q: Sql, job: Job, window_us: int, now_us: int) -> int | None:
-    row = c.execute(
-        q(INSERT_WATCH_RUN),
-        {
-            "job_id": job.id,
-            "window": window_us,
-            "settings": settings_json(job.spec),
-            "now": now_us,
-            "revision": job.revision,
-        },
-    ).fetchone()
-    return None if row is None else int(row["id"])
+def watched_jobs(c: Cursor, q: Sql, keys: set[str]) -> dict[str, Job]:
+    """The watched jobs of ``keys`` by key (a key no job has is left out)."""
+    found: dict[str, Job] = {}
+    wanted = sorted(keys)
+    for i in range(0, len(wanted), KEYS_AT_ONCE):
+        part = wanted[i : i + KEYS_AT_ONCE]
+        part += part[-1:] * (KEYS_AT_ONCE - len(part))
+        for row in c.execute(q(JOBS_BY_KEYS), part).fetchall():
+            found[row["ping_key"]] = job_from_row(row)
+    return found
 
 
-def _new_run_at_or_after(c: Cursor, q: Sql, job: Job, at_us: int, now_us: int) -> int:
-    """A run of its own at ``at_us``, or the next free microsecond (pings written
-    together share their now)."""
-    while (made := _new_run(c, q, job, at_us, now_us)) is None:
+def _new_started_run(
+    c: Cursor, q: Sql, job: Job, at_us: int, params: dict[str, Any]
+) -> tuple[int, int] | None:
+    """A started run of ``job`` at ``at_us`` with its attempt; None when that instant
+    has a run already."""
+    values = {
+        **params,
+        "job_id": job.id,
+        "window": at_us,
+        "settings": settings_json(job.spec),
+        "revision": job.revision,
+    }
+    if q.psycopg:
+        row = c.execute(q(INSERT_STARTED_RUN_ATTEMPT), values).fetchone()
+        return None if row is None else (int(row["id"]), int(row["attempt"]))
+    row = c.execute(q(INSERT_STARTED_RUN), values).fetchone()
+    if row is None:
+        return None
+    run_id, attempt = int(row["id"]), int(row["attempt"])
+    c.execute(q(INSERT_ATTEMPT), (run_id, attempt, params["now"], params["host"]))
+    return run_id, attempt
+
+
+def _started_run_at_or_after(
+    c: Cursor, q: Sql, job: Job, at_us: int, params: dict[str, Any]
+) -> tuple[int, int]:
+    """A started run of its own at ``at_us``, or the next free microsecond (pings
+    written together share their now)."""
+    while (made := _new_started_run(c, q, job, at_us, params)) is None:
         at_us += 1
     return made
 
@@ -192,28 +234,29 @@ def _start(
     if ping.rid is not None:
         c.execute(q(FORGET_RID), (job.id, ping.rid))
     params: dict[str, Any] = {"now": now_us, "host": host, "rid": ping.rid}
-    row = None
-    if run_id is None:
-        window_us = to_us(latest_window(job, now))
-        window = {**params, "job_id": job.id, "window": window_us}
-        if q.psycopg:
-            started = c.execute(q(START_WINDOW_ATTEMPT), window).fetchone()
-            if started is not None:
-                return int(started["id"]), int(started["attempt"])
-        else:
-            row = c.execute(q(START_WINDOW), window).fetchone()
-        if row is None:
-            made = _new_run(c, q, job, window_us, now_us)
-            run_id = made if made is not None else _new_run_at_or_after(c, q, job, now_us, now_us)
-    if row is None:
+    if run_id is not None:
         row = c.execute(q(START_RUN), {**params, "run_id": run_id}).fetchone()
         if row is None:  # taken meanwhile by another ping: this one has a run of its own
-            run_id = _new_run_at_or_after(c, q, job, now_us, now_us)
-            row = c.execute(q(START_RUN), {**params, "run_id": run_id}).fetchone()
-        row = {"id": run_id, "attempt": row["attempt"]}
-    run_id, attempt = int(row["id"]), int(row["attempt"])
-    c.execute(q(INSERT_ATTEMPT), (run_id, attempt, now_us, host))
-    return run_id, attempt
+            return _started_run_at_or_after(c, q, job, now_us, params)
+        attempt = int(row["attempt"])
+        c.execute(q(INSERT_ATTEMPT), (run_id, attempt, now_us, host))
+        return run_id, attempt
+    window_us = to_us(latest_window(job, now))
+    window = {**params, "job_id": job.id, "window": window_us}
+    recorded = False  # SQLite: not known; the window's insert below finds out
+    if q.psycopg:
+        row = c.execute(q(START_WINDOW_ATTEMPT), window).fetchone()
+        if row["id"] is not None:
+            return int(row["id"]), int(row["attempt"])
+        recorded = bool(row["recorded"])
+    else:
+        row = c.execute(q(START_WINDOW), window).fetchone()
+        if row is not None:
+            run_id, attempt = int(row["id"]), int(row["attempt"])
+            c.execute(q(INSERT_ATTEMPT), (run_id, attempt, now_us, host))
+            return run_id, attempt
+    made = None if recorded else _new_started_run(c, q, job, window_us, params)
+    return made if made is not None else _started_run_at_or_after(c, q, job, now_us, params)
 
 
 def _output(
@@ -397,12 +440,12 @@ class Watch:
         db, q = self.db, self._q
         with db.write() as c:
             out: list[int | NotFound | None] = []
+            jobs = watched_jobs(c, q, {key for _, key, _ in pings})
             targets = outbox.Targets(c, q)  # who is told, read once for the batch
             for ping, key, host in pings:
-                try:
-                    job = watched_job(c, q, key=key)
-                except NotFound as e:
-                    out.append(e)
+                job = jobs.get(key)
+                if job is None:
+                    out.append(NotFound("not found"))
                     continue
                 out.append(record_ping(c, q, job, ping, host, now, targets))
             # what follows runs (logs --follow, run --wait, the dashboard) looks again;
@@ -429,4 +472,4 @@ class Watch:
             return run_id
 
 
-__all__ = ["Watch", "record_ping", "settle_watched", "watched_job"]
+__all__ = ["Watch", "record_ping", "settle_watched", "watched_job", "watched_jobs"]
