@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 from conftest import Jobctl, wait_until
-from webhelpers import TOKEN, Server, browser, needs_chromium, text_of, token_file
+from webhelpers import (
+    TOKEN,
+    Server,
+    browser,
+    click_to_a_new_page,
+    needs_chromium,
+    text_of,
+    token_file,
+)
 
 pytestmark = needs_chromium
 __all__ = ["browser"]
@@ -368,7 +376,7 @@ def test_edit_the_definition_as_toml_in_the_page(
     def submit(new_text: str) -> None:
         area = browser.find_element(By.ID, "toml")
         browser.execute_script("arguments[0].value = arguments[1]", area, new_text)
-        browser.find_element(By.ID, "apply").click()
+        click_to_a_new_page(browser, "#apply")
 
     # a bad edit: every error shown beside the text as sent, nothing changed
     bad = text.replace('cron = "0 3 * * *"', 'cron = "61 * * * *"') + "\nbogus = 1\n"
@@ -420,7 +428,7 @@ def test_the_editor_refuses_a_text_made_before_another_change(
     def submit(new_text: str) -> None:
         area = browser.find_element(By.ID, "toml")
         browser.execute_script("arguments[0].value = arguments[1]", area, new_text)
-        browser.find_element(By.ID, "apply").click()
+        click_to_a_new_page(browser, "#apply")
 
     mine = text.replace('cron = "0 3 * * *"', 'cron = "30 4 * * *"')
     submit(mine)

@@ -154,6 +154,27 @@ def text_of(browser: Any, selector: str) -> str:
         raise
 
 
+def click_to_a_new_page(browser: Any, selector: str, seconds: float = 15) -> None:
+    """Click the element (a form's submit button) and wait until the page it loaded has
+    replaced this one, so what the test reads next is the answer's, not the page it was
+    sent from (which may show the same text: a second refusal of the same edit)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+    from selenium.webdriver.common.by import By
+
+    old = browser.find_element(By.TAG_NAME, "html")
+    browser.find_element(By.CSS_SELECTOR, selector).click()
+
+    def replaced() -> bool:
+        try:
+            return not old.is_enabled()  # (the old page's element answers while it stays)
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as e:
+            return "does not belong to the document" in str(e.msg)
+
+    wait_until(replaced, seconds, what="the page the click loads")
+
+
 def token_file(tmp_path: Path, token: str = TOKEN) -> Path:
     path = tmp_path / "token"
     path.write_text(token + "\n")
