@@ -54,32 +54,41 @@ def test_processes_of_run_match_both_the_run_and_the_database(tmp_path):
             p.wait()
 
 
-def test_processes_of_run_reads_a_proc_tree(tmp_path):
+def _proc_tree(tmp_path, environs):
+    """A stand-in for /proc under ``tmp_path``: a directory per pid with its environ."""
     root = tmp_path / "proc"
-    for pid, env in {
-        "100": b"JOBCTL_RUN_ID=3\0JOBCTL_DB=/x.db\0",
-        "101": b"JOBCTL_DB=/x.db\0JOBCTL_RUN_ID=3\0HOME=/\0",
-        "102": b"JOBCTL_RUN_ID=3\0JOBCTL_DB=/y.db\0",
-        "103": b"XJOBCTL_RUN_ID=3\0JOBCTL_DB=/x.db\0",
-        "self": b"JOBCTL_RUN_ID=3\0JOBCTL_DB=/x.db\0",
-    }.items():
+    for pid, env in environs.items():
         (root / pid).mkdir(parents=True)
         (root / pid / "environ").write_bytes(env)
+    return root
+
+
+def test_processes_of_run_reads_a_proc_tree(tmp_path):
+    root = _proc_tree(
+        tmp_path,
+        {
+            "100": b"JOBCTL_RUN_ID=3\0JOBCTL_DB=/x.db\0",
+            "101": b"JOBCTL_DB=/x.db\0JOBCTL_RUN_ID=3\0HOME=/\0",
+            "102": b"JOBCTL_RUN_ID=3\0JOBCTL_DB=/y.db\0",
+            "103": b"XJOBCTL_RUN_ID=3\0JOBCTL_DB=/x.db\0",
+            "self": b"JOBCTL_RUN_ID=3\0JOBCTL_DB=/x.db\0",
+        },
+    )
     (root / "104").mkdir()  # no environ to read: skipped
     assert sorted(processes_of_run(3, "/x.db", proc_root=str(root))) == [100, 101]
     assert processes_of_run(3, "/x.db", proc_root=str(tmp_path / "none")) == []
 
 
 def test_run_of_reads_the_run_of_this_database_only(tmp_path):
-    root = tmp_path / "proc"
-    for pid, env in {
-        "100": b"HOME=/\0JOBCTL_RUN_ID=3\0JOBCTL_DB=/x.db\0",
-        "101": b"JOBCTL_RUN_ID=3\0JOBCTL_DB=/y.db\0",
-        "102": b"JOBCTL_DB=/x.db\0",
-        "103": b"JOBCTL_RUN_ID=x\0JOBCTL_DB=/x.db\0",
-    }.items():
-        (root / pid).mkdir(parents=True)
-        (root / pid / "environ").write_bytes(env)
+    root = _proc_tree(
+        tmp_path,
+        {
+            "100": b"HOME=/\0JOBCTL_RUN_ID=3\0JOBCTL_DB=/x.db\0",
+            "101": b"JOBCTL_RUN_ID=3\0JOBCTL_DB=/y.db\0",
+            "102": b"JOBCTL_DB=/x.db\0",
+            "103": b"JOBCTL_RUN_ID=x\0JOBCTL_DB=/x.db\0",
+        },
+    )
     got = {pid: run_of(pid, "/x.db", proc_root=str(root)) for pid in (100, 101, 102, 103, 104)}
     assert got == {100: 3, 101: None, 102: None, 103: None, 104: None}
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _DIGITS = re.compile(r"[0-9]+")
@@ -141,6 +141,17 @@ def after_parts(expr: str) -> tuple[str, tuple[str, ...]]:
     if not sep:
         return name, ("succeeded",)
     return name, tuple(s.strip() for s in states.split(","))
+
+
+_Made = TypeVar("_Made")
+
+
+def _whole(cls: type[_Made], fields: dict[str, Any]) -> _Made:
+    """An instance of the frozen dataclass ``cls`` from every one of its fields at once
+    (the ``of`` of :class:`JobSpec`, :class:`Job` and :class:`Run`)."""
+    made = object.__new__(cls)
+    made.__dict__.update(fields)
+    return made
 
 
 @dataclass(frozen=True)
@@ -338,9 +349,7 @@ class JobSpec:
         """A JobSpec from every one of its fields at once, as a store reads it (see
         :meth:`Run.of`; ``fields`` must name every field, in order: the stores' tests
         check it)."""
-        spec = object.__new__(cls)
-        spec.__dict__.update(fields)
-        return spec
+        return _whole(cls, fields)
 
 
 @dataclass(frozen=True)
@@ -365,9 +374,7 @@ class Job:
         """A Job from every one of its fields at once, as a store reads it (see
         :meth:`Run.of`; ``fields`` must name every field, in order: the stores' tests
         check it)."""
-        job = object.__new__(cls)
-        job.__dict__.update(fields)
-        return job
+        return _whole(cls, fields)
 
     @property
     def name(self) -> str:
@@ -547,9 +554,7 @@ class Run:
         ``__init__`` of a frozen dataclass sets each of the 29 through
         ``object.__setattr__``, several times the cost of this on a claim's hot path
         (``fields`` must name every field; the stores' tests check it)."""
-        run = object.__new__(cls)
-        run.__dict__.update(fields)
-        return run
+        return _whole(cls, fields)
 
     @property
     def duration_seconds(self) -> float | None:

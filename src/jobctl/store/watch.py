@@ -209,7 +209,13 @@ def _new_started_run(
     row = c.execute(q(INSERT_STARTED_RUN), values).fetchone()
     if row is None:
         return None
-    run_id, attempt = int(row["id"]), int(row["attempt"])
+    return _attempt_started(c, q, int(row["id"]), int(row["attempt"]), params)
+
+
+def _attempt_started(
+    c: Cursor, q: Sql, run_id: int, attempt: int, params: dict[str, Any]
+) -> tuple[int, int]:
+    """The attempt row of a run just started (at ``params``' now, on its host)."""
     c.execute(q(INSERT_ATTEMPT), (run_id, attempt, params["now"], params["host"]))
     return run_id, attempt
 
@@ -238,9 +244,7 @@ def _start(
         row = c.execute(q(START_RUN), {**params, "run_id": run_id}).fetchone()
         if row is None:  # taken meanwhile by another ping: this one has a run of its own
             return _started_run_at_or_after(c, q, job, now_us, params)
-        attempt = int(row["attempt"])
-        c.execute(q(INSERT_ATTEMPT), (run_id, attempt, now_us, host))
-        return run_id, attempt
+        return _attempt_started(c, q, run_id, int(row["attempt"]), params)
     window_us = to_us(latest_window(job, now))
     window = {**params, "job_id": job.id, "window": window_us}
     recorded = False  # SQLite: not known; the window's insert below finds out
@@ -252,9 +256,7 @@ def _start(
     else:
         row = c.execute(q(START_WINDOW), window).fetchone()
         if row is not None:
-            run_id, attempt = int(row["id"]), int(row["attempt"])
-            c.execute(q(INSERT_ATTEMPT), (run_id, attempt, now_us, host))
-            return run_id, attempt
+            return _attempt_started(c, q, int(row["id"]), int(row["attempt"]), params)
     made = None if recorded else _new_started_run(c, q, job, window_us, params)
     return made if made is not None else _started_run_at_or_after(c, q, job, now_us, params)
 
