@@ -420,6 +420,19 @@ def test_flood_of_output_keeps_only_the_tail(jobctl, start_daemon, db):
         assert db.stat().st_size < 5_000_000
 
 
+def test_a_daemon_whose_environment_is_not_utf8_passes_it_on(jobctl, start_daemon):
+    """A variable of the daemon's environment that is not UTF-8 (Python holds it with
+    surrogates) reaches the command as the same bytes, as the exec of any program passes
+    it on; the spawner's message once encoded it strictly, and the daemon died with an
+    internal error at its first spawn, leaving the run leased."""
+    d = start_daemon(env={"JOBCTL_TEST_LATIN1": "caf\udce9"})  # b"caf\xe9"
+    jobctl("add", "bytes", "--manual", "--", 'printf %s "$JOBCTL_TEST_LATIN1" | od -An -tx1')
+    run = jobctl.json("run", "bytes")
+    wait_until(lambda: _run(jobctl, run["id"]).state is RunState.SUCCEEDED, 10)
+    assert jobctl("logs", str(run["id"])).stdout.split() == ["63", "61", "66", "e9"]
+    assert d.proc.poll() is None
+
+
 def test_stdin_cwd_and_journal_log_format(jobctl, start_daemon, tmp_path):
     d = start_daemon(env={"JOURNAL_STREAM": "8:1234"})
     jobctl(

@@ -628,7 +628,9 @@ class Spawner:
         ``output_fd`` open until then. ConnectionError when no spawner can be had (the
         caller spawns itself)."""
         # the fields joined as text and encoded once (an environment is some fifty
-        # variables: one encode each cost more than the rest of the message)
+        # variables: one encode each cost more than the rest of the message), as the OS's
+        # own calls encode (os.fsencode): a value that came from bytes that are not UTF-8
+        # (the daemon's environment, decoded by Python) goes back as those bytes
         text = "\0".join([path, cwd, str(len(argv)), *argv, *map("=".join, env.items())])
         fds = [fd for fd in (stdin_fd, output_fd) if fd is not None]
         which = (stdin_fd is not None) | (output_fd is not None) << 1
@@ -638,7 +640,7 @@ class Spawner:
             which,
             3 + len(argv) + len(env),
         )
-        req = Request(head + text.encode(), fds)
+        req = Request(head + text.encode("utf-8", "surrogateescape"), fds)
         # the spawner answers each request before it reads the next: with too many
         # unread, its answers would fill its socket and both would wait on each other
         while len(self.waiting) >= MAX_WAITING:
