@@ -93,6 +93,23 @@ def test_run_of_reads_the_run_of_this_database_only(tmp_path):
     assert got == {100: 3, 101: None, 102: None, 103: None, 104: None}
 
 
+def test_a_database_path_that_is_not_utf8_is_matched_as_its_bytes(tmp_path):
+    """A ``JOBCTL_DB`` that is not UTF-8 (held with surrogates, as the daemon got it from
+    its environment) is looked for as the bytes its children were given; encoding it
+    strictly raised, and the daemon died looking for a lost attempt's processes."""
+    db = "/caf\udce9.db"  # the bytes b"/caf\xe9.db"
+    root = _proc_tree(
+        tmp_path,
+        {
+            "100": b"JOBCTL_RUN_ID=3\0JOBCTL_DB=/caf\xe9.db\0",
+            "101": b"JOBCTL_RUN_ID=3\0JOBCTL_DB=/cafe.db\0",
+        },
+    )
+    assert processes_of_run(3, db, proc_root=str(root)) == [100]
+    assert run_of(100, db, proc_root=str(root)) == 3
+    assert run_of(101, db, proc_root=str(root)) is None
+
+
 def test_kill_group_reaches_the_whole_group_and_never_group_0_or_1():
     p = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60; wait"], start_new_session=True)
     try:

@@ -43,6 +43,12 @@ def _environ(pid: str, proc_root: str) -> bytes | None:
         return None
 
 
+def _db_item(db: str) -> bytes:
+    """``JOBCTL_DB=db`` as the children's environment holds it: encoded as the exec
+    encodes (a path that is not UTF-8 is held by Python with surrogates)."""
+    return f"JOBCTL_DB={db}".encode("utf-8", "surrogateescape")
+
+
 def processes_of_run(run_id: int, db: str, proc_root: str = "/proc") -> list[int]:
     """Pids on this host whose environment has both ``JOBCTL_RUN_ID=run_id`` and
     ``JOBCTL_DB=db`` (README, Choices where the contract is silent), other than this process.
@@ -54,7 +60,7 @@ def processes_of_run(run_id: int, db: str, proc_root: str = "/proc") -> list[int
     inherited both variables. Processes we may not read are skipped.
     """
     want_run = f"JOBCTL_RUN_ID={run_id}".encode()
-    want_db = f"JOBCTL_DB={db}".encode()
+    want_db = _db_item(db)
     me = os.getpid()
     found = []
     try:
@@ -80,7 +86,7 @@ def run_of(pid: int, db: str, proc_root: str = "/proc") -> int | None:
     if raw is None:
         return None
     env = raw.split(b"\0")
-    if f"JOBCTL_DB={db}".encode() not in env:
+    if _db_item(db) not in env:
         return None
     for item in env:
         if item.startswith(b"JOBCTL_RUN_ID="):
