@@ -443,6 +443,25 @@ def test_a_rotated_secret_reaches_the_next_attempt(
     assert seen.read_text().split()[-1] == ROTATED
 
 
+def test_a_secret_that_is_not_utf8_reaches_the_command_as_its_bytes(
+    jobctl: MainCli, start_daemon, tmp_path: Path
+) -> None:
+    """A secret's value is bytes (binary key material, a Latin-1 password): the attempt
+    gets exactly them. The daemon holds such a value with surrogates; the spawner's
+    message encoded it strictly, and the daemon died at the attempt's spawn."""
+    raw = tmp_path / "key"
+    raw.write_bytes(b"caf\xe9\x01")
+    jobctl("secret", "set", "key", "--from-file", str(raw))
+    jobctl("add", "j", "--manual", "--secret", "KEY=key", "--", 'printf %s "$KEY" | od -An -tx1')
+    d = start_daemon()
+    run_id = jobctl.json("run", "j")["id"]
+    ended = ("succeeded", "failed", "dead")
+    wait_until(lambda: jobctl.json("inspect", str(run_id))["state"] in ended, 15, what="the run")
+    assert jobctl.json("inspect", str(run_id))["state"] == "succeeded"
+    assert jobctl("logs", str(run_id)).stdout.split() == ["63", "61", "66", "e9", "01"]
+    assert d.proc.poll() is None
+
+
 def test_a_missing_env_file_fails_the_attempt(jobctl: MainCli, start_daemon, tmp_path) -> None:
     missing = tmp_path / "none.env"
     jobctl("add", "j", "--manual", "--retries", "0", "--env-file", str(missing), "--", "true")
