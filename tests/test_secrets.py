@@ -53,7 +53,8 @@ def test_env_file_is_read_in_systemd_syntax() -> None:
         "DOUBLE": 'say "hi" \\ $x',
         "JOINED": "one two",
     }
-    for bad, line in (("NOEQUALS\n", 1), ("\n1BAD=x\n", 2), ("A='open\n", 1), ('A="x\n', 1)):
+    bad_lines = (("NOEQUALS\n", 1), ("\n1BAD=x\n", 2), ("A='open\n", 1), ('A="x\n', 1))
+    for bad, line in (*bad_lines, ("A=1\nB=x\0C=1\n", 2), ("A='x\0y'\n", 1)):
         with pytest.raises(EnvFileError, match=f"line {line}"):
             parse_env_file(bad)
 
@@ -460,6 +461,25 @@ def test_a_secret_that_is_not_utf8_reaches_the_command_as_its_bytes(
     assert jobctl.json("inspect", str(run_id))["state"] == "succeeded"
     assert jobctl("logs", str(run_id)).stdout.split() == ["63", "61", "66", "e9", "01"]
     assert d.proc.poll() is None
+
+
+def test_an_env_file_value_with_a_nul_byte_fails_the_attempt(
+    jobctl: MainCli, start_daemon, tmp_path: Path
+) -> None:
+    """An environment cannot hold a NUL byte. One in an env-file's value fails the attempt
+    naming the line; it was passed on, and what followed it reached the command as a
+    variable of its own (the spawner's message separates variables with NUL)."""
+    env_file = tmp_path / "nul.env"
+    env_file.write_bytes(b"A=x\0INJECTED=1\n")
+    jobctl("add", "j", "--manual", "--retries", "0", "--env-file", str(env_file), "--",
+           'echo "${INJECTED:-none}"')  # fmt: skip
+    start_daemon()
+    run_id = jobctl.json("run", "j")["id"]
+    ended = ("succeeded", "failed", "dead")
+    wait_until(lambda: jobctl.json("inspect", str(run_id))["state"] in ended, 15, what="the run")
+    run = jobctl.json("inspect", str(run_id))
+    assert run["state"] == "dead"
+    assert run["last_error"] == f"env-file: {env_file}: line 1: a value cannot hold a NUL byte"
 
 
 def test_a_missing_env_file_fails_the_attempt(jobctl: MainCli, start_daemon, tmp_path) -> None:

@@ -4,8 +4,8 @@ starts (its content is never stored).
 ``KEY=VALUE`` lines; blank lines and lines starting with ``#`` or ``;`` are skipped;
 whitespace around the key and the value is dropped; a value may be in single quotes (taken
 as it is) or in double quotes (where ``\\"``, ``\\\\``, ``\\$`` and ``\\``` stand for the
-character); a line that ends in a backslash goes on on the next line. An error names the
-file and the line, never a value.
+character); a line that ends in a backslash goes on on the next line; a value cannot hold a
+NUL byte. An error names the file and the line, never a value.
 """
 
 from __future__ import annotations
@@ -64,6 +64,10 @@ def parse_env_file(text: str) -> dict[str, str]:
         key = key.strip()
         if not sep or not _KEY.fullmatch(key):
             raise EnvFileError(f"line {number}: not KEY=VALUE")
+        if "\0" in value:
+            # an environment cannot hold one: the value would end there, and what follows
+            # it would reach the command as a variable of its own
+            raise EnvFileError(f"line {number}: a value cannot hold a NUL byte")
         out[key] = _value(value.strip(), number)
     return out
 
