@@ -167,6 +167,22 @@ def test_the_spawner_names_the_step_that_failed_and_goes_on(spawner, tmp_path):
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7
 
 
+def test_the_spawner_refuses_a_nul_byte_as_the_os_does_and_goes_on(spawner):
+    # a NUL inside a field would split it in the message (a variable would become two);
+    # the request is refused before it is sent, as posix_spawn refuses one
+    for env, argv in (({"A": "x\0B=1"}, ["sh", "-c", "true"]), ({}, ["sh", "-c", "tr\0ue"])):
+        with pytest.raises(OSError) as refused:
+            spawner.request("/bin/sh", argv, env, "/", None, None, None, None)
+        assert refused.value.errno == errno.EINVAL
+    assert spawner.waiting == []
+    pid = spawner.wait(
+        spawner.request(
+            "/bin/sh", ["sh", "-c", 'test "$A" = x'], {"A": "x"}, "/", None, None, None, None
+        )
+    )
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
 def test_a_spawner_that_died_is_started_again(spawner):
     first = spawner.pid
     os.kill(first, signal.SIGKILL)

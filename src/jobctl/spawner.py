@@ -632,13 +632,18 @@ class Spawner:
         # own calls encode (os.fsencode): a value that came from bytes that are not UTF-8
         # (the daemon's environment, decoded by Python) goes back as those bytes
         text = "\0".join([path, cwd, str(len(argv)), *argv, *map("=".join, env.items())])
+        nfields = 3 + len(argv) + len(env)
+        if text.count("\0") != nfields - 1:
+            # NUL ends each field: one inside a field would split it (as the OS's own calls
+            # refuse a string with one, ValueError; here the attempt does not start)
+            raise OSError(22, "a NUL byte in the command, its directory or its environment")
         fds = [fd for fd in (stdin_fd, output_fd) if fd is not None]
         which = (stdin_fd is not None) | (output_fd is not None) << 1
         head = _pack(
             _NO_NICE if nice is None else nice,
             -1 if ioprio is None else ioprio,
             which,
-            3 + len(argv) + len(env),
+            nfields,
         )
         req = Request(head + text.encode("utf-8", "surrogateescape"), fds)
         # the spawner answers each request before it reads the next: with too many
