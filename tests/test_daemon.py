@@ -268,6 +268,11 @@ def test_sigkill_loses_nothing_second_daemon_takes_over(jobctl, start_daemon, tm
     wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 5)
     old_pid = int(pidfile.read_text().split()[0])
     wait_keeper_up(first.pid)  # judged once its keeper runs, as in test_keeper.py
+    # and once the daemon has told it of the attempt's group: the child runs before the
+    # daemon has its pid (the spawner's answer); the daemon tells the keeper as it learns
+    # the pid, and records the pid after (killed before it learnt it, as on a busy
+    # machine once, the daemon leaves the orphan to the next daemon's claim)
+    wait_until(lambda: _attempts(jobctl, run["id"])[0].pid, 10, what="the attempt's pid")
     first.kill()
     # its keeper kills the orphaned attempt (test_keeper.py); the next daemon's claim
     # finds the attempt lost all the same. A keeper whose interpreter is still starting
