@@ -635,7 +635,7 @@ class Spawner:
         nfields = 3 + len(argv) + len(env)
         if text.count("\0") != nfields - 1:
             # NUL ends each field: one inside a field would split it (as the OS's own calls
-            # refuse a string with one, ValueError; here the attempt does not start)
+            # refuse a string with one, ValueError; here EINVAL: the attempt does not start)
             raise OSError(22, "a NUL byte in the command, its directory or its environment")
         fds = [fd for fd in (stdin_fd, output_fd) if fd is not None]
         which = (stdin_fd is not None) | (output_fd is not None) << 1
