@@ -51,7 +51,7 @@ def changed_jobs(db: Dialect, c: Any, since: RetentionMarks) -> list[int]:
         sql = q.retention_changed_open.format(marks=db.marks(len(chunk)))
         ids.update(int(r["job_id"]) for r in c.execute(sql, chunk))
     ids.update(int(r["id"]) for r in c.execute(q.retention_keep_for))
-    edited = to_us(since.at) - EDIT_SLACK_US.get(db.backend, max(EDIT_SLACK_US.values()))
+    edited = to_us(since.at) - EDIT_SLACK_US[db.backend]
     ids.update(int(r["id"]) for r in c.execute(q.retention_edited, (edited,)))
     return sorted(ids)
 

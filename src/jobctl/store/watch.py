@@ -52,6 +52,8 @@ SELECT id, attempt, :now, :host FROM r
 RETURNING run_id AS id, attempt
 """
 FORGET_RID = "UPDATE runs SET run_key = NULL WHERE job_id = ? AND run_key = ?"
+#: what a ping of a key no job has is told (it says nothing of the jobs there are)
+UNKNOWN_KEY = "not found"
 START_RUN = """
 UPDATE runs SET state = 'leased', attempt = attempt + 1, started_at = :now,
     lease_host = :host, run_key = :rid
@@ -175,7 +177,7 @@ def watched_job(c: Cursor, q: Sql, *, key: str | None = None, name: str | None =
         if row is not None and row["ping_key"] is None:
             raise NotFound(f"job {name!r} is not watched (add it with --watch)")
     if row is None:
-        raise NotFound("not found" if key is not None else f"no job named {name!r}")
+        raise NotFound(UNKNOWN_KEY if key is not None else f"no job named {name!r}")
     return job_from_row(row)
 
 
@@ -447,7 +449,7 @@ class Watch:
             for ping, key, host in pings:
                 job = jobs.get(key)
                 if job is None:
-                    out.append(NotFound("not found"))
+                    out.append(NotFound(UNKNOWN_KEY))
                     continue
                 out.append(record_ping(c, q, job, ping, host, now, targets))
             # what follows runs (logs --follow, run --wait, the dashboard) looks again;
