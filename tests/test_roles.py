@@ -311,26 +311,98 @@ def test_a_short_attempts_pid_is_written_with_its_end_a_long_ones_on_its_own(tmp
     store.close()
 
 
-def test_the_wait_after_upkeep_is_shorter_by_the_time_the_upkeep_took(tmp_path):
-    # the loop reckons its sleep at the start of a turn; the upkeep done just before
-    # sleeping (a WAL checkpoint fsyncs) must come off it, or every window after an idle
-    # stretch starts that much late
+def _sleeping_daemon(tmp_path, clock: FakeClock, woken_at: list[int]):
+    """A daemon whose sleeps are recorded: the ``select`` calls numbered in ``woken_at``
+    return an event at once, the others sleep out their timeout on the fake clock; its
+    store has upkeep put off, which takes 0.3 s and is counted in ``upkeeps``."""
     store = StoreView(tmp_path / "w.db")
-    clock = FakeClock(T0)
     d = _daemon(store, clock)
     waits: list[float] = []
-    d.selector.select = lambda timeout: waits.append(timeout) or []  # type: ignore[method-assign]
-    d.store.idle = lambda: clock.advance(0.3)  # type: ignore[method-assign]
+    upkeeps: list[float] = []
+    fd = d.waker.fileno()
+
+    def select(timeout: float) -> list[tuple[int, list[Ready]]]:
+        waits.append(timeout)
+        if len(waits) in woken_at:
+            return [(fd, [lambda now, mono: None])]
+        clock.advance(timeout)
+        return []
+
+    def idle() -> None:
+        upkeeps.append(clock.monotonic())
+        clock.advance(0.3)
+
+    d.selector.select = select  # type: ignore[method-assign]
+    d.selector.holds = lambda fd, reg: True  # type: ignore[method-assign]
+    d.store.upkeep_pending = lambda: True  # type: ignore[method-assign]
+    d.store.idle = idle  # type: ignore[method-assign]
+    d.executor.claim_needed = False
+    return store, d, waits, upkeeps
+
+
+def _close(store: StoreView, d) -> None:
+    d.waker.close()
+    d.selector.close()
+    store.close()
+
+
+def test_upkeep_waits_for_a_quiet_loop_and_its_time_comes_off_the_sleep(tmp_path):
+    # the loop reckons its sleep at the start of a turn; the store's put-off upkeep (a
+    # WAL checkpoint fsyncs) runs once the loop has slept IDLE_SECONDS without an event,
+    # and its time comes off the rest of the sleep, or every window after an idle
+    # stretch would start that much late
+    from jobctl.daemon import IDLE_SECONDS
+
+    clock = FakeClock(T0)
+    store, d, waits, upkeeps = _sleeping_daemon(tmp_path, clock, woken_at=[])
     try:
         mono = clock.monotonic()
         d.next_heartbeat = mono + 1.0  # the only thing due: one second from now
-        d.executor.claim_needed = False
         d._wait(clock.now(), mono)
-        assert waits == [pytest.approx(0.7)]
+        assert upkeeps == [pytest.approx(mono + IDLE_SECONDS)]
+        assert waits == [pytest.approx(IDLE_SECONDS), pytest.approx(1.0 - IDLE_SECONDS - 0.3)]
+        assert clock.monotonic() == pytest.approx(mono + 1.0)
     finally:
-        d.waker.close()
-        d.selector.close()
-        store.close()
+        _close(store, d)
+
+
+def test_a_loop_woken_before_it_is_idle_puts_its_upkeep_off(tmp_path):
+    # a burst: the next timer is far (children's exits are events), but an exit comes
+    # within milliseconds of each sleep; a checkpoint there would stall every worker
+    # behind its fsyncs (README, Guarantees: "not in the middle of a burst")
+    clock = FakeClock(T0)
+    store, d, waits, upkeeps = _sleeping_daemon(tmp_path, clock, woken_at=[1, 2, 3])
+    try:
+        for _ in range(3):
+            mono = clock.monotonic()
+            d.next_heartbeat = mono + 10.0
+            d._wait(clock.now(), mono)
+        assert upkeeps == []
+        # a short sleep is no idle loop either: there is no time left for the upkeep
+        mono = clock.monotonic()
+        d.next_heartbeat = mono + 0.15
+        d._wait(clock.now(), mono)
+        assert upkeeps == [] and waits[-1] == pytest.approx(0.15)
+        # quiet at last: the upkeep runs once the loop has slept IDLE_SECONDS
+        mono = clock.monotonic()
+        d.next_heartbeat = mono + 10.0
+        d._wait(clock.now(), mono)
+        assert len(upkeeps) == 1
+    finally:
+        _close(store, d)
+
+
+def test_a_store_without_upkeep_sleeps_in_one_wait(tmp_path):
+    clock = FakeClock(T0)
+    store, d, waits, upkeeps = _sleeping_daemon(tmp_path, clock, woken_at=[])
+    d.store.upkeep_pending = lambda: False  # type: ignore[method-assign]
+    try:
+        mono = clock.monotonic()
+        d.next_heartbeat = mono + 1.0
+        d._wait(clock.now(), mono)
+        assert waits == [pytest.approx(1.0)] and upkeeps == []
+    finally:
+        _close(store, d)
 
 
 # ---------------------------------------------------------------------- windows ahead of time

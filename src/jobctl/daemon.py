@@ -48,7 +48,8 @@ MISSED_GAP_SECONDS = 60.0
 STORE_ERROR_BACKOFF_SECONDS = 0.5
 #: strays are swept this long after a child exited (one /proc walk for a burst of exits)
 SWEEP_DELAY_SECONDS = 0.1
-#: a sleep at least this long is idle: the store does the upkeep it put off meanwhile
+#: a loop that slept this long without an event is idle: the store then does the upkeep
+#: it put off meanwhile (see Daemon._sleep)
 IDLE_SECONDS = 0.2
 #: the end of a wait slept precisely (see :meth:`Poller.select`), and the kernel's slack
 #: on a long ``epoll`` timeout (0.1 % of it)
@@ -473,21 +474,16 @@ class Daemon:
         if running:
             timeout = self._retain(now, mono, timeout)
         # the timeout was reckoned from the turn's start: what the turn did since, and the
-        # upkeep below (a checkpoint fsyncs), come off it, or the loop would wake that late
+        # upkeep in the sleep (a checkpoint fsyncs), come off it, or the loop would wake
+        # that late
         wake_at = mono + timeout
         self._flush_log()
         if self.keeper.behind:
             self.keeper.flush()
-        if timeout >= IDLE_SECONDS:
-            try:
-                self.store.idle()
-            except StoreError as e:
-                self.log(f"store upkeep failed: {e}", WARNING)
-                self._flush_log()
         timeout = max(wake_at - self.clock.monotonic(), 0.0)
         # from the clock as we go to sleep: a slow turn is busy, not suspended
         self.expected_wake = self.clock.now() + timedelta(seconds=timeout)
-        events = self.selector.select(timeout)
+        events = self._sleep(wake_at, timeout)
         if not events:
             return
         woke, woke_mono = self.clock.now(), self.clock.monotonic()
@@ -503,6 +499,26 @@ class Daemon:
             # the ends of this wake-up, and the claims for the workers they freed, in
             # one transaction
             self.executor.end_batch(woke, woke_mono, claim=self.phase is Phase.RUNNING)
+
+    def _sleep(self, wake_at: float, timeout: float) -> list[tuple[int, list[Ready]]]:
+        """The events of a sleep of ``timeout`` seconds (until ``wake_at``, monotonic).
+
+        Upkeep the store put off (SQLite: a checkpoint, which fsyncs) runs only once the
+        loop has slept IDLE_SECONDS without an event and has longer to sleep. A burst's
+        sleeps are long too (its children's exits are events, not timers), but each is
+        cut short within a few milliseconds: its loop is never idle, and an fsync between
+        an exit and the claim it frees would stall every worker behind it."""
+        if timeout <= IDLE_SECONDS or not self.store.upkeep_pending():
+            return self.selector.select(timeout)
+        events = self.selector.select(IDLE_SECONDS)
+        if events:
+            return events
+        try:
+            self.store.idle()
+        except StoreError as e:
+            self.log(f"store upkeep failed: {e}", WARNING)
+            self._flush_log()
+        return self.selector.select(max(wake_at - self.clock.monotonic(), 0.0))
 
     def _retain(self, now: datetime, mono: float, timeout: float) -> float:
         """Retention's turn (README, History: what is kept): a step only when nothing else is due

@@ -179,6 +179,10 @@ class Daemons:
         while busy (SQLite: checkpoint the write-ahead log). Never blocks on others."""
         self.driver.idle()
 
+    def upkeep_pending(self) -> bool:
+        """Whether :meth:`idle` has anything to do."""
+        return self.driver.upkeep_pending()
+
     # ------------------------------------------------------------------ the scheduler
 
     def schedule_heads(self) -> Heads:

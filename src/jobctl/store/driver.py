@@ -86,6 +86,11 @@ class DaemonDriver(Protocol):
         """The daemon has nothing to do: deferred upkeep (a WAL checkpoint) may run."""
         ...
 
+    def upkeep_pending(self) -> bool:
+        """Whether :meth:`idle` has upkeep to do (the daemon waits for a quiet loop to
+        give it a turn)."""
+        ...
+
     def end_of_retention_pass(self, since: RetentionMarks | None) -> None:
         """A retention pass ended: fold what the backend keeps as delta rows, of the jobs
         a pass from ``since`` looked at (None: of every job)."""

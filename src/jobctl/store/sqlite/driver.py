@@ -117,6 +117,9 @@ class SqliteDriver:
     def idle(self) -> None:
         self.db.checkpoint()
 
+    def upkeep_pending(self) -> bool:
+        return self.db.wrote
+
     def end_of_retention_pass(self, since: RetentionMarks | None) -> None:
         """Nothing kept as delta rows: the tallies are updated in place."""
 
