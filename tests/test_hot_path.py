@@ -495,3 +495,53 @@ def test_a_job_read_by_the_store_has_every_field_and_stays_frozen(db):
         assert jobs[1].state.value == "paused" and jobs[1].paused_reason is not None
     finally:
         store.close()
+
+
+#: an IN list of three or more constants: SQLite evaluates it through a temporary b-tree
+#: that it builds and frees at each execution of the statement (or trigger) holding it
+_LIST_OF_THREE = r"\bIN\s*\(\s*'[^']*'\s*,\s*'[^']*'\s*,"
+
+
+def test_the_claim_the_finish_and_the_run_triggers_compare_instead_of_listing(tmp_path):
+    # a claim and a finish each change runs.state, so its CHECK ran one list, and each of
+    # the four triggers on UPDATE OF state another in its WHEN; the claim's overlap rule a
+    # sixth. In a burst that was a dozen b-trees and some 20 page faults a run.
+    import re
+    import sqlite3
+
+    from jobctl.store.sqlite import sql
+
+    path = tmp_path / "h.db"
+    open_store(path).close()
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE tbl_name = 'runs' AND type IN ('table', 'trigger')"
+        ).fetchall()
+        assert len(rows) >= 9
+        for name, text in rows:
+            # a trigger's body may look runs up by a list (through an index); its WHEN,
+            # evaluated at every firing, may not
+            head = text.split("BEGIN", 1)[0] if name != "runs" else text
+            assert not re.search(_LIST_OF_THREE, head), name
+        assert not re.search(_LIST_OF_THREE, sql.CLAIM_ONE)
+        # the common finish builds no temporary b-tree, nor do the triggers it fires (the
+        # listing holds each after the statement's own program); runs_last_end_leave's
+        # body runs only when the run kept as its job's last end leaves that state
+        listing = conn.execute(
+            "EXPLAIN " + sql.FINISH_SUCCEEDED,
+            {"exit_code": 0, "now": 1, "run_id": 1, "attempt": 1, "me": "d"},
+        ).fetchall()
+        programs: dict[str, list[str]] = {"": []}
+        name = ""
+        for op in listing:
+            if op[1] == "Init" and str(op[5]).startswith("-- TRIGGER "):
+                name = str(op[5]).removeprefix("-- TRIGGER ")
+                programs[name] = []
+            programs[name].append(op[1])
+        assert {"runs_tally_enter", "runs_last_end_enter", "runs_tally_leave"} <= set(programs)
+        for name, ops in programs.items():
+            if name != "runs_last_end_leave":
+                assert "OpenEphemeral" not in ops, name or "the finish"
+    finally:
+        conn.close()

@@ -80,10 +80,13 @@ CREATE TABLE runs (
     job_id INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
     scheduled_for INTEGER NOT NULL,
     state TEXT NOT NULL
-        CHECK (state IN ('pending', 'leased', 'succeeded', 'failed', 'dead', 'cancelled', 'skipped')),
-    skip_reason TEXT CHECK (skip_reason IN ('missed', 'overlap', 'deadline', 'maintenance', 'excluded')),
+        CHECK (state = 'pending' OR state = 'leased' OR state = 'succeeded' OR state = 'failed'
+            OR state = 'dead' OR state = 'cancelled' OR state = 'skipped'),
+    skip_reason TEXT CHECK (skip_reason = 'missed' OR skip_reason = 'overlap'
+        OR skip_reason = 'deadline' OR skip_reason = 'maintenance' OR skip_reason = 'excluded'),
     reason TEXT NOT NULL
-        CHECK (reason IN ('schedule', 'catchup', 'manual', 'backfill', 'after', 'watch')),
+        CHECK (reason = 'schedule' OR reason = 'catchup' OR reason = 'manual' OR reason = 'backfill'
+            OR reason = 'after' OR reason = 'watch'),
     catchup_from INTEGER,
     attempt INTEGER NOT NULL DEFAULT 0,
     max_attempts INTEGER NOT NULL DEFAULT 3,
@@ -187,27 +190,27 @@ CREATE TABLE duration_tallies (
 ) WITHOUT ROWID;
 
 CREATE TRIGGER runs_tally_insert AFTER INSERT ON runs
-WHEN NEW.state IN ('succeeded', 'dead', 'cancelled', 'skipped')
+WHEN (NEW.state = 'succeeded' OR NEW.state = 'dead' OR NEW.state = 'cancelled' OR NEW.state = 'skipped')
 BEGIN
     INSERT INTO run_tallies (job_id, state, ended, kept) VALUES (NEW.job_id, NEW.state, 1, 1)
     ON CONFLICT (job_id, state) DO UPDATE SET ended = ended + 1, kept = kept + 1;
 END;
 
 CREATE TRIGGER runs_tally_enter AFTER UPDATE OF state ON runs
-WHEN NEW.state IN ('succeeded', 'dead', 'cancelled', 'skipped') AND NEW.state IS NOT OLD.state
+WHEN (NEW.state = 'succeeded' OR NEW.state = 'dead' OR NEW.state = 'cancelled' OR NEW.state = 'skipped') AND NEW.state IS NOT OLD.state
 BEGIN
     INSERT INTO run_tallies (job_id, state, ended, kept) VALUES (NEW.job_id, NEW.state, 1, 1)
     ON CONFLICT (job_id, state) DO UPDATE SET ended = ended + 1, kept = kept + 1;
 END;
 
 CREATE TRIGGER runs_tally_leave AFTER UPDATE OF state ON runs
-WHEN OLD.state IN ('succeeded', 'dead', 'cancelled', 'skipped') AND NEW.state IS NOT OLD.state
+WHEN (OLD.state = 'succeeded' OR OLD.state = 'dead' OR OLD.state = 'cancelled' OR OLD.state = 'skipped') AND NEW.state IS NOT OLD.state
 BEGIN
     UPDATE run_tallies SET kept = kept - 1 WHERE job_id = OLD.job_id AND state = OLD.state;
 END;
 
 CREATE TRIGGER runs_tally_delete AFTER DELETE ON runs
-WHEN OLD.state IN ('succeeded', 'dead', 'cancelled', 'skipped')
+WHEN (OLD.state = 'succeeded' OR OLD.state = 'dead' OR OLD.state = 'cancelled' OR OLD.state = 'skipped')
 BEGIN
     UPDATE run_tallies SET kept = kept - 1 WHERE job_id = OLD.job_id AND state = OLD.state;
 END;
@@ -355,7 +358,7 @@ CREATE TABLE last_ends (
 );
 
 CREATE TRIGGER runs_last_end_insert AFTER INSERT ON runs
-WHEN NEW.state IN ('succeeded', 'dead', 'cancelled')
+WHEN (NEW.state = 'succeeded' OR NEW.state = 'dead' OR NEW.state = 'cancelled')
 BEGIN
     INSERT INTO last_ends (job_id, run_id, scheduled_for, state)
     VALUES (NEW.job_id, NEW.id, NEW.scheduled_for, NEW.state)
@@ -365,7 +368,7 @@ BEGIN
 END;
 
 CREATE TRIGGER runs_last_end_enter AFTER UPDATE OF state ON runs
-WHEN NEW.state IN ('succeeded', 'dead', 'cancelled') AND NEW.state IS NOT OLD.state
+WHEN (NEW.state = 'succeeded' OR NEW.state = 'dead' OR NEW.state = 'cancelled') AND NEW.state IS NOT OLD.state
 BEGIN
     INSERT INTO last_ends (job_id, run_id, scheduled_for, state)
     VALUES (NEW.job_id, NEW.id, NEW.scheduled_for, NEW.state)
@@ -377,7 +380,7 @@ END;
 -- the run kept there left those states, or went: the newest of the job's that is still
 -- in one takes its place (none: the row goes)
 CREATE TRIGGER runs_last_end_leave AFTER UPDATE OF state ON runs
-WHEN OLD.state IN ('succeeded', 'dead', 'cancelled') AND NEW.state IS NOT OLD.state
+WHEN (OLD.state = 'succeeded' OR OLD.state = 'dead' OR OLD.state = 'cancelled') AND NEW.state IS NOT OLD.state
     AND OLD.id = (SELECT run_id FROM last_ends WHERE job_id = OLD.job_id)
 BEGIN
     DELETE FROM last_ends WHERE job_id = OLD.job_id;
@@ -389,7 +392,7 @@ BEGIN
 END;
 
 CREATE TRIGGER runs_last_end_delete AFTER DELETE ON runs
-WHEN OLD.state IN ('succeeded', 'dead', 'cancelled')
+WHEN (OLD.state = 'succeeded' OR OLD.state = 'dead' OR OLD.state = 'cancelled')
     AND OLD.id = (SELECT run_id FROM last_ends WHERE job_id = OLD.job_id)
 BEGIN
     DELETE FROM last_ends WHERE job_id = OLD.job_id;

@@ -10,7 +10,7 @@ from pathlib import Path
 from ...errors import SecurityError
 from .. import sqlfiles
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 BUSY_TIMEOUT_MS = 30_000
 
 
