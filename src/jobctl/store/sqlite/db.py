@@ -204,6 +204,8 @@ class Db(Closing):
                 addresses = [r[0] for r in self.conn.execute(WAKE_ADDRESSES).fetchall()]
             except sqlite3.DatabaseError:
                 return
+        if not addresses:
+            return  # no other daemon to tell (a daemon alone: every commit of its turns)
         from .wake import poke  # here: a command that only reads never loads sockets
 
         for message in dict.fromkeys(self._notes):
