@@ -233,6 +233,8 @@ def note_deadline_skips(c: Any, q: outbox.Sql, rows: Sequence[Any], now: datetim
     """The ``missed`` notification (reason ``deadline``) of the runs a claim just skipped
     past their ``--deadline`` (``SKIP_PAST_DEADLINE``'s rows), one per job, in the claim's
     transaction (see jobctl(1), jobctl notify; README, Run policies and what a run costs)."""
+    if not rows:
+        return  # (the common case: at every claim)
     from . import outbox
 
     windows: dict[int, list[int]] = {}

@@ -232,6 +232,8 @@ class SqliteDriver:
         return expired, self.skip_past_deadline(c, now_us), None
 
     def skip_past_deadline(self, c: Any, now_us: int) -> list[Any]:
+        if c.execute(sql.ANY_PAST_DEADLINE, {"now": now_us}).fetchone() is None:
+            return []
         return list(c.execute(sql.SKIP_PAST_DEADLINE, {"now": now_us}).fetchall())
 
     def claim(self, c: Any, me: DaemonIdentity, now: datetime, quota: Quota) -> list[Claimed]:

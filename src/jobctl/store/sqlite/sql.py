@@ -78,6 +78,14 @@ SET state = 'skipped', skip_reason = 'deadline', finished_at = :now, deadline_at
 WHERE deadline_at IS NOT NULL AND deadline_at < :now AND state IN ('pending', 'failed')
 RETURNING id, job_id, scheduled_for
 """
+#: whether SKIP_PAST_DEADLINE has a row to skip: one read of runs_deadline, empty while no
+#: run has a deadline (the UPDATE opens runs and each of its indexes to write, and builds
+#: its RETURNING table, even when it changes nothing: at every claim)
+ANY_PAST_DEADLINE = """
+SELECT 1 FROM runs INDEXED BY runs_deadline
+WHERE deadline_at IS NOT NULL AND deadline_at < :now AND state IN ('pending', 'failed')
+LIMIT 1
+"""
 # The claim's rules are the pieces of jobctl.store.queries (shared with ``inspect``).
 # the reserved-worker quota: runs of priority < :rp only while :low_ok (per daemon)
 WITHIN_QUOTA = "(:low_ok OR runs.priority >= :rp)"
