@@ -229,6 +229,22 @@ def test_run_wait_succeeded_line_and_follow_streams_output(jobctl, start_daemon)
     assert lines[-1].endswith("s")
 
 
+def test_run_wait_ctrl_c_just_after_the_enqueued_line_stops_only_the_waiting(jobctl, monkeypatch):
+    # Ctrl-C may come as soon as `run N enqueued` is out (a daemon can lease the run at
+    # once), before the waiting proper began: it still stops only the waiting, exit 130
+    # (it was click's abort, exit 1, on a loaded machine)
+    from jobctl.cli.base import Ctx
+
+    jobctl("add", "slow", "--manual", "--", "sleep 30")
+    monkeypatch.setattr(Ctx, "warn_if_no_daemon", lambda self: os.kill(os.getpid(), signal.SIGINT))
+    r = jobctl("run", "slow", "--wait", ok=False)
+    assert r.exit_code == 130
+    run_id = int(r.stderr.splitlines()[0].split()[1])
+    assert f"run {run_id} goes on without waiting" in r.stderr
+    assert jobctl.store().get_run(run_id).state is RunState.PENDING
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back
+
+
 def test_run_wait_sigint_leaves_the_run_going_and_exits_130(jobctl, start_daemon, db, tmp_path):
     start_daemon()
     # the command ends only once the waiter has exited: on a busy machine a fixed sleep

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -191,14 +193,18 @@ def run_(
     run, created = store.enqueue_run(
         name, obj.now(), key=key, env=payload, locks=locks, priority=priority
     )
-    if wait:
-        said = "enqueued" if created else f"already exists (key {key})"
-        click.echo(output.safe(f"run {run.id} {said}"), err=True)
-    obj.warn_if_no_daemon()
-    if paused:
-        warn(f"job {name} is paused: run {run.id} waits until jobctl resume {name}")
-    if wait:
-        run = _wait_for(store, run, obj, follow=follow)
+    # with --wait, Ctrl-C stops only the waiting from the moment the run is said to exist
+    # (the daemon may claim it at once, before the waiting proper begins)
+    interrupted: list[int] = []
+    with _sigint_as_flag(interrupted) if wait else contextlib.nullcontext():
+        if wait:
+            said = "enqueued" if created else f"already exists (key {key})"
+            click.echo(output.safe(f"run {run.id} {said}"), err=True)
+        obj.warn_if_no_daemon()
+        if paused:
+            warn(f"job {name} is paused: run {run.id} waits until jobctl resume {name}")
+        if wait:
+            run = _wait_for(store, run, obj, interrupted, follow=follow)
     if as_json:
         data = output.run_json(run)
         data["created"] = created
@@ -306,9 +312,29 @@ def _on_sigint(handler: Any) -> Any:
         return None
 
 
-def _wait_for(store: CommandStore, run: Run, obj: Ctx, *, follow: bool) -> Run:
-    """Wait until the run is final; a status line on a terminal, the output with
-    ``follow``; then one closing line on stderr. Ctrl-C: the run goes on, exit 130."""
+@contextlib.contextmanager
+def _sigint_as_flag(interrupted: list[int]) -> Iterator[None]:
+    """Ctrl-C only appended to ``interrupted`` while inside (read between two looks at
+    the store: an interrupt that landed inside a read of the database, a PostgreSQL query
+    cancelled and its connection reset, could leave a waiter hanging or end it with a
+    database error instead of 130); where no handler can be set (not the main thread) it
+    comes as KeyboardInterrupt, appended too."""
+    previous = _on_sigint(lambda signum, frame: interrupted.append(signum))
+    try:
+        yield
+    except KeyboardInterrupt:
+        interrupted.append(signal.SIGINT)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _wait_for(
+    store: CommandStore, run: Run, obj: Ctx, interrupted: list[int], *, follow: bool
+) -> Run:
+    """Wait until the run is final or ``interrupted`` holds a Ctrl-C (see
+    :func:`_sigint_as_flag`); a status line on a terminal, the output with ``follow``;
+    then one closing line on stderr. Ctrl-C: the run goes on, exit 130."""
     from .. import output
     from ..models import FINISHED_RUN_STATES
 
@@ -322,11 +348,6 @@ def _wait_for(store: CommandStore, run: Run, obj: Ctx, *, follow: bool) -> Run:
         status = output.StatusLine()
     started = time.monotonic()
     delay = 0.02
-    # Ctrl-C only sets a flag, read between two looks: an interrupt that landed inside a
-    # read of the database (a PostgreSQL query cancelled, its connection then reset) could
-    # leave the waiter hanging or end it with a database error instead of 130
-    interrupted: list[int] = []
-    previous = _on_sigint(lambda signum, frame: interrupted.append(signum))
     try:
         while not interrupted:
             if follower is not None:
@@ -343,9 +364,6 @@ def _wait_for(store: CommandStore, run: Run, obj: Ctx, *, follow: bool) -> Run:
             delay = min(delay * 1.5, FOLLOW_POLL_SECONDS)
     except KeyboardInterrupt:
         interrupted.append(signal.SIGINT)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
     if interrupted:
         if status is not None:
             status.stop()
