@@ -311,33 +311,39 @@ def test_a_short_attempts_pid_is_written_with_its_end_a_long_ones_on_its_own(tmp
     store.close()
 
 
-def _sleeping_daemon(tmp_path, clock: FakeClock, woken_at: list[int]):
-    """A daemon whose sleeps are recorded: the ``select`` calls numbered in ``woken_at``
-    return an event at once, the others sleep out their timeout on the fake clock; its
-    store has upkeep put off, which takes 0.3 s and is counted in ``upkeeps``."""
+def _sleeping_daemon(tmp_path, clock: FakeClock, events_after: dict[int, float]):
+    """A daemon whose sleeps are recorded on a fake clock: the ``select`` call numbered
+    ``n`` in ``events_after`` returns an event that many seconds in (when that is within
+    its timeout), the others sleep their timeout out. Its store counts commits awaiting
+    upkeep in ``commits[0]`` (the test moves it); the upkeep takes 0.3 s and is counted in
+    ``upkeeps``."""
     store = StoreView(tmp_path / "w.db")
     d = _daemon(store, clock)
     waits: list[float] = []
     upkeeps: list[float] = []
+    commits = [1]
     fd = d.waker.fileno()
 
     def select(timeout: float) -> list[tuple[int, list[Ready]]]:
         waits.append(timeout)
-        if len(waits) in woken_at:
+        after = events_after.get(len(waits))
+        if after is not None and after < timeout:
+            clock.advance(after)
             return [(fd, [lambda now, mono: None])]
         clock.advance(timeout)
         return []
 
     def idle() -> None:
         upkeeps.append(clock.monotonic())
+        commits[0] = 0
         clock.advance(0.3)
 
     d.selector.select = select  # type: ignore[method-assign]
     d.selector.holds = lambda fd, reg: True  # type: ignore[method-assign]
-    d.store.upkeep_pending = lambda: True  # type: ignore[method-assign]
+    d.store.upkeep_pending = lambda: commits[0]  # type: ignore[method-assign]
     d.store.idle = idle  # type: ignore[method-assign]
     d.executor.claim_needed = False
-    return store, d, waits, upkeeps
+    return store, d, waits, upkeeps, commits
 
 
 def _close(store: StoreView, d) -> None:
@@ -346,47 +352,58 @@ def _close(store: StoreView, d) -> None:
     store.close()
 
 
-def test_upkeep_waits_for_a_quiet_loop_and_its_time_comes_off_the_sleep(tmp_path):
+def _wait_for_heartbeat(d, clock: FakeClock, seconds: float) -> None:
+    mono = clock.monotonic()
+    d.next_heartbeat = mono + seconds  # the only timer
+    d._wait(clock.now(), mono)
+
+
+def test_upkeep_waits_for_a_quiet_store_and_its_time_comes_off_the_sleep(tmp_path):
     # the loop reckons its sleep at the start of a turn; the store's put-off upkeep (a
-    # WAL checkpoint fsyncs) runs once the loop has slept IDLE_SECONDS without an event,
-    # and its time comes off the rest of the sleep, or every window after an idle
-    # stretch would start that much late
+    # WAL checkpoint fsyncs) runs once nothing was committed for IDLE_SECONDS, and its
+    # time comes off the rest of the sleep, or every window after an idle stretch would
+    # start that much late
     from jobctl.daemon import IDLE_SECONDS
 
     clock = FakeClock(T0)
-    store, d, waits, upkeeps = _sleeping_daemon(tmp_path, clock, woken_at=[])
+    store, d, waits, upkeeps, _ = _sleeping_daemon(tmp_path, clock, {})
     try:
         mono = clock.monotonic()
-        d.next_heartbeat = mono + 1.0  # the only thing due: one second from now
-        d._wait(clock.now(), mono)
+        _wait_for_heartbeat(d, clock, 1.0)
         assert upkeeps == [pytest.approx(mono + IDLE_SECONDS)]
         assert waits == [pytest.approx(IDLE_SECONDS), pytest.approx(1.0 - IDLE_SECONDS - 0.3)]
         assert clock.monotonic() == pytest.approx(mono + 1.0)
+        _wait_for_heartbeat(d, clock, 1.0)  # nothing committed since: one plain sleep
+        assert len(upkeeps) == 1 and waits[-1] == pytest.approx(1.0)
     finally:
         _close(store, d)
 
 
-def test_a_loop_woken_before_it_is_idle_puts_its_upkeep_off(tmp_path):
-    # a burst: the next timer is far (children's exits are events), but an exit comes
-    # within milliseconds of each sleep; a checkpoint there would stall every worker
-    # behind its fsyncs (README, Guarantees: "not in the middle of a burst")
+def test_a_burst_puts_the_upkeep_off_and_a_chatty_command_does_not(tmp_path):
+    # a burst: the next timer is far (children's exits are events), an exit comes a
+    # millisecond into each sleep and each turn commits; a checkpoint there would stall
+    # every worker behind its fsyncs (README, Guarantees: "never in the middle of a burst")
     clock = FakeClock(T0)
-    store, d, waits, upkeeps = _sleeping_daemon(tmp_path, clock, woken_at=[1, 2, 3])
+    store, d, _waits, upkeeps, commits = _sleeping_daemon(
+        tmp_path, clock, {n: 0.001 for n in range(1, 100)} | {n: 0.05 for n in range(6, 100)}
+    )
     try:
-        for _ in range(3):
-            mono = clock.monotonic()
-            d.next_heartbeat = mono + 10.0
-            d._wait(clock.now(), mono)
+        for _ in range(5):
+            _wait_for_heartbeat(d, clock, 10.0)
+            commits[0] += 1
         assert upkeeps == []
-        # a short sleep is no idle loop either: there is no time left for the upkeep
-        mono = clock.monotonic()
-        d.next_heartbeat = mono + 0.15
-        d._wait(clock.now(), mono)
-        assert upkeeps == [] and waits[-1] == pytest.approx(0.15)
-        # quiet at last: the upkeep runs once the loop has slept IDLE_SECONDS
-        mono = clock.monotonic()
-        d.next_heartbeat = mono + 10.0
-        d._wait(clock.now(), mono)
+        # a command's output wakes the loop every 0.05 s and nothing is committed: the
+        # upkeep comes 0.2 s after the last commit all the same
+        quiet_from = clock.monotonic()
+        for _ in range(3):
+            _wait_for_heartbeat(d, clock, 10.0)
+        assert upkeeps == []
+        for _ in range(2):
+            _wait_for_heartbeat(d, clock, 10.0)
+        assert upkeeps == [pytest.approx(quiet_from + 0.2)]
+        # a sleep shorter than what is left of the quiet does no upkeep
+        commits[0] = 7
+        _wait_for_heartbeat(d, clock, 0.15)
         assert len(upkeeps) == 1
     finally:
         _close(store, d)
@@ -394,12 +411,10 @@ def test_a_loop_woken_before_it_is_idle_puts_its_upkeep_off(tmp_path):
 
 def test_a_store_without_upkeep_sleeps_in_one_wait(tmp_path):
     clock = FakeClock(T0)
-    store, d, waits, upkeeps = _sleeping_daemon(tmp_path, clock, woken_at=[])
-    d.store.upkeep_pending = lambda: False  # type: ignore[method-assign]
+    store, d, waits, upkeeps, commits = _sleeping_daemon(tmp_path, clock, {})
+    commits[0] = 0
     try:
-        mono = clock.monotonic()
-        d.next_heartbeat = mono + 1.0
-        d._wait(clock.now(), mono)
+        _wait_for_heartbeat(d, clock, 1.0)
         assert waits == [pytest.approx(1.0)] and upkeeps == []
     finally:
         _close(store, d)

@@ -48,7 +48,7 @@ MISSED_GAP_SECONDS = 60.0
 STORE_ERROR_BACKOFF_SECONDS = 0.5
 #: strays are swept this long after a child exited (one /proc walk for a burst of exits)
 SWEEP_DELAY_SECONDS = 0.1
-#: a loop that slept this long without an event is idle: the store then does the upkeep
+#: a daemon that committed nothing for this long is idle: the store then does the upkeep
 #: it put off meanwhile (see Daemon._sleep)
 IDLE_SECONDS = 0.2
 #: the end of a wait slept precisely (see :meth:`Poller.select`), and the kernel's slack
@@ -212,6 +212,10 @@ class Daemon:
         self.next_heartbeat = 0.0
         self.last_renewal: float | None = None
         self.expected_wake: datetime | None = None
+        #: the store's count of commits awaiting upkeep, as last seen, and since when
+        #: (monotonic) it has not moved (see _sleep)
+        self._upkeep_seen = 0
+        self._quiet_since = 0.0
         self.scheduler = Scheduler(
             store, log=self.log, rng=rng, boot_id=self.boot_id, lease_seconds=config.lease_seconds
         )
@@ -503,16 +507,22 @@ class Daemon:
     def _sleep(self, wake_at: float, timeout: float) -> list[tuple[int, list[Ready]]]:
         """The events of a sleep of ``timeout`` seconds (until ``wake_at``, monotonic).
 
-        Upkeep the store put off (SQLite: a checkpoint, which fsyncs) runs only once the
-        loop has slept IDLE_SECONDS without an event and has longer to sleep. A burst's
-        sleeps are long too (its children's exits are events, not timers), but each is
-        cut short within a few milliseconds: its loop is never idle, and an fsync between
-        an exit and the claim it frees would stall every worker behind it."""
-        if timeout <= IDLE_SECONDS or not self.store.upkeep_pending():
+        Upkeep the store put off (SQLite: a checkpoint, which fsyncs) runs once nothing
+        has been committed for IDLE_SECONDS, when the loop has that long to sleep: never
+        between a burst's exits and the claims they free (each turn of a burst commits),
+        and in time while a chatty command's output wakes the loop (output commits
+        nothing until it is stored)."""
+        pending = self.store.upkeep_pending()
+        mono = self.clock.monotonic()
+        if pending != self._upkeep_seen:
+            self._upkeep_seen, self._quiet_since = pending, mono
+        due = self._quiet_since + IDLE_SECONDS
+        if not pending or due >= wake_at:
             return self.selector.select(timeout)
-        events = self.selector.select(IDLE_SECONDS)
-        if events:
-            return events
+        if due > mono:
+            events = self.selector.select(due - mono)
+            if events:
+                return events
         try:
             self.store.idle()
         except StoreError as e:

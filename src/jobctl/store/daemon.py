@@ -179,8 +179,8 @@ class Daemons:
         while busy (SQLite: checkpoint the write-ahead log). Never blocks on others."""
         self.driver.idle()
 
-    def upkeep_pending(self) -> bool:
-        """Whether :meth:`idle` has anything to do."""
+    def upkeep_pending(self) -> int:
+        """The commits whose upkeep :meth:`idle` has yet to do (0: none)."""
         return self.driver.upkeep_pending()
 
     # ------------------------------------------------------------------ the scheduler

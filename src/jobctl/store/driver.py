@@ -86,9 +86,9 @@ class DaemonDriver(Protocol):
         """The daemon has nothing to do: deferred upkeep (a WAL checkpoint) may run."""
         ...
 
-    def upkeep_pending(self) -> bool:
-        """Whether :meth:`idle` has upkeep to do (the daemon waits for a quiet loop to
-        give it a turn)."""
+    def upkeep_pending(self) -> int:
+        """The commits whose upkeep :meth:`idle` has yet to do (0: none). The daemon gives
+        it a turn once this number has not moved for a while."""
         ...
 
     def end_of_retention_pass(self, since: RetentionMarks | None) -> None:

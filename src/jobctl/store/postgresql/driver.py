@@ -499,8 +499,8 @@ class PgDriver:
     def idle(self) -> None:
         """Nothing put off: the server does its own upkeep."""
 
-    def upkeep_pending(self) -> bool:
-        return False
+    def upkeep_pending(self) -> int:
+        return 0
 
     def end_of_retention_pass(self, since: RetentionMarks | None) -> None:
         """The tallies' delta rows folded into one row a job and state (or bucket), in one

@@ -40,8 +40,8 @@ class Db(Closing):
         self.conn = conn
         self.path = path
         self.location = str(path)
-        #: committed since the last :meth:`checkpoint`
-        self.wrote = False
+        #: commits since the last complete :meth:`checkpoint` (0: none)
+        self.wrote = 0
         #: wake-ups to send once the current transaction commits
         self._notes: list[str] = []
         #: the wake addresses of the other daemons, kept by a daemon's own store (renewed
@@ -183,7 +183,7 @@ class Db(Closing):
             except sqlite3.Error as e:
                 self._rollback()
                 raise StoreError(f"database error: {e}") from None
-            self.wrote = True
+            self.wrote += 1
             if self._notes:
                 self._wake()
         finally:
@@ -274,7 +274,8 @@ class Db(Closing):
         except sqlite3.DatabaseError as e:
             raise StoreError(f"database error: {e}") from None
         # a reader or writer in the way: the frames left are copied next time
-        self.wrote = bool(busy) or done < log
+        if not busy and done >= log:
+            self.wrote = 0
 
     def _rollback(self) -> None:
         if self.conn.in_transaction:

@@ -117,7 +117,7 @@ class SqliteDriver:
     def idle(self) -> None:
         self.db.checkpoint()
 
-    def upkeep_pending(self) -> bool:
+    def upkeep_pending(self) -> int:
         return self.db.wrote
 
     def end_of_retention_pass(self, since: RetentionMarks | None) -> None:
