@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -205,6 +205,8 @@ def run_(
             warn(f"job {name} is paused: run {run.id} waits until jobctl resume {name}")
         if wait:
             run = _wait_for(store, run, obj, interrupted, follow=follow)
+    if interrupted:  # before the waiting, where no handler could be set (not the main thread)
+        _stop_waiting(run)
     if as_json:
         data = output.run_json(run)
         data["created"] = created
@@ -364,17 +366,18 @@ def _wait_for(
             delay = min(delay * 1.5, FOLLOW_POLL_SECONDS)
     except KeyboardInterrupt:
         interrupted.append(signal.SIGINT)
-    if interrupted:
-        if status is not None:
-            status.stop()
-        click.echo(
-            f"run {run.id} goes on without waiting; jobctl cancel {run.id} stops it", err=True
-        )
-        sys.exit(130)
     if status is not None:
         status.stop()
+    if interrupted:
+        _stop_waiting(run)
     click.echo(output.safe(output.outcome_line(run)), err=True)
     return run
+
+
+def _stop_waiting(run: Run) -> NoReturn:
+    """Ctrl-C while waiting: the run goes on, exit 130."""
+    click.echo(f"run {run.id} goes on without waiting; jobctl cancel {run.id} stops it", err=True)
+    sys.exit(130)
 
 
 def _status_text(store: CommandStore, run: Run, obj: Ctx, elapsed: float) -> str:
