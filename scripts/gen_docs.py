@@ -194,9 +194,10 @@ ended.
 Attempts are started by the spawner (`python -I -S .../jobctl/spawner.py`, in its own
 process group), a small process the daemon starts once, so that the memory the kernel
 counts for an attempt (`max_rss`) is the command's own and not the daemon's. It clones
-each attempt as a child of the daemon, which watches and reaps it. On x86-64 the clone is
-made by a few instructions of machine code that copy none of the spawner's memory:
-`true` records about 1 MiB. Elsewhere, or where memory may not be made executable, the
+each attempt as a child of the daemon, which watches and reaps it. On x86-64, once
+started, the spawner hands itself over to a loop of machine code and unmaps the
+interpreter: each clone copies none of its memory (`true` records about 1 MiB), and a
+spawn costs the spawner a few hundredths of a millisecond. Elsewhere, or where memory may not be made executable, the
 clone is a copy of the spawner (`true`: about 6 MiB). Where the spawner cannot run, the
 daemon logs why and starts attempts itself; their `max_rss` is then null unless the
 command used more than the daemon's own peak.

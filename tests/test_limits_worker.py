@@ -10,6 +10,7 @@ import signal
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,6 @@ from jobctl.outcomes import AttemptResult
 from jobctl.spawner import (
     MAX_WAITING,
     NATIVE_SPAWN,
-    REMAP_EVERY,
     Spawner,
     SpawnError,
     exec_failure,
@@ -298,11 +298,11 @@ def test_requests_are_answered_in_order_and_need_no_wait(spawner, tmp_path):
     assert failed is not None and (failed.step, failed.errno) == ("exec", errno.ENOENT)
 
 
-def test_the_spawner_goes_on_past_a_look_again_at_its_mappings(spawner):
-    # every REMAP_EVERY requests the native spawn marks again what its clones leave out
-    # (the interpreter maps memory now and then): the clones before and after it alike
+def test_the_clones_stay_small_request_after_request(spawner):
+    # the native loop's copies hold its own two mappings, and none of the pages a request
+    # wrote: one after hundreds of requests is as small as the first
     rss = []
-    for _ in range(REMAP_EVERY + 20):
+    for _ in range(300):
         pid = spawner.wait(spawner.request("/bin/true", ["true"], {}, "/", None, None, None, None))
         _, status, ru = os.wait4(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
@@ -364,3 +364,39 @@ def test_a_request_dropped_with_its_spawner_is_spawned_by_its_caller(spawner, mo
     assert child.spawned(None) is None and child.report_r is None
     result = _drive(child)
     assert result.ok and result.output == b"here\n"
+
+
+def test_the_native_loop_keeps_no_mapping_of_the_interpreter(spawner):
+    # the spawner hands itself over to its loop of machine code and unmaps the rest: its
+    # code and block, the stack (ps reads the command line there) and the kernel's
+    if not spawner.native:
+        pytest.skip("the clone returns into Python: the interpreter stays")
+    pid = spawner.wait(spawner.request("/bin/true", ["true"], {}, "/", None, None, None, None))
+    os.waitpid(pid, 0)
+    maps = [line.split() for line in Path(f"/proc/{spawner.pid}/maps").read_text().splitlines()]
+    named = [m[5] for m in maps if len(m) > 5]
+    assert not [n for n in named if "python" in n or ".so" in n], named
+    assert len(maps) <= 8, maps
+    cmdline = Path(f"/proc/{spawner.pid}/cmdline").read_bytes()
+    assert cmdline.endswith(b"/spawner.py\0")
+
+
+def test_a_large_request_leaves_no_pages_to_the_clones_after_it(spawner):
+    # a 190 kB variable is more than an exec takes (E2BIG, told as a failed exec); the
+    # loop gives back the pages past the first 64 KiB that the request wrote, so the next
+    # clone's copy holds none of them: it records what one before the request did
+    if not spawner.native:
+        pytest.skip("the clone returns into Python: it copies the spawner whole")
+
+    def true_rss() -> int:
+        req = spawner.request("/bin/true", ["true"], {}, "/", None, None, None, None)
+        _, status, ru = os.wait4(spawner.wait(req), 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        return int(ru.ru_maxrss)  # KiB
+
+    before = true_rss()
+    big = {"A": "x" * 190_000}
+    with pytest.raises(SpawnError) as failed:
+        spawner.wait(spawner.request("/bin/true", ["true"], big, "/", None, None, None, None))
+    assert (failed.value.step, failed.value.errno) == ("exec", errno.E2BIG)
+    assert true_rss() <= before + 64

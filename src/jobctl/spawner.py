@@ -14,21 +14,22 @@ the daemon, not the spawner. So the daemon watches, signals and reaps its attemp
 before (a pidfd, ``killpg`` before the reap, ``wait4`` with its rusage); the spawner
 only forks and execs.
 
-On x86-64 the clone is made by a few instructions of machine code (:data:`NATIVE_SPAWN`,
-its source in :data:`NATIVE_SPAWN_SOURCE`) that issue the ``clone``, ``setsid``,
-``ioprio_set``, ``setpriority`` and ``execve`` system calls themselves and touch no
-memory but the request they are given: so every other mapping of the spawner (the
-interpreter's heap, stack and libraries) is marked ``MADV_DONTFORK`` and the copy
-holds nothing of it. The attempt is charged with its own memory alone (``true``: about
-1 MiB), and the copy makes no page fault before its exec: the attempt costs what one
-started by ``posix_spawn`` costs, and the spawner about 0.1 ms of its own (a clone's
-fixed cost in the kernel, mostly). (The kernel writes a thread's restartable-sequence
-area, in memory the copy no longer has, on its way back to user space: the spawner is
-started with glibc's ``rseq`` registration off.) Where
-that cannot be had (another machine, or memory that may not be made executable), the
-clone returns into Python, which execs: the attempt is then charged with the copy of
-the spawner it was (about 6 MiB), and each attempt costs a few tenths of a millisecond
-more.
+On x86-64 the spawner's loop is machine code (:data:`NATIVE_SPAWN`, its source in
+:data:`NATIVE_SPAWN_SOURCE`): once started, the interpreter sets up its block and calls
+it, and it unmaps the interpreter (its heap, libraries and every other mapping but the
+stack, kept for ``ps`` and marked ``MADV_DONTFORK``, and the kernel's) and never
+returns. It receives, clones and answers with its own system calls, and the copy issues
+``setsid``, ``ioprio_set``, ``setpriority`` and ``execve`` touching no memory but its
+block. So a clone copies four mappings and none of the interpreter's pages: the attempt
+is charged with its own memory alone (``true``: about 1 MiB), the copy makes no page
+fault before its exec, and a spawn costs the spawner about 0.03 ms (the kernel's clone,
+mostly), where a loop in Python cost 0.1 ms. (The kernel writes a thread's
+restartable-sequence area, in memory the loop unmaps, on its way back to user space:
+the spawner is started with glibc's ``rseq`` registration off, and serves in Python
+where one is registered.) Where that cannot be had (another machine, or memory that may
+not be made executable), the spawner serves in Python and the clone returns into
+Python, which execs: the attempt is then charged with the copy of the spawner it was
+(about 6 MiB), and each attempt costs a few tenths of a millisecond more.
 
 The daemon sends one message per attempt on a ``SOCK_SEQPACKET`` socket: the program,
 argv, environment, working directory, niceness and I/O priority, with descriptors
@@ -97,22 +98,194 @@ _NO_NICE = -(2**31)
 STEPS = ("fork", "stdio", "session", "ioprio", "nice", "chdir", "exec")
 
 
-#: the native spawn's source (GNU as, Intel syntax): ``long spawn(struct request *r)``.
-#: ``r`` holds, at 0, 8 and 16, the path, argv and envp of the exec; at 24 the niceness
-#: (``_NO_NICE``: none) and at 28 the I/O priority (negative: none), 32-bit; at 32 room
-#: for the step that failed and its errno (32-bit each), at 40 the clone's flags and at
-#: 48 the descriptor a failure is written to. The caller gets the pid, or ``-errno`` when
-#: the clone failed. The copy uses no stack (it has none: see the module's doc); on a
-#: failure it writes the step and errno (8 bytes) to that descriptor and exits 127.
+#: the spawner's loop in machine code (GNU as, Intel syntax): ``serve(block)``, which never
+#: returns. The block (:class:`_Native`, offsets in ``_B_*``) holds a ``msghdr`` with its
+#: iovec (the message, at ``_B_MSG``) and room for four descriptors, the answer and the
+#: report, the socket's and ``/dev/null``'s descriptors, the clone's flags and the size of
+#: the mapping. It first unmaps the mappings listed at ``_B_MSG`` (the interpreter's), then
+#: for each request: receives it, puts its descriptors on 0, 1 and 2, walks its fields
+#: (path, directory, argc, argv, environment, each ended by NUL) into argv and envp tables
+#: written after it, goes to the directory and clones; the copy uses no stack (it has
+#: none: see the module's doc), starts a new session, sets its I/O priority and niceness
+#: and execs, or writes the step that failed and its errno (8 bytes) to the report's
+#: descriptor and exits 127. The loop closes what it received, puts ``/dev/null`` back on
+#: 0, 1 and 2, answers (pid, -1, 0) or (0, step, errno), gives back the pages of a request
+#: over 64 KiB, and reads the next; it exits when the daemon's end is closed.
 #: ``tests/test_spawner_code.py`` assembles it, where binutils are, and checks the bytes.
 NATIVE_SPAWN_SOURCE = """\
     .intel_syntax noprefix
-spawn:
+serve:
     endbr64
-    push rbx
-    push r12
-    mov rbx, rdi
-    mov rdi, [rbx+40]       # clone(flags, stack 0: the same address, in the copy)
+    mov rbx, rdi            # the block (see _Native): never left, nothing on a stack
+    mov r12d, [rbx+140]     # the mappings to unmap, (address, length) pairs at 256
+    lea r13, [rbx+256]
+unmap:
+    test r12d, r12d
+    jz next
+    mov rdi, [r13]
+    mov rsi, [r13+8]
+    mov eax, 11             # munmap
+    syscall
+    add r13, 16
+    dec r12d
+    jmp unmap
+next:
+    mov qword ptr [rbx+40], 32  # recvmsg(sock, the msghdr at 0, MSG_CMSG_CLOEXEC)
+    mov dword ptr [rbx+48], 0
+    mov edi, [rbx+128]
+    mov rsi, rbx
+    mov edx, 0x40000000
+    mov eax, 47
+    syscall
+    cmp rax, -4             # EINTR
+    je next
+    test rax, rax
+    jle quit                # the daemon's end is closed
+    mov r12, rax            # n: the message's length
+    lea rax, [r12+256]
+    mov [rbx+208], rax      # where the request ends (the tables', once written)
+    xor r13d, r13d          # k: the descriptors received, at 88
+    cmp qword ptr [rbx+40], 16
+    jb 1f
+    mov rax, 0x100000001    # SOL_SOCKET, SCM_RIGHTS
+    cmp [rbx+72+8], rax
+    jne 1f
+    mov r13, [rbx+72]
+    sub r13, 16
+    shr r13, 2
+1:
+    mov r14d, 1             # step 1, stdio: those the request says it sent, the report's last
+    mov r15d, 22            # EINVAL
+    mov eax, [rbx+256+8]
+    mov ecx, eax
+    and ecx, 1
+    mov edx, eax
+    shr edx, 1
+    and edx, 1
+    lea ecx, [rcx+rdx+1]
+    cmp r13, rcx
+    jne fail
+    lea rsi, [rbx+88]
+    mov edx, [rbx+132]      # stdin: /dev/null unless sent
+    test eax, 1
+    jz 2f
+    mov edx, [rsi]
+    add rsi, 4
+2:
+    mov [rbx+188], edx
+    mov edx, [rbx+136]      # the output: /dev/null unless sent
+    test eax, 2
+    jz 3f
+    mov edx, [rsi]
+3:
+    mov [rbx+192], edx
+    mov edx, [rbx+88+r13*4-4]
+    mov [rbx+184], edx      # where the clone reports a step that failed
+    # the fields, each ended by NUL: path, directory, argc, argv..., environment...
+    lea r8, [rbx+256+r12]   # the end
+    mov byte ptr [r8], 0
+    lea rdi, [r8+8]
+    and rdi, -8             # the argv and envp tables, after the message
+    mov r9d, [rbx+256+12]   # nfields
+    lea rax, [rdi+r9*8+16]
+    mov rdx, rbx
+    add rdx, [rbx+152]
+    cmp rax, rdx
+    jbe 4f
+    mov r14d, 6             # more than the tables have room for: too big to exec
+    mov r15d, 7             # E2BIG
+    jmp fail
+4:
+    sub rax, rbx
+    mov [rbx+208], rax
+    mov [rbx+168], rdi      # argv
+    lea rsi, [rbx+256+16]
+    xor ecx, ecx            # the field's index
+    xor r10d, r10d          # argc
+field:
+    cmp ecx, r9d
+    jae fields_end
+    cmp rsi, r8
+    ja fail                 # fewer fields than told (EINVAL, stdio)
+    cmp ecx, 2
+    ja arg
+    je count
+    test ecx, ecx
+    jnz 5f
+    mov [rbx+160], rsi      # the path
+    jmp skip
+5:
+    mov [rbx+200], rsi      # the directory
+    jmp skip
+count:
+    movzx eax, byte ptr [rsi]
+    test eax, eax
+    jz counted
+    sub eax, 48
+    cmp eax, 9
+    ja fail
+    imul r10, r10, 10
+    add r10, rax
+    cmp r10, r9
+    ja fail
+    inc rsi
+    jmp count
+counted:
+    lea rax, [r10+3]
+    cmp rax, r9
+    ja fail                 # more arguments than fields
+    test r10, r10
+    jnz skip
+    jmp argv_end
+arg:
+    mov [rdi], rsi
+    add rdi, 8
+    lea rax, [r10+2]
+    cmp rcx, rax
+    jne skip
+argv_end:
+    mov qword ptr [rdi], 0
+    add rdi, 8
+    mov [rbx+176], rdi      # envp
+skip:
+    cmp byte ptr [rsi], 0
+    je 6f
+    inc rsi
+    jmp skip
+6:
+    inc rsi
+    inc ecx
+    jmp field
+fields_end:
+    mov qword ptr [rdi], 0
+    cmp ecx, 3
+    jb fail
+    mov edi, [rbx+188]      # dup2(stdin, 0), dup2(output, 1), dup2(output, 2)
+    xor esi, esi
+    mov eax, 33
+    syscall
+    test rax, rax
+    js failed
+    mov edi, [rbx+192]
+    mov esi, 1
+    mov eax, 33
+    syscall
+    test rax, rax
+    js failed
+    mov edi, [rbx+192]
+    mov esi, 2
+    mov eax, 33
+    syscall
+    test rax, rax
+    js failed
+    mov r14d, 5             # step 5: chdir(directory)
+    mov rdi, [rbx+200]
+    mov eax, 80
+    syscall
+    test rax, rax
+    js failed
+    xor r14d, r14d          # step 0, fork: clone(flags, stack 0: the same address, in the copy)
+    mov rdi, [rbx+144]
     xor esi, esi
     xor edx, edx
     xor r10d, r10d
@@ -121,17 +294,73 @@ spawn:
     syscall
     test rax, rax
     jz child
-    pop r12                 # the caller: the pid or -errno
-    pop rbx
-    ret
+    js failed
+    mov [rbx+104], eax      # the answer: the pid
+    mov dword ptr [rbx+108], -1
+    mov dword ptr [rbx+112], 0
+    jmp answer
+failed:
+    neg eax
+    mov r15d, eax
+fail:
+    mov dword ptr [rbx+104], 0  # the answer: the step that failed, its errno
+    mov [rbx+108], r14d
+    mov [rbx+112], r15d
+answer:
+    test r13, r13           # close what was received
+    jz 7f
+    mov edi, [rbx+88+r13*4-4]
+    mov eax, 3
+    syscall
+    dec r13
+    jmp answer
+7:
+    mov edi, [rbx+132]      # 0, 1 and 2 back to /dev/null: no pipe of a child held here
+    xor esi, esi
+    mov eax, 33
+    syscall
+    mov edi, [rbx+136]
+    mov esi, 1
+    mov eax, 33
+    syscall
+    mov edi, [rbx+136]
+    mov esi, 2
+    mov eax, 33
+    syscall
+8:
+    mov edi, [rbx+128]      # send(sock, answer, 12)
+    lea rsi, [rbx+104]
+    mov edx, 12
+    xor r10d, r10d
+    xor r8d, r8d
+    xor r9d, r9d
+    mov eax, 44
+    syscall
+    cmp rax, -4
+    je 8b
+    test rax, rax
+    js quit
+    mov rsi, [rbx+208]      # a large request gives its pages back (the next copies less)
+    cmp rsi, 0x10000
+    jbe next
+    lea rdi, [rbx+4096]
+    sub rsi, 4096
+    mov edx, 4              # MADV_DONTNEED
+    mov eax, 28
+    syscall
+    jmp next
+quit:
+    xor edi, edi            # exit_group(0)
+    mov eax, 231
+    syscall
 child:
-    mov r12d, 2             # step 2, session: setsid()
+    mov r14d, 2             # step 2, session: setsid()
     mov eax, 112
     syscall
     test rax, rax
-    js fail
-    mov r12d, 3             # step 3: ioprio_set(IOPRIO_WHO_PROCESS, 0, ioprio)
-    mov edx, [rbx+28]
+    js child_failed
+    mov r14d, 3             # step 3: ioprio_set(IOPRIO_WHO_PROCESS, 0, ioprio)
+    mov edx, [rbx+256+4]
     test edx, edx
     js 1f
     mov edi, 1
@@ -139,10 +368,10 @@ child:
     mov eax, 251
     syscall
     test rax, rax
-    js fail
+    js child_failed
 1:
-    mov r12d, 4             # step 4: setpriority(PRIO_PROCESS, 0, nice)
-    mov edx, [rbx+24]
+    mov r14d, 4             # step 4: setpriority(PRIO_PROCESS, 0, nice)
+    mov edx, [rbx+256]
     cmp edx, 0x80000000
     je 2f
     xor edi, edi
@@ -154,20 +383,20 @@ child:
     cmp rax, -13
     je 2f
     test rax, rax
-    js fail
+    js child_failed
 2:
-    mov r12d, 6             # step 6: execve(path, argv, envp)
-    mov rdi, [rbx]
-    mov rsi, [rbx+8]
-    mov rdx, [rbx+16]
+    mov r14d, 6             # step 6: execve(path, argv, envp)
+    mov rdi, [rbx+160]
+    mov rsi, [rbx+168]
+    mov rdx, [rbx+176]
     mov eax, 59
     syscall
-fail:
-    neg eax                 # write(fd, {step, errno}, 8) into the copy's request
-    mov [rbx+32], r12d
-    mov [rbx+36], eax
-    mov edi, [rbx+48]
-    lea rsi, [rbx+32]
+child_failed:
+    neg eax                 # write(report, {step, errno}, 8) from the copy's block
+    mov [rbx+120], r14d
+    mov [rbx+124], eax
+    mov edi, [rbx+184]
+    lea rsi, [rbx+120]
     mov edx, 8
     mov eax, 1
     syscall
@@ -178,22 +407,47 @@ fail:
 #: :data:`NATIVE_SPAWN_SOURCE` assembled, by machine (``os.uname().machine``)
 NATIVE_SPAWN = {
     "x86_64": bytes.fromhex(
-        "f30f1efa5341544889fb488b7b2831f631d24531d24531c0b8380000000f054885c07404415c5bc341"
-        "bc02000000b8700000000f054885c0786541bc030000008b531c85d27813bf0100000031f6b8fb0000"
-        "000f054885c0784541bc040000008b531881fa00000080741c31ff31f6b88d0000000f054883f8ff74"
-        "0b4883f8f374054885c0781841bc06000000488b3b488b7308488b5310b83b0000000f05f7d8448963"
-        "208943248b7b30488d7320ba08000000b8010000000f05bf7f000000b8e70000000f05"
+        "f30f1efa4889fb448ba38c0000004c8dab000100004585e47418498b7d00498b7508b80b0000000f"
+        "054983c51041ffccebe348c7432820000000c74330000000008bbb800000004889deba00000040b8"
+        "2f0000000f054883f8fc74d64885c00f8e000300004989c4498d842400010000488983d000000045"
+        "31ed48837b2810721c48b8010000000100000048394350750c4c8b6b484983ed1049c1ed0241be01"
+        "00000041bf160000008b830801000089c183e10189c2d1ea83e2018d4c11014939cd0f85e8010000"
+        "488d73588b9384000000a90100000074068b164883c6048993bc0000008b9388000000a902000000"
+        "74028b168993c0000000428b54ab548993b80000004e8d84230001000041c60000498d78084883e7"
+        "f8448b8b0c0100004a8d44cf104889da480393980000004839d0761141be0600000041bf07000000"
+        "e96b0100004829d8488983d00000004889bba8000000488db31001000031c94531d24439c90f8398"
+        "0000004c39c60f873c01000083f9027754741685c975094889b3a0000000eb674889b3c8000000eb"
+        "5e0fb60685c0742183e83083f8090f870c0100004d6bd20a4901c24d39ca0f87fc00000048ffc6eb"
+        "d8498d42034c39c80f87ea0000004d85d27524eb104889374883c708498d42024839c1751248c707"
+        "000000004883c7084889bbb0000000803e00740548ffc6ebf648ffc6ffc1e95fffffff48c7070000"
+        "000083f9030f829d0000008bbbbc00000031f6b8210000000f054885c00f88800000008bbbc00000"
+        "00be01000000b8210000000f054885c078698bbbc0000000be02000000b8210000000f054885c078"
+        "5241be05000000488bbbc8000000b8500000000f054885c078394531f6488bbb9000000031f631d2"
+        "4531d24531c0b8380000000f054885c00f84d80000007813894368c7436cffffffffc74370000000"
+        "00eb14f7d84189c7c74368000000004489736c44897b704d85ed7411428b7cab54b8030000000f05"
+        "49ffcdebea8bbb8400000031f6b8210000000f058bbb88000000be01000000b8210000000f058bbb"
+        "88000000be02000000b8210000000f058bbb80000000488d7368ba0c0000004531d24531c04531c9"
+        "b82c0000000f054883f8fc74db4885c07833488bb3d00000004881fe000001000f86ecfcffff488d"
+        "bb001000004881ee00100000ba04000000b81c0000000f05e9cdfcffff31ffb8e70000000f0541be"
+        "02000000b8700000000f054885c0787541be030000008b930401000085d27813bf0100000031f6b8"
+        "fb0000000f054885c0785241be040000008b930001000081fa00000080741c31ff31f6b88d000000"
+        "0f054883f8ff740b4883f8f374054885c0782241be06000000488bbba0000000488bb3a800000048"
+        "8b93b0000000b83b0000000f05f7d84489737889437c8bbbb8000000488d7378ba08000000b80100"
+        "00000f05bf7f000000b8e70000000f05"
     ),
 }.get(os.uname().machine)
-#: the request's header (see NATIVE_SPAWN_SOURCE), before the strings it points at
-_REQUEST_BYTES = 56
+#: the block's layout (see NATIVE_SPAWN_SOURCE): the msghdr, its iovec, the descriptors
+#: received, the socket and /dev/null, the request's message
+_B_IOV, _B_CMSG, _B_SOCK, _B_FLAGS, _B_MSG = 56, 72, 128, 144, 256
+#: the control buffer's size: CMSG_SPACE of three descriptors (room for four)
+_CMSG_BYTES = 32
 #: what the spawner's environment asks of glibc: no restartable sequences (see above)
 SPAWNER_ENV = {"GLIBC_TUNABLES": "glibc.pthread.rseq=0"}
 #: madvise(2): the mapping is not copied into a child
 MADV_DONTFORK = 10
-#: the spawner looks again for mappings to leave out of its copies after this many
-#: requests (the interpreter maps memory now and then)
-REMAP_EVERY = 256
+#: the kernel's own mappings, kept when the loop unmaps the interpreter's (the stack too:
+#: ``ps`` reads the command line there)
+_KEPT_MAPPINGS = (b"[stack]", b"[vdso]", b"[vvar]", b"[vvar_vclock]", b"[vsyscall]")
 
 
 #: an answer: pid, the step that failed (-1: none), its errno
@@ -202,13 +456,6 @@ _ANSWER_BYTES = 12
 _REPORT_BYTES = 8
 #: requests the daemon leaves unanswered at most (see Spawner.request)
 MAX_WAITING = 64
-#: madvise(2): a mapping is copied into a child again (the request's, see _Native)
-MADV_DOFORK = 11
-#: a request larger than this gives its pages back after its clone, so that a later
-#: clone's copy of the request holds no more than it needs
-_GIVE_BACK_BYTES = 64 << 10
-#: madvise(2): drop the pages of a private mapping (they read as zeros again)
-MADV_DONTNEED = 4
 
 
 def _ints(data: bytes, n: int) -> list[int]:
@@ -292,19 +539,13 @@ def _clone_parent(libc: object) -> int:
     return pid
 
 
-def _serve_one(
-    sock: _socket.socket,
-    libc: object,
-    native: _Native | None,
-    buf: mmap.mmap | memoryview,
-    n: int,
-    fds: list[int],
-) -> None:
-    """One request, the ``n`` bytes at the start of ``buf``: the child's descriptors and
-    directory are set here, in the spawner (what a clone copies), so the clone itself
-    runs almost nothing before its exec. The answer goes as soon as the clone is made;
-    a step of the clone that fails is written to the last descriptor received (the
-    daemon's, close-on-exec: it reads the end of file once the exec took)."""
+def _serve_one(sock: _socket.socket, libc: object, buf: mmap.mmap, n: int, fds: list[int]) -> None:
+    """One request, the ``n`` bytes at the start of ``buf``, where the native loop cannot
+    run (the clone returns into Python): the child's descriptors and directory are set
+    here, in the spawner (what a clone copies), so the clone itself runs little before
+    its exec. The answer goes as soon as the clone is made; a step of the clone that
+    fails is written to the last descriptor received (the daemon's, close-on-exec: it
+    reads the end of file once the exec took)."""
     nice, ioprio, which, nfields = _ints(bytes(buf[:16]), 4)
     fields = bytes(buf[16:n]).split(b"\0")[:nfields]
     given = iter(fds)  # stdin's, then the output's, each when the daemon sent one
@@ -321,12 +562,7 @@ def _serve_one(
         step = 5
         os.chdir(fields[1])
         step = 0
-        if native is not None:
-            pid = native.spawn(fields, n, nice, ioprio, report_fd)
-            if pid < 0:
-                raise OSError(-pid, os.strerror(-pid))
-        else:
-            pid = _clone_parent(libc)
+        pid = _clone_parent(libc)
     except OSError as e:
         sock.send(_pack(0, step, e.errno or 0))
         pid = -1
@@ -346,11 +582,13 @@ def _serve_one(
 
 
 class _Native:
-    """The spawn of :data:`NATIVE_SPAWN`: its code in a page made executable, and the
-    request in a private mapping the message is received into (the strings stay where
-    they arrived; the header and the argv and envp arrays are written after them), which
-    each clone copies: the next request may be read before the clone has exec'd.
-    :meth:`leave_out` marks every other mapping as not to be copied."""
+    """The loop of :data:`NATIVE_SPAWN`: its code in a page made executable, and its block
+    in a private mapping the requests are received into (the strings stay where they
+    arrived; the argv and envp tables are written after them), which each clone copies:
+    the next request may be read before the clone has exec'd. :meth:`serve` hands the
+    process over to it: every other mapping but the kernel's is unmapped first, so a
+    clone copies four mappings and no page of the interpreter. OSError when it cannot
+    be had (the caller serves in Python)."""
 
     def __init__(self, libc: object) -> None:
         import ctypes
@@ -358,6 +596,12 @@ class _Native:
         assert NATIVE_SPAWN is not None
         self.ctypes = ctypes
         self.libc = libc
+        try:
+            rseq = ctypes.c_uint.in_dll(libc, "__rseq_size").value  # type: ignore[arg-type]
+        except ValueError:  # a glibc without it registers none
+            rseq = 0
+        if rseq:  # the kernel writes that area, in memory the loop unmaps, at each return
+            raise OSError(22, "glibc registered a restartable-sequence area")
         libc.mprotect.argtypes = libc.madvise.argtypes = (  # type: ignore[attr-defined]
             ctypes.c_void_p,
             ctypes.c_size_t,
@@ -371,85 +615,66 @@ class _Native:
             err = ctypes.get_errno()
             raise OSError(err, f"cannot make the spawn's code executable: {os.strerror(err)}")
         self.call = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_void_p)(code_at)
-        # the message (at most MAX_MESSAGE_BYTES) and the arrays that point into it;
-        # mapped, not touched: what a request writes is what is resident
-        self.size = 2 * MAX_MESSAGE_BYTES + _REQUEST_BYTES
+        # the block, the message (at most MAX_MESSAGE_BYTES) and the tables that point
+        # into it; mapped, not touched: what a request writes is what is resident
+        self.size = 2 * MAX_MESSAGE_BYTES + _B_MSG
         self.data = mmap.mmap(-1, self.size, mmap.MAP_PRIVATE)
         self.at = self._address(self.data)
-        self.view = memoryview(self.data)[_REQUEST_BYTES:]
-        self.served = 0
-        self.left_out = self.leave_out()
+        self.kept = ((code_at, mmap.PAGESIZE), (self.at, self.size))
 
     def _address(self, m: mmap.mmap) -> int:
         return self.ctypes.addressof(self.ctypes.c_char.from_buffer(m))
 
-    def leave_out(self) -> int:
-        """Mark every mapping but the code's and the request's ``MADV_DONTFORK`` (the
-        interpreter's heap, stack and libraries: nothing the native spawn touches, and
-        each mapping a clone copies costs it); how many were. None is while glibc has
-        registered a restartable-sequence area (it lives in that memory)."""
-        try:
-            rseq = self.ctypes.c_uint.in_dll(self.libc, "__rseq_size").value  # type: ignore[arg-type]
-        except ValueError:  # a glibc without it registers none
-            rseq = 0
-        if rseq:
-            return 0
-        n = 0
-        madvise = self.libc.madvise  # type: ignore[attr-defined]
+    def mappings(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """What the loop unmaps (every mapping but its own two and the kernel's, as
+        ``(address, length)``) and the stack's (kept: ``ps`` reads the command line there;
+        marked ``MADV_DONTFORK`` by :meth:`serve`, so the clones copy none of it). Its
+        own are cut out of what the kernel may have merged them with."""
+        gone: list[tuple[int, int]] = []
+        stack: list[tuple[int, int]] = []
         with open("/proc/self/maps", "rb") as f:
             for line in f:
-                lo, hi = (int(x, 16) for x in line.split(maxsplit=1)[0].split(b"-"))
-                if madvise(lo, hi - lo, MADV_DONTFORK) == 0:
-                    n += 1
-        kept = ((self._address(self.code), mmap.PAGESIZE), (self.at, self.size))
-        if any(madvise(at, size, MADV_DOFORK) != 0 for at, size in kept):
-            err = self.ctypes.get_errno()
-            raise OSError(err, f"cannot keep the request in the clones: {os.strerror(err)}")
-        return n
+                span, *rest = line.split()
+                lo, hi = (int(x, 16) for x in span.split(b"-"))
+                if rest[-1:] == [b"[stack]"]:
+                    stack.append((lo, hi - lo))
+                elif not (len(rest) == 5 and rest[-1] in _KEPT_MAPPINGS):
+                    gone += _without(lo, hi, self.kept)
+        return gone, stack
 
-    def spawn(self, fields: list[bytes], n: int, nice: int, ioprio: int, report_fd: int) -> int:
-        """Clone and exec the request received at the start of :attr:`view`: ``n``
-        bytes, its 16-byte header then ``fields`` (as split), each ended by NUL but the
-        last. The pid, or ``-errno`` when the clone failed."""
-        self.view[n] = 0  # the last field's end
-        addresses, at = [], self.at + _REQUEST_BYTES + 16
-        for field in fields:
-            addresses.append(at)
-            at += len(field) + 1
-        argc = int(fields[2])
-        addresses[3 + argc : 3 + argc] = [0]  # argv's end; envp's is the last below
-        addresses.append(0)
-        table = (_REQUEST_BYTES + n + 8) & ~7
-        n_ptrs = len(addresses) - 3
-        _struct.pack_into(f"={n_ptrs}Q", self.data, table, *addresses[3:])
-        argv_at = self.at + table
+    def serve(self, sock: int, null_r: int, null_w: int) -> None:
+        """Hand the process over to the loop: it serves the requests on ``sock`` until
+        the daemon's end is closed, then exits. Never returns; OSError before it starts
+        (the caller then serves in Python)."""
+        gone, stack = self.mappings()
+        if 16 * len(gone) > MAX_MESSAGE_BYTES:
+            raise OSError(7, "too many mappings")  # E2BIG
+        at, data = self.at, self.data
         _struct.pack_into(
-            "=3Q4iQ2i",
-            self.data,
-            0,
-            addresses[0],
-            argv_at,
-            argv_at + 8 * (argc + 1),
-            nice,
-            ioprio,
-            -1,
-            0,
-            CLONE_PARENT | _signal.SIGCHLD,
-            report_fd,
-            0,
+            "=8Q", data, 0, 0, 0, at + _B_IOV, 1, at + _B_CMSG, _CMSG_BYTES, 0, at + _B_MSG
         )
-        pid = int(self.call(self.at))
-        end = table + 8 * n_ptrs
-        if end > _GIVE_BACK_BYTES:  # a large request: the next clones need not copy it
-            page = mmap.PAGESIZE
-            self.libc.madvise(self.at + page, end - page, MADV_DONTNEED)  # type: ignore[attr-defined]
-        self.served += 1
-        if self.served % REMAP_EVERY == 0:
-            try:  # (the clone is made: its answer stands whatever this gives)
-                self.leave_out()
-            except OSError:
-                pass
-        return pid
+        _struct.pack_into("=Q", data, _B_IOV + 8, MAX_MESSAGE_BYTES)
+        _struct.pack_into("=4i", data, _B_SOCK, sock, null_r, null_w, len(gone))
+        _struct.pack_into("=2Q", data, _B_FLAGS, CLONE_PARENT | _signal.SIGCHLD, self.size)
+        _struct.pack_into(f"={2 * len(gone)}Q", data, _B_MSG, *(x for m in gone for x in m))
+        for lo, size in stack:  # from here on, no way back to Python in a clone
+            self.libc.madvise(lo, size, MADV_DONTFORK)  # type: ignore[attr-defined]
+        self.call(at)
+
+
+def _without(lo: int, hi: int, kept: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``[lo, hi)`` less the ``(address, length)`` ranges of ``kept``, as ``(address,
+    length)`` ranges."""
+    spans = [(lo, hi)]
+    for k_lo, k_size in kept:
+        k_hi = k_lo + k_size
+        spans = [
+            piece
+            for a, b in spans
+            for piece in ((a, min(b, k_lo)), (max(a, k_hi), b))
+            if piece[0] < piece[1]
+        ]
+    return [(a, b - a) for a, b in spans]
 
 
 _DEVNULL: dict[int, int] = {}
@@ -487,15 +712,14 @@ def main(fd: int = 0, native: bool = True) -> int:
     # received is never one of them
     os.dup2(_devnull(os.O_RDONLY), fd)
     libc = _libc()
-    spawn: _Native | None = None
     if native and NATIVE_SPAWN is not None:
-        try:
-            spawn = _Native(libc)
+        try:  # never returns, but when the loop cannot be had
+            _Native(libc).serve(sock.fileno(), _devnull(os.O_RDONLY), _devnull(os.O_WRONLY))
         except OSError:
-            spawn = None
+            pass
     # the requests' buffer, once: mapped, not touched (what arrives is what counts), so
     # it costs no page, and no map and unmap a request as a new buffer each time would
-    buf = spawn.view if spawn is not None else mmap.mmap(-1, MAX_MESSAGE_BYTES, mmap.MAP_PRIVATE)
+    buf = mmap.mmap(-1, MAX_MESSAGE_BYTES, mmap.MAP_PRIVATE)
     while True:
         try:
             n, ancdata, _, _ = sock.recvmsg_into(
@@ -507,7 +731,7 @@ def main(fd: int = 0, native: bool = True) -> int:
             return 0
         if not n:
             return 0
-        _serve_one(sock, libc, spawn, buf, n, _received_fds(ancdata))
+        _serve_one(sock, libc, buf, n, _received_fds(ancdata))
 
 
 # ---------------------------------------------------------------------- the daemon's side
