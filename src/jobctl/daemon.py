@@ -460,6 +460,10 @@ class Daemon:
             self.executor.interrupt_all()
 
     def _wait(self, now: datetime, mono: float) -> None:
+        if self.executor.spawning:
+            # the spawner's answers that came during the turn (it answers in tens of
+            # microseconds): taken now, not in a wake-up of their own
+            self.executor.spawned(now, mono)
         timeout = max(self.next_heartbeat - mono, 0.0)
         running = self.phase is Phase.RUNNING
         # each role answers one question: when does it next need a turn?
