@@ -196,7 +196,7 @@ process group), a small process the daemon starts once, so that the memory the k
 counts for an attempt (`max_rss`) is the command's own and not the daemon's. It clones
 each attempt as a child of the daemon, which watches and reaps it. On x86-64, once
 started, the spawner hands itself over to a loop of machine code and unmaps the
-interpreter: each clone copies none of its memory (`true` records about 1 MiB), and a
+interpreter: each clone holds none of its memory (`true` records about 1 MiB), and a
 spawn costs the spawner a few hundredths of a millisecond. Elsewhere, or where memory may not be made executable, the
 clone is a copy of the spawner (`true`: about 6 MiB). Where the spawner cannot run, the
 daemon logs why and starts attempts itself; their `max_rss` is then null unless the

@@ -17,27 +17,34 @@ only forks and execs.
 On x86-64 the spawner's loop is machine code (:data:`NATIVE_SPAWN`, its source in
 :data:`NATIVE_SPAWN_SOURCE`): once started, the interpreter sets up its block and calls
 it, and it unmaps the interpreter (its heap, libraries and every other mapping but the
-stack, kept for ``ps`` and marked ``MADV_DONTFORK``, and the kernel's) and never
-returns. It receives, clones and answers with its own system calls, and the copy issues
-``setsid``, ``ioprio_set``, ``setpriority`` and ``execve`` touching no memory but its
-block. So a clone copies four mappings and none of the interpreter's pages: the attempt
-is charged with its own memory alone (``true``: about 1 MiB), the copy makes no page
-fault before its exec, and a spawn costs the spawner about 0.03 ms (the kernel's clone,
-mostly), where a loop in Python cost 0.1 ms. (The kernel writes a thread's
-restartable-sequence area, in memory the loop unmaps, on its way back to user space:
-the spawner is started with glibc's ``rseq`` registration off, and serves in Python
-where one is registered.) Where that cannot be had (another machine, or memory that may
-not be made executable), the spawner serves in Python and the clone returns into
-Python, which execs: the attempt is then charged with the copy of the spawner it was
-(about 6 MiB), and each attempt costs a few tenths of a millisecond more.
+stack, kept for ``ps``, and the kernel's) and never returns. It receives, clones and
+answers with its own system calls. Each clone shares the loop's memory
+(``CLONE_VM | CLONE_VFORK``: nothing is copied, and the loop waits until the clone has
+exec'd, a few tens of microseconds); it answers its own pid at once, then issues
+``setsid``, ``ioprio_set``, ``setpriority`` and ``execve`` touching no memory but the
+block. An exec charges the new program with the peak resident set of the memory it
+leaves, here the loop's: so the loop resets its peak (``/proc/self/clear_refs``) once
+the interpreter is unmapped, and the attempt is charged with its own memory alone
+(``true``: about 1 MiB; a few hundred KiB is the most the loop itself ever holds, the
+largest request). Where the peak cannot be reset, each clone is a copy of the loop's
+four mappings instead (the stack is marked ``MADV_DONTFORK``), answered by the loop. A
+spawn costs the spawner about 0.03 ms (the kernel's clone, mostly), where a loop in
+Python cost 0.1 ms. (The kernel writes a thread's restartable-sequence area, in memory
+the loop unmaps, on its way back to user space: the spawner is started with glibc's
+``rseq`` registration off, and serves in Python where one is registered.) Where the
+loop cannot be had (another machine, or memory that may not be made executable), the
+spawner serves in Python and the clone returns into Python, which execs: the attempt is
+then charged with the copy of the spawner it was (about 6 MiB), and each attempt costs a
+few tenths of a millisecond more.
 
 The daemon sends one message per attempt on a ``SOCK_SEQPACKET`` socket: the program,
 argv, environment, working directory, niceness and I/O priority, with descriptors
 (``SCM_RIGHTS``): stdin's and the output's, and the write end of a close-on-exec pipe
 of its own. The spawner puts the first two on 0, 1 and 2, goes to the working directory
 and clones; the clone starts a new session, sets its niceness and I/O priority and
-execs (its signals are the defaults, its mask empty: the spawner's own). The spawner
-answers the pid as soon as the clone is made, or the step that failed before it
+execs (its signals are the defaults, its mask empty: the spawner's own). The pid is
+answered as soon as the clone is made (by the clone itself, where it shares the native
+loop's memory), or the step that failed before it
 (``stdio``, ``chdir``, ``fork``) with its errno; a step of the clone that fails is
 written by the clone to that pipe, before it exits 127, and the daemon reads it when
 the clone has exited (an exec that took closed the pipe: it reads nothing). So the
@@ -72,6 +79,9 @@ if __name__ != "__main__":  # the daemon's side
 SYS_CLONE = {"x86_64": 56, "aarch64": 220, "arm64": 220}.get(os.uname().machine)
 SYS_IOPRIO_SET = {"x86_64": 251, "aarch64": 30, "arm64": 30}.get(os.uname().machine)
 CLONE_PARENT = 0x00008000
+#: the native loop's clones share its memory, the loop waiting until each has exec'd
+CLONE_VM = 0x00000100
+CLONE_VFORK = 0x00004000
 #: the largest request: an environment and a command line (what one exec takes on Linux
 #: is far less)
 MAX_MESSAGE_BYTES = 4 << 20
@@ -101,16 +111,20 @@ STEPS = ("fork", "stdio", "session", "ioprio", "nice", "chdir", "exec")
 #: the spawner's loop in machine code (GNU as, Intel syntax): ``serve(block)``, which never
 #: returns. The block (:class:`_Native`, offsets in ``_B_*``) holds a ``msghdr`` with its
 #: iovec (the message, at ``_B_MSG``) and room for four descriptors, the answer and the
-#: report, the socket's and ``/dev/null``'s descriptors, the clone's flags and the size of
-#: the mapping. It first unmaps the mappings listed at ``_B_MSG`` (the interpreter's), then
-#: for each request: receives it, puts its descriptors on 0, 1 and 2, walks its fields
-#: (path, directory, argc, argv, environment, each ended by NUL) into argv and envp tables
-#: written after it, goes to the directory and clones; the copy uses no stack (it has
-#: none: see the module's doc), starts a new session, sets its I/O priority and niceness
-#: and execs, or writes the step that failed and its errno (8 bytes) to the report's
-#: descriptor and exits 127. The loop closes what it received, puts ``/dev/null`` back on
-#: 0, 1 and 2, answers (pid, -1, 0) or (0, step, errno), gives back the pages of a request
-#: over 64 KiB, and reads the next; it exits when the daemon's end is closed.
+#: report, the socket's and ``/dev/null``'s descriptors, the clone's flags, the size of
+#: the mapping and the path of ``clear_refs``. It first unmaps the mappings listed at
+#: ``_B_MSG`` (the interpreter's) and resets its peak resident set (where it cannot, it
+#: takes ``CLONE_VM`` and ``CLONE_VFORK`` out of the flags), then for each request:
+#: receives it, puts its descriptors on 0, 1 and 2, walks its fields (path, directory,
+#: argc, argv, environment, each ended by NUL) into argv and envp tables written after
+#: it, goes to the directory and clones. The clone uses no stack (it has none of its own:
+#: see the module's doc); sharing the loop's memory (``CLONE_VFORK``: the loop waits
+#: until it has exec'd) it first answers its own pid; then it starts a new session, sets
+#: its I/O priority and niceness and execs, or writes the step that failed and its errno
+#: (8 bytes) to the report's descriptor and exits 127. The loop closes what it received,
+#: puts ``/dev/null`` back on 0, 1 and 2, answers (pid, -1, 0) for a clone that is a copy
+#: or (0, step, errno) for a step before the clone, gives back the pages of a request over
+#: 64 KiB, and reads the next; it exits when the daemon's end is closed.
 #: ``tests/test_spawner_code.py`` assembles it, where binutils are, and checks the bytes.
 NATIVE_SPAWN_SOURCE = """\
     .intel_syntax noprefix
@@ -121,7 +135,7 @@ serve:
     lea r13, [rbx+256]
 unmap:
     test r12d, r12d
-    jz next
+    jz unmapped
     mov rdi, [r13]
     mov rsi, [r13+8]
     mov eax, 11             # munmap
@@ -129,6 +143,28 @@ unmap:
     add r13, 16
     dec r12d
     jmp unmap
+unmapped:
+    mov eax, 2              # open(the path at 216, O_WRONLY): /proc/self/clear_refs
+    lea rdi, [rbx+216]
+    mov esi, 1
+    xor edx, edx
+    syscall
+    test rax, rax
+    js own_copy
+    mov r12, rax
+    mov edi, r12d           # write "5": the peak resident set is what is left now
+    lea rsi, [rbx+240]
+    mov edx, 1
+    mov eax, 1
+    syscall
+    mov r13, rax
+    mov edi, r12d
+    mov eax, 3
+    syscall
+    cmp r13, 1
+    je next
+own_copy:
+    and qword ptr [rbx+144], -0x4101  # no reset: copies (no CLONE_VM, CLONE_VFORK)
 next:
     mov qword ptr [rbx+40], 32  # recvmsg(sock, the msghdr at 0, MSG_CMSG_CLOEXEC)
     mov dword ptr [rbx+48], 0
@@ -298,6 +334,9 @@ fields_end:
     mov [rbx+104], eax      # the answer: the pid
     mov dword ptr [rbx+108], -1
     mov dword ptr [rbx+112], 0
+    test dword ptr [rbx+144], 0x4000
+    jz answer
+    mov dword ptr [rbx+104], -1  # CLONE_VFORK: the clone sent it (see child), nothing to send here
     jmp answer
 failed:
     neg eax
@@ -327,6 +366,8 @@ answer:
     mov esi, 2
     mov eax, 33
     syscall
+    cmp dword ptr [rbx+104], -1
+    je 9f
 8:
     mov edi, [rbx+128]      # send(sock, answer, 12)
     lea rsi, [rbx+104]
@@ -340,6 +381,7 @@ answer:
     je 8b
     test rax, rax
     js quit
+9:
     mov rsi, [rbx+208]      # a large request gives its pages back (the next copies less)
     cmp rsi, 0x10000
     jbe next
@@ -354,6 +396,25 @@ quit:
     mov eax, 231
     syscall
 child:
+    test dword ptr [rbx+144], 0x4000
+    jz 3f
+    mov eax, 39             # CLONE_VFORK (the loop waits for the exec): the copy answers
+    syscall                 # its own pid at once, from the memory it shares: getpid()
+    mov [rbx+104], eax
+    mov dword ptr [rbx+108], -1
+    mov dword ptr [rbx+112], 0
+4:
+    mov edi, [rbx+128]      # send(sock, answer, 12)
+    lea rsi, [rbx+104]
+    mov edx, 12
+    xor r10d, r10d
+    xor r8d, r8d
+    xor r9d, r9d
+    mov eax, 44
+    syscall
+    cmp rax, -4
+    je 4b
+3:
     mov r14d, 2             # step 2, session: setsid()
     mov eax, 112
     syscall
@@ -408,37 +469,44 @@ child_failed:
 NATIVE_SPAWN = {
     "x86_64": bytes.fromhex(
         "f30f1efa4889fb448ba38c0000004c8dab000100004585e47418498b7d00498b7508b80b0000000f"
-        "054983c51041ffccebe348c7432820000000c74330000000008bbb800000004889deba00000040b8"
-        "2f0000000f054883f8fc74d64885c00f8e000300004989c4498d842400010000488983d000000045"
-        "31ed48837b2810721c48b8010000000100000048394350750c4c8b6b484983ed1049c1ed0241be01"
-        "00000041bf160000008b830801000089c183e10189c2d1ea83e2018d4c11014939cd0f85e8010000"
-        "488d73588b9384000000a90100000074068b164883c6048993bc0000008b9388000000a902000000"
-        "74028b168993c0000000428b54ab548993b80000004e8d84230001000041c60000498d78084883e7"
-        "f8448b8b0c0100004a8d44cf104889da480393980000004839d0761141be0600000041bf07000000"
-        "e96b0100004829d8488983d00000004889bba8000000488db31001000031c94531d24439c90f8398"
-        "0000004c39c60f873c01000083f9027754741685c975094889b3a0000000eb674889b3c8000000eb"
-        "5e0fb60685c0742183e83083f8090f870c0100004d6bd20a4901c24d39ca0f87fc00000048ffc6eb"
-        "d8498d42034c39c80f87ea0000004d85d27524eb104889374883c708498d42024839c1751248c707"
-        "000000004883c7084889bbb0000000803e00740548ffc6ebf648ffc6ffc1e95fffffff48c7070000"
-        "000083f9030f829d0000008bbbbc00000031f6b8210000000f054885c00f88800000008bbbc00000"
-        "00be01000000b8210000000f054885c078698bbbc0000000be02000000b8210000000f054885c078"
-        "5241be05000000488bbbc8000000b8500000000f054885c078394531f6488bbb9000000031f631d2"
-        "4531d24531c0b8380000000f054885c00f84d80000007813894368c7436cffffffffc74370000000"
-        "00eb14f7d84189c7c74368000000004489736c44897b704d85ed7411428b7cab54b8030000000f05"
-        "49ffcdebea8bbb8400000031f6b8210000000f058bbb88000000be01000000b8210000000f058bbb"
-        "88000000be02000000b8210000000f058bbb80000000488d7368ba0c0000004531d24531c04531c9"
-        "b82c0000000f054883f8fc74db4885c07833488bb3d00000004881fe000001000f86ecfcffff488d"
-        "bb001000004881ee00100000ba04000000b81c0000000f05e9cdfcffff31ffb8e70000000f0541be"
-        "02000000b8700000000f054885c0787541be030000008b930401000085d27813bf0100000031f6b8"
-        "fb0000000f054885c0785241be040000008b930001000081fa00000080741c31ff31f6b88d000000"
-        "0f054883f8ff740b4883f8f374054885c0782241be06000000488bbba0000000488bb3a800000048"
-        "8b93b0000000b83b0000000f05f7d84489737889437c8bbbb8000000488d7378ba08000000b80100"
-        "00000f05bf7f000000b8e70000000f05"
+        "054983c51041ffccebe3b802000000488dbbd8000000be0100000031d20f054885c0782c4989c444"
+        "89e7488db3f0000000ba01000000b8010000000f054989c54489e7b8030000000f054983fd01740b"
+        "4881a390000000ffbeffff48c7432820000000c74330000000008bbb800000004889deba00000040"
+        "b82f0000000f054883f8fc74d64885c00f8e190300004989c4498d842400010000488983d0000000"
+        "4531ed48837b2810721c48b8010000000100000048394350750c4c8b6b484983ed1049c1ed0241be"
+        "0100000041bf160000008b830801000089c183e10189c2d1ea83e2018d4c11014939cd0f85fb0100"
+        "00488d73588b9384000000a90100000074068b164883c6048993bc0000008b9388000000a9020000"
+        "0074028b168993c0000000428b54ab548993b80000004e8d84230001000041c60000498d78084883"
+        "e7f8448b8b0c0100004a8d44cf104889da480393980000004839d0761141be0600000041bf070000"
+        "00e97e0100004829d8488983d00000004889bba8000000488db31001000031c94531d24439c90f83"
+        "980000004c39c60f874f01000083f9027754741685c975094889b3a0000000eb674889b3c8000000"
+        "eb5e0fb60685c0742183e83083f8090f871f0100004d6bd20a4901c24d39ca0f870f01000048ffc6"
+        "ebd8498d42034c39c80f87fd0000004d85d27524eb104889374883c708498d42024839c1751248c7"
+        "07000000004883c7084889bbb0000000803e00740548ffc6ebf648ffc6ffc1e95fffffff48c70700"
+        "00000083f9030f82b00000008bbbbc00000031f6b8210000000f054885c00f88930000008bbbc000"
+        "0000be01000000b8210000000f054885c0787c8bbbc0000000be02000000b8210000000f054885c0"
+        "786541be05000000488bbbc8000000b8500000000f054885c0784c4531f6488bbb9000000031f631"
+        "d24531d24531c0b8380000000f054885c00f84f10000007826894368c7436cffffffffc743700000"
+        "0000f7839000000000400000741dc74368ffffffffeb14f7d84189c7c74368000000004489736c44"
+        "897b704d85ed7411428b7cab54b8030000000f0549ffcdebea8bbb8400000031f6b8210000000f05"
+        "8bbb88000000be01000000b8210000000f058bbb88000000be02000000b8210000000f05837b68ff"
+        "742a8bbb80000000488d7368ba0c0000004531d24531c04531c9b82c0000000f054883f8fc74db48"
+        "85c07833488bb3d00000004881fe000001000f86d3fcffff488dbb001000004881ee00100000ba04"
+        "000000b81c0000000f05e9b4fcffff31ffb8e70000000f05f7839000000000400000743db8270000"
+        "000f05894368c7436cffffffffc74370000000008bbb80000000488d7368ba0c0000004531d24531"
+        "c04531c9b82c0000000f054883f8fc74db41be02000000b8700000000f054885c0787541be030000"
+        "008b930401000085d27813bf0100000031f6b8fb0000000f054885c0785241be040000008b930001"
+        "000081fa00000080741c31ff31f6b88d0000000f054883f8ff740b4883f8f374054885c0782241be"
+        "06000000488bbba0000000488bb3a8000000488b93b0000000b83b0000000f05f7d8448973788943"
+        "7c8bbbb8000000488d7378ba08000000b8010000000f05bf7f000000b8e70000000f05"
     ),
 }.get(os.uname().machine)
 #: the block's layout (see NATIVE_SPAWN_SOURCE): the msghdr, its iovec, the descriptors
 #: received, the socket and /dev/null, the request's message
-_B_IOV, _B_CMSG, _B_SOCK, _B_FLAGS, _B_MSG = 56, 72, 128, 144, 256
+_B_IOV, _B_CMSG, _B_SOCK, _B_FLAGS, _B_CLEAR_REFS, _B_MSG = 56, 72, 128, 144, 216, 256
+#: the file and the value that reset a process's peak resident set (proc(5)), at 216 and
+#: 240 of the block
+_CLEAR_REFS = b"/proc/self/clear_refs".ljust(24, b"\0") + b"5"
 #: the control buffer's size: CMSG_SPACE of three descriptors (room for four)
 _CMSG_BYTES = 32
 #: what the spawner's environment asks of glibc: no restartable sequences (see above)
@@ -642,7 +710,7 @@ class _Native:
                     gone += _without(lo, hi, self.kept)
         return gone, stack
 
-    def serve(self, sock: int, null_r: int, null_w: int) -> None:
+    def serve(self, sock: int, null_r: int, null_w: int, shared: bool = True) -> None:
         """Hand the process over to the loop: it serves the requests on ``sock`` until
         the daemon's end is closed, then exits. Never returns; OSError before it starts
         (the caller then serves in Python)."""
@@ -655,7 +723,11 @@ class _Native:
         )
         _struct.pack_into("=Q", data, _B_IOV + 8, MAX_MESSAGE_BYTES)
         _struct.pack_into("=4i", data, _B_SOCK, sock, null_r, null_w, len(gone))
-        _struct.pack_into("=2Q", data, _B_FLAGS, CLONE_PARENT | _signal.SIGCHLD, self.size)
+        flags = CLONE_PARENT | _signal.SIGCHLD
+        if shared:  # (the loop takes the two back if it cannot reset its peak)
+            flags |= CLONE_VM | CLONE_VFORK
+            data[_B_CLEAR_REFS : _B_CLEAR_REFS + len(_CLEAR_REFS)] = _CLEAR_REFS
+        _struct.pack_into("=2Q", data, _B_FLAGS, flags, self.size)
         _struct.pack_into(f"={2 * len(gone)}Q", data, _B_MSG, *(x for m in gone for x in m))
         for lo, size in stack:  # from here on, no way back to Python in a clone
             self.libc.madvise(lo, size, MADV_DONTFORK)  # type: ignore[attr-defined]
@@ -696,14 +768,15 @@ def _received_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
     return fds
 
 
-def main(fd: int = 0, native: bool = True) -> int:
+def main(fd: int = 0, native: bool = True, shared: bool = True) -> int:
     """The spawner process: serve the daemon's requests until its socket ends.
 
     Its signals keep their default dispositions (what Python sets is set back), so
     the clone needs no signal work and runs no handler: it is in a process group of its
     own (a terminal's Ctrl-C is not for it), and a stop that ends it ends no attempt (the
     daemon spawns none while it stops, and starts another spawner when it needs one).
-    ``native`` False: the clone returns into Python (see the module's doc)."""
+    ``native`` False: the clone returns into Python; ``shared`` False: the native loop's
+    clones are copies (see the module's doc)."""
     for sig in (_signal.SIGINT, _signal.SIGPIPE, _signal.SIGXFSZ):
         _signal.signal(sig, _signal.SIG_DFL)
     _signal.pthread_sigmask(_signal.SIG_SETMASK, ())  # and the clones' mask is empty
@@ -714,7 +787,7 @@ def main(fd: int = 0, native: bool = True) -> int:
     libc = _libc()
     if native and NATIVE_SPAWN is not None:
         try:  # never returns, but when the loop cannot be had
-            _Native(libc).serve(sock.fileno(), _devnull(os.O_RDONLY), _devnull(os.O_WRONLY))
+            _Native(libc).serve(sock.fileno(), _devnull(os.O_RDONLY), _devnull(os.O_WRONLY), shared)
         except OSError:
             pass
     # the requests' buffer, once: mapped, not touched (what arrives is what counts), so
@@ -785,11 +858,14 @@ class Spawner:
     spawner that died is started again and the requests it had not answered are sent to
     the new one; if that fails too, the daemon spawns itself from then on."""
 
-    def __init__(self, native: bool = True) -> None:
+    def __init__(self, native: bool = True, shared: bool = True) -> None:
         self.pid: int | None = None
         self._sock: socket.socket | None = None
         #: False: the clone returns into Python, even where the native spawn would do
         self.native = native
+        #: False: the native loop's clones are copies, even where they could share its
+        #: memory (what it does when it cannot reset its peak resident set)
+        self.shared = shared
         self.available = SYS_CLONE is not None and sys.platform == "linux"
         self.failure: str | None = None if self.available else "clone is not known here"
         #: asked, not answered, oldest first
@@ -808,7 +884,8 @@ class Spawner:
             pid = os.posix_spawn(
                 sys.executable,
                 [sys.executable, "-I", "-S", os.path.abspath(__file__)]
-                + ([] if self.native else ["--python-clone"]),
+                + ([] if self.native else ["--python-clone"])
+                + ([] if self.shared else ["--copy"]),
                 SPAWNER_ENV,
                 file_actions=[
                     (os.POSIX_SPAWN_DUP2, theirs.fileno(), 0),
@@ -981,4 +1058,4 @@ class Spawner:
 
 
 if __name__ == "__main__":
-    sys.exit(main(native="--python-clone" not in sys.argv))
+    sys.exit(main(native="--python-clone" not in sys.argv, shared="--copy" not in sys.argv))
