@@ -179,9 +179,10 @@ up a retry), and exits 0.
 
 A daemon that is killed outright (SIGKILL, the OOM killer) runs no shutdown, so at start
 it starts a keeper: a small process (`python -I -S .../jobctl/keeper.py`, in its own
-process group) that holds one end of a pipe on which the daemon names the process group
-of each attempt it starts and each one that ends. When the daemon dies, however it dies,
-the pipe ends and the keeper kills every attempt's process group still named, then
+process group) that holds one end of a pipe and shares a table with the daemon (a memory
+file), in which the daemon names the process group of each attempt it starts and takes
+out each one that ends. When the daemon dies, however it dies, the pipe ends and the
+keeper kills every attempt's process group still named, then
 exits; so nothing of the dead daemon's attempts runs on while another daemon runs those
 runs again. The keeper ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT (a stop is the
 daemon's to act on), never kills a group whose id was reused, and holds none of the

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import pid_alive, proc_state, wait_until
 
-from jobctl.keeper import Groups, start_time
+from jobctl.keeper import TABLE_SLOTS, Keeper, boot_ticks, held, kill_all, start_time
 from jobctl.models import RunState
 from jobctl.reaper import processes_of_run
 
@@ -53,14 +53,14 @@ def keeper_of(daemon_pid: int) -> int:
 
 
 def wait_keeper_up(daemon_pid: int) -> int:
-    """The daemon's keeper once it runs its loop (only its three descriptors open): a
+    """The daemon's keeper once it runs its loop (only its four descriptors open): a
     keeper whose interpreter is still starting kills as surely, but later, by as long as a
     busy machine takes to start Python."""
     keeper: int = wait_until(lambda: keepers_of(daemon_pid), 10, what="the keeper")[0]
 
     def up() -> bool:
         with contextlib.suppress(OSError):
-            return sorted(int(fd) for fd in os.listdir(f"/proc/{keeper}/fd")) == [0, 1, 2]
+            return sorted(int(fd) for fd in os.listdir(f"/proc/{keeper}/fd")) == [0, 1, 2, 3]
         return False
 
     wait_until(up, 10, what=f"keeper {keeper} to run")
@@ -131,9 +131,11 @@ def test_the_keeper_holds_none_of_the_daemons_descriptors(jobctl, start_daemon):
         }
 
     # once it runs (an interpreter that starts opens its own modules for a moment)
-    wait_until(lambda: sorted(fds()) == [0, 1, 2], 5, what=f"only 0, 1, 2 open: {fds()}")
+    wait_until(lambda: sorted(fds()) == [0, 1, 2, 3], 5, what=f"only 0 to 3 open: {fds()}")
     assert os.readlink(f"/proc/{keeper}/fd/0").startswith("pipe:")
     assert os.readlink(f"/proc/{keeper}/fd/1") == os.devnull
+    # the table the daemon names its attempts' groups in: a memory file, no file of its
+    assert os.readlink(f"/proc/{keeper}/fd/3").startswith("/memfd:jobctl-keeper")
     # its own process group: a terminal's Ctrl-C to the daemon's group is not for it
     assert os.getpgid(keeper) == keeper != os.getpgid(d.pid)
     # a stop signal is the daemon's to act on: the keeper lives on until the pipe ends
@@ -228,59 +230,39 @@ def _fake_proc(root: Path, pid: int, started: int) -> None:
 
 
 def test_the_keeper_kills_a_group_it_holds(group):
-    groups = Groups()
-    groups.feed(f"+{group.pid}\n".encode())
-    assert groups.held == {group.pid: start_time(group.pid)}
-    assert groups.kill_all() == [group.pid]
+    assert kill_all([group.pid], boot_ticks()) == [group.pid]
     assert group.wait(5) == -signal.SIGKILL
 
 
-def test_the_keeper_lets_go_of_a_group_the_daemon_released(group):
-    groups = Groups()
-    # lines may come split across reads
-    for chunk in (b"+", f"{group.pid}\n-".encode(), f"{group.pid}\n+1\n".encode()):
-        groups.feed(chunk)
-    assert groups.held == {}  # released, and group 1 is never held
-    assert groups.kill_all() == []
-    assert group.poll() is None
+def test_the_daemon_names_its_groups_in_the_table_the_keeper_reads():
+    # hold and release write the shared table; a released slot is taken again first
+    keeper = Keeper(lambda message, level=0: None)
+    keeper._table()
+    table = keeper._slots
+    assert table is not None and len(table) == TABLE_SLOTS
+    keeper.hold(1234)
+    keeper.hold(5678)
+    assert held(table) == [1234, 5678]
+    keeper.release(1234)
+    keeper.release(1234)  # twice: nothing more
+    assert held(table) == [5678]
+    keeper.hold(42)
+    assert list(table[:2]) == [42, 5678] and held(table) == [42, 5678]
+    keeper.release(42)
+    keeper.release(5678)
+    assert held(table) == []
 
 
 def test_the_keeper_never_kills_a_group_whose_id_was_reused(group, tmp_path):
-    """The id's leader started at another time than the one the keeper noted: another
-    process has the id now, and its group is left alone."""
-    _fake_proc(tmp_path, group.pid, 1000)
-    groups = Groups(proc_root=str(tmp_path))
-    groups.feed(f"+{group.pid}\n".encode())
-    assert groups.held == {group.pid: 1000}
-    _fake_proc(tmp_path, group.pid, 2000)  # the pid is another process's now
-    assert groups.kill_all() == []
+    """A process that has the id and started after the daemon's end is another's: only
+    the daemon reaped its attempts, so the id was its attempt's until then."""
+    _fake_proc(tmp_path, group.pid, 2000)
+    assert kill_all([group.pid], died=1999, proc_root=str(tmp_path)) == []
     assert group.poll() is None
-    # the same leader (same start time) is killed
+    # one that started before the end (or in its tick) is the attempt's leader, killed
     _fake_proc(tmp_path, group.pid, 1000)
-    groups.feed(f"+{group.pid}\n".encode())
-    assert groups.kill_all() == [group.pid]
+    assert kill_all([group.pid], died=2000, proc_root=str(tmp_path)) == [group.pid]
     assert group.wait(5) == -signal.SIGKILL
-
-
-def test_an_attempt_started_and_ended_within_one_read_costs_no_look_at_proc(tmp_path, monkeypatch):
-    """A chunk's start times are read once it is taken, for the groups still held: a
-    ``+`` and its ``-`` in one chunk read nothing (issue 41: two lines a run in a burst)."""
-    from jobctl import keeper
-
-    _fake_proc(tmp_path, 5, 500)
-    _fake_proc(tmp_path, 6, 600)
-    looked: list[int] = []
-
-    def counted(pid: int, proc_root: str = "/proc") -> int | None:
-        looked.append(pid)
-        return start_time(pid, proc_root)
-
-    monkeypatch.setattr(keeper, "start_time", counted)
-    groups = Groups(proc_root=str(tmp_path))
-    groups.feed(b"+5\n+6\n-5\n")
-    assert groups.held == {6: 600} and looked == [6]
-    groups.feed(b"+5\n")
-    assert groups.held == {6: 600, 5: 500} and looked == [6, 5]
 
 
 def test_a_leaderless_group_is_still_killed(tmp_path):
@@ -291,13 +273,11 @@ def test_a_leaderless_group_is_still_killed(tmp_path):
     leader = subprocess.Popen(
         ["sh", "-c", f"sleep 60 & echo $! > {marker}"], start_new_session=True
     )
-    groups = Groups()
-    groups.feed(f"+{leader.pid}\n".encode())
     leader.wait(5)  # reaped: no process has the id now, its grandchild holds the group
     grandchild = int(wait_until(lambda: marker.exists() and marker.read_text().strip(), 5))
     try:
         assert start_time(leader.pid) is None and pid_alive(grandchild)
-        assert groups.kill_all() == [leader.pid]
+        assert kill_all([leader.pid], boot_ticks()) == [leader.pid]
         wait_until(lambda: not pid_alive(grandchild), 5, what="the grandchild killed")
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -486,8 +486,6 @@ class Daemon:
         # that late
         wake_at = mono + timeout
         self._flush_log()
-        if self.keeper.behind:
-            self.keeper.flush()
         timeout = max(wake_at - self.clock.monotonic(), 0.0)
         # from the clock as we go to sleep: a slow turn is busy, not suspended
         self.expected_wake = self.clock.now() + timedelta(seconds=timeout)

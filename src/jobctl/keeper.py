@@ -3,24 +3,28 @@
 A daemon that is killed outright (SIGKILL, the OOM killer) runs no shutdown: its attempts
 would go on running, reparented to init, while another daemon runs the same runs again
 once their leases expire. The keeper is started by the daemon and holds the read end of a
-pipe whose only write end the daemon holds. The daemon writes one line per change:
+pipe whose only write end the daemon holds, and maps a table the daemon shares with it (a
+memory file of :data:`TABLE_SLOTS` process group ids, 0 for a free slot):
 
-- ``+PGID`` right after it started an attempt (its process group is its pid);
-- ``-PGID`` when the attempt's main process exited, *before* the daemon reaps it (until
-  then the pid, and so the group id, cannot be given to another process).
+- the daemon writes an attempt's group id (its pid) into a free slot right after it
+  started the attempt;
+- it sets the slot back to 0 when the attempt's main process exited, *before* it reaps it
+  (until then the pid, and so the group id, cannot be given to another process).
 
-When the daemon dies, however it dies, the kernel closes the write end and the keeper
-reads end of file: it SIGKILLs every group still listed and exits. A normal shutdown ends
-the same way with an empty list. The keeper never signals a group whose id was reused:
-it notes the start time of each group's leader when it learns of it, and skips a group
-whose id now names a process that started at another time.
+Neither costs a system call, and the keeper does not wake while the daemon lives: it reads
+the pipe, on which nothing is written. When the daemon dies, however it dies, the kernel
+closes the write end and the keeper reads end of file: it SIGKILLs every group still in
+the table and exits. A normal shutdown ends the same way with an empty table. The keeper
+never signals a group whose id was reused: only the daemon reaped its attempts, so an id
+in the table was its leader's until the daemon died, and a process that has the id and
+started after the keeper saw the pipe end is another's.
 
 It is started as ``python -I -S keeper.py`` with its own process group (a terminal's
 Ctrl-C is not for it; it ignores SIGINT, SIGTERM, SIGHUP and SIGQUIT, blocked from its
 first instruction, so that a service manager's stop lets the daemon finish first) and
-only three descriptors: the pipe on stdin, ``/dev/null`` on stdout, the daemon's stderr
-for its one line. It holds none of the daemon's database files, sockets or listening
-ports, and imports nothing from jobctl.
+only four descriptors: the pipe on stdin, ``/dev/null`` on stdout, the daemon's stderr
+for its one line, and the table (read once the pipe ends). It holds none of the daemon's
+database files, sockets or listening ports, and imports nothing from jobctl.
 
 This module is both the keeper's program (:func:`main`) and the daemon's side of it
 (:class:`Keeper`).
@@ -29,10 +33,11 @@ This module is both the keeper's program (:func:`main`) and the daemon's side of
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import signal
 import sys
-import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the keeper's program runs alone (python -I -S): nothing of jobctl
@@ -42,10 +47,13 @@ if TYPE_CHECKING:  # the keeper's program runs alone (python -I -S): nothing of 
 #: ends when the daemon's pipe does
 IGNORED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 READ_CHUNK_BYTES = 65536
-#: the keeper's pause after each read: what the daemon writes meanwhile is read at once
-READ_PAUSE_SECONDS = 0.01
 #: how long a daemon that stops waits for its keeper to exit
 EXIT_WAIT_SECONDS = 2.0
+#: the table's slots, one 32-bit group id each (256 KiB of a memory file, of which the
+#: pages a daemon's attempts running at once touch are memory: one per 1,024)
+TABLE_SLOTS = 1 << 16
+#: the table's descriptor in the keeper
+TABLE_FD = 3
 
 
 def start_time(pid: int, proc_root: str = "/proc") -> int | None:
@@ -59,62 +67,40 @@ def start_time(pid: int, proc_root: str = "/proc") -> int | None:
         return None
 
 
-class Groups:
-    """The keeper's list: the process groups to kill, each with its leader's start time.
-
-    :meth:`feed` takes the pipe's bytes as they come (lines may be split across reads);
-    :meth:`kill_all` kills what is left when the pipe ends."""
-
-    def __init__(self, proc_root: str = "/proc") -> None:
-        self.proc_root = proc_root
-        self.held: dict[int, int | None] = {}
-        self._partial = b""
-
-    def feed(self, data: bytes) -> None:
-        """The lines of ``data``; a group's start time is read once the whole chunk is
-        taken, for the groups still held then: a ``+`` and its ``-`` in one chunk (an
-        attempt that started and ended between two reads) cost no read of ``/proc``. Its
-        leader is not reaped before the daemon wrote its ``-``, so until that line is read
-        the pid is still the leader's."""
-        *lines, self._partial = (self._partial + data).split(b"\n")
-        new: set[int] = set()
-        for line in lines:
-            try:
-                pgid = int(line[1:])
-            except ValueError:
-                continue
-            if line.startswith(b"+") and pgid > 1:
-                self.held[pgid] = None
-                new.add(pgid)
-            elif line.startswith(b"-"):
-                self.held.pop(pgid, None)
-                new.discard(pgid)
-        for pgid in new:
-            self.held[pgid] = start_time(pgid, self.proc_root)
-
-    def kill_all(self) -> list[int]:
-        """SIGKILL every group held, but one whose id now names a process that started at
-        another time than its leader (the id was reused). Returns the groups signalled."""
-        killed = []
-        for pgid, started in self.held.items():
-            now = start_time(pgid, self.proc_root)
-            if now is not None and started is not None and now != started:
-                continue  # the leader is gone and its pid is another process's now
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-                killed.append(pgid)
-        self.held.clear()
-        return killed
+def boot_ticks(proc_root: str = "/proc") -> int:
+    """Now, in clock ticks since boot (the unit of :func:`start_time`)."""
+    with open(f"{proc_root}/uptime", "rb") as f:
+        return int(float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
 
 
-def main(fd: int = 0) -> int:
-    """The keeper process: read the daemon's lines until end of file, then kill."""
+def held(table: memoryview) -> list[int]:
+    """The group ids in the table (its non-zero slots)."""
+    return [pgid for pgid in table if pgid > 1]
+
+
+def kill_all(groups: Iterable[int], died: int, proc_root: str = "/proc") -> list[int]:
+    """SIGKILL each of ``groups``, but one whose id names a process that started after
+    ``died`` (clock ticks since boot: when the keeper saw the daemon's end), whose id was
+    reused. Returns the groups signalled."""
+    killed = []
+    for pgid in groups:
+        started = start_time(pgid, proc_root)
+        if started is not None and started > died:
+            continue  # the leader is gone and its pid is another process's now
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+            killed.append(pgid)
+    return killed
+
+
+def main(fd: int = 0, table_fd: int = TABLE_FD) -> int:
+    """The keeper process: wait for the end of the daemon's pipe, then kill what the table
+    holds."""
     # they came blocked (see Keeper.start), so none could end us before this line; what
     # is pending is dropped here
     for sig in IGNORED_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, IGNORED_SIGNALS)
-    groups = Groups()
     while True:
         try:
             data = os.read(fd, READ_CHUNK_BYTES)
@@ -124,11 +110,8 @@ def main(fd: int = 0) -> int:
             data = b""
         if not data:
             break
-        groups.feed(data)
-        # a busy daemon's lines are taken a chunk at a time, not one wake-up a line (a
-        # burst writes two a run); the end of file is seen at most this much later
-        time.sleep(READ_PAUSE_SECONDS)
-    killed = groups.kill_all()
+    table = memoryview(os.pread(table_fd, 4 * TABLE_SLOTS, 0)).cast("i")
+    killed = kill_all(held(table), boot_ticks())
     if killed:
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.write(
@@ -140,11 +123,11 @@ def main(fd: int = 0) -> int:
 
 
 class Keeper:
-    """The daemon's side: start the keeper, tell it each attempt's group, restart it if
-    it dies, and let it go at shutdown.
+    """The daemon's side: make the table, start the keeper, name each attempt's group in
+    the table, restart the keeper if it dies, and let it go at shutdown.
 
-    :meth:`hold` and :meth:`release` never block the daemon: the pipe is non-blocking and
-    what does not fit waits in memory for the next write. ``log`` gets one line for each
+    :meth:`hold` and :meth:`release` write one slot of the shared table: no system call,
+    nothing for the keeper to read while the daemon lives. ``log`` gets one line for each
     start after the first and each failure."""
 
     def __init__(self, log: LogFn) -> None:
@@ -153,13 +136,37 @@ class Keeper:
         #: readable when the keeper exited; the daemon watches it (:meth:`on_exit`)
         self.pidfd: int | None = None
         self._w: int | None = None
-        self._held: set[int] = set()
-        self._unsent = b""
+        #: the table's memory file, its slots, and where each group held is
+        self._table_fd: int | None = None
+        self._slots: memoryview | None = None
+        self._slot_of: dict[int, int] = {}
+        #: slots given back (used again first, so few pages are ever touched), and the
+        #: first never used
+        self._free: list[int] = []
+        self._next = 0
+
+    def _table(self) -> int:
+        """The table's descriptor, made on first use (OSError when it cannot be)."""
+        if self._table_fd is None:
+            fd = os.memfd_create("jobctl-keeper", os.MFD_CLOEXEC)
+            try:
+                os.ftruncate(fd, 4 * TABLE_SLOTS)
+                self._slots = memoryview(mmap.mmap(fd, 4 * TABLE_SLOTS)).cast("i")
+            except OSError:
+                os.close(fd)
+                raise
+            self._table_fd = fd
+        return self._table_fd
 
     def start(self) -> bool:
-        """Start a keeper process and tell it the groups held so far. Returns False (and
-        logs) when it cannot start: attempts then die with the daemon only on its
-        shutdown, as before."""
+        """Start a keeper process on the table (the groups held so far are in it). Returns
+        False (and logs) when it cannot start: attempts then die with the daemon only on
+        its shutdown, as before."""
+        try:
+            table = self._table()
+        except OSError as e:
+            self._warn(f"cannot start the keeper: {e}: attempts outlive a daemon killed outright")
+            return False
         r, w = os.pipe2(os.O_CLOEXEC)
         try:
             pid = os.posix_spawn(
@@ -169,6 +176,7 @@ class Keeper:
                 file_actions=[
                     (os.POSIX_SPAWN_DUP2, r, 0),
                     (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, table, TABLE_FD),
                 ],
                 setpgroup=0,
                 # blocked until the keeper ignores them: a stop sent while the
@@ -190,46 +198,28 @@ class Keeper:
             os.waitpid(pid, 0)
             self._warn(f"cannot watch the keeper: {e}: attempts outlive a daemon killed outright")
             return False
-        os.set_blocking(w, False)
         self.pid, self.pidfd, self._w = pid, pidfd, w
-        self._unsent = b"".join(b"+%d\n" % pgid for pgid in sorted(self._held))
-        self.flush()
         return True
 
     def hold(self, pgid: int) -> None:
         """An attempt started in process group ``pgid``: kill it if the daemon dies."""
-        self._held.add(pgid)
-        self._send(b"+%d\n" % pgid)
+        if self._slots is None or pgid in self._slot_of:
+            return
+        if self._free:
+            slot = self._free.pop()
+        elif self._next < TABLE_SLOTS:
+            slot, self._next = self._next, self._next + 1
+        else:  # more attempts at once than slots: this one dies with the daemon's stop
+            return
+        self._slots[slot] = pgid
+        self._slot_of[pgid] = slot
 
     def release(self, pgid: int) -> None:
         """The attempt's main process exited and is about to be reaped."""
-        if pgid in self._held:
-            self._held.discard(pgid)
-            self._send(b"-%d\n" % pgid)
-
-    def _send(self, line: bytes) -> None:
-        if self._w is None:
-            return
-        self._unsent += line
-        self.flush()
-
-    @property
-    def behind(self) -> bool:
-        """Lines wait for room in the pipe (the loop calls :meth:`flush` each turn)."""
-        return bool(self._unsent)
-
-    def flush(self) -> None:
-        """Write what waits, as much as the pipe takes now."""
-        if self._w is None or not self._unsent:
-            return
-        try:
-            n = os.write(self._w, self._unsent)
-        except BlockingIOError:
-            return  # the keeper is behind: the rest goes with the next line
-        except OSError:  # it died: on_exit starts another, which is told everything
-            self._unsent = b""
-            return
-        self._unsent = self._unsent[n:]
+        slot = self._slot_of.pop(pgid, None)
+        if slot is not None and self._slots is not None:
+            self._slots[slot] = 0
+            self._free.append(slot)
 
     def on_exit(self) -> None:
         """The keeper exited while the daemon runs (killed by someone): reap it and
@@ -258,7 +248,6 @@ class Keeper:
         if self.pidfd is not None:
             os.close(self.pidfd)
         self.pid = self.pidfd = None
-        self._unsent = b""
         return text
 
     def stop(self) -> None:
