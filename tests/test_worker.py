@@ -19,12 +19,16 @@ from conftest import pid_alive, wait_until
 from jobctl.daemon import Poller
 from jobctl.models import OUTPUT_LIMIT_BYTES, Run, RunReason, RunSettings, RunState, StopReason
 from jobctl.outcomes import AttemptResult
+from jobctl.spawner import Spawner
 from jobctl.worker import (
     KILL_GRACE_SECONDS,
     MAX_READS_PER_EVENT,
     READ_CHUNK_BYTES,
+    AttemptEnv,
+    BaseEnv,
     Child,
     OutputTail,
+    attempt_env,
     build_env,
     mark_inherited_fds_cloexec,
     spawn,
@@ -114,10 +118,10 @@ def test_child_leads_its_own_session_and_group():
     assert result.signal == signal.SIGKILL
 
 
-def test_child_gets_exactly_the_environment_of_spec_5():
+def _env_run(settings: RunSettings) -> Run:
+    """A catch-up run with a key and a payload: every variable an attempt may be given."""
     t = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-    settings = _settings("exec env -0", env={"GREETING": "hello world", "EMPTY": ""})
-    run = Run(
+    return Run(
         id=42,
         job_id=7,
         job_name="nightly",
@@ -141,9 +145,17 @@ def test_child_gets_exactly_the_environment_of_spec_5():
         locks=(),
         settings=settings,
     )
-    # PWD as the shell would set it (the cwd is HOME, /): dash exports its own otherwise
-    base = dict(BASE_ENV, PWD="/", JOBCTL_DB="/data/j.db", MULTI="line one\nline two")
-    env = build_env(base, run, settings, 2)
+
+
+#: the daemon's environment in the tests below: PWD as the shell would set it (the cwd is
+#: HOME, /): dash exports its own otherwise
+DAEMON_ENV = dict(BASE_ENV, PWD="/", JOBCTL_DB="/data/j.db", MULTI="line one\nline two")
+
+
+def test_child_gets_exactly_the_environment_of_spec_5():
+    settings = _settings("exec env -0", env={"GREETING": "hello world", "EMPTY": ""})
+    run = _env_run(settings)
+    env = build_env(DAEMON_ENV, run, settings, 2)
     result = _drive(Child.start(settings, env, time.monotonic()))
     assert result.ok, result
     got = dict(p.split("=", 1) for p in result.output.decode().split("\0") if p)
@@ -152,6 +164,31 @@ def test_child_gets_exactly_the_environment_of_spec_5():
     assert got["JOBCTL_JOB"] == "nightly" and got["JOBCTL_DB"] == "/data/j.db"
     assert got["JOBCTL_SCHEDULED_FOR"].startswith("2026-03-01T12:00:00")
     assert got["JOBCTL_CATCHUP_FROM"].startswith("2026-03-01T09:00:00")
+
+
+@pytest.mark.parametrize("job_env", [{"GREETING": "hi"}, {"PATH": "/bin", "GREETING": "hi"}])
+def test_the_daemons_environment_encoded_once_gives_the_attempt_the_same(job_env):
+    # through the spawner an attempt's variables go with the daemon's, encoded once; a job
+    # variable that is also the daemon's (PATH) makes the environment whole instead
+    settings = _settings("exec env -0", env=job_env)
+    run = _env_run(settings)
+    base = BaseEnv(DAEMON_ENV)
+    env = attempt_env(base, run, settings, 2)
+    assert isinstance(env, AttemptEnv) == ("PATH" not in job_env)
+    assert dict(env) == build_env(DAEMON_ENV, run, settings, 2)
+    spawner = Spawner()
+    assert spawner.start()
+    try:
+        result = _drive(Child.start(settings, env, time.monotonic(), spawner=spawner))
+    finally:
+        spawner.stop()
+    assert result.ok, result
+    got = dict(p.split("=", 1) for p in result.output.decode().split("\0") if p)
+    assert got == build_env(DAEMON_ENV, run, settings, 2)
+    # a daemon started by an attempt has a variable its attempts may not: made whole
+    inherited = BaseEnv(dict(DAEMON_ENV, JOBCTL_RUN_KEY="theirs"))
+    env = attempt_env(inherited, replace(run, run_key=None), settings, 2)
+    assert not isinstance(env, AttemptEnv) and "JOBCTL_RUN_KEY" not in env
 
 
 def test_child_inherits_no_descriptor_once_marked():

@@ -25,7 +25,16 @@ from .reaper import group_alive, kill_group, kill_run_processes
 from .spawner import Spawner, SpawnError
 from .store import DaemonStore
 from .store.values import Claimed, ExpiredLease, Finished, FinishItem
-from .worker import CANCEL_GRACE_SECONDS, Child, Hook, build_env, spawn_hook, start_error
+from .worker import (
+    CANCEL_GRACE_SECONDS,
+    BaseEnv,
+    Child,
+    Hook,
+    attempt_env,
+    build_env,
+    spawn_hook,
+    start_error,
+)
 
 #: a running attempt's output tail is stored at most this often while it changes
 OUTPUT_FLUSH_SECONDS = 1.0
@@ -113,6 +122,8 @@ class Executor:
         self.daemon_id = store.identity.id
         self.host = store.identity.host
         self.environ = dict(environ)
+        #: the same, as the base of each attempt's (encoded once for the spawner)
+        self.base_env = BaseEnv(self.environ)
         self.log = log
         self.rng = rng
         self.watch = watch
@@ -384,8 +395,8 @@ class Executor:
             self.log(f"run {run.id} of {run.job_name}: cannot start: {e}", WARNING)
             self._queue(None, run, run.attempt, AttemptResult(None, spawn_error=str(e)), now, mono)
             return
-        env = build_env(
-            self.environ, run, run.settings, run.attempt, file_env=file_env, secret_env=secret_env
+        env = attempt_env(
+            self.base_env, run, run.settings, run.attempt, file_env=file_env, secret_env=secret_env
         )
         if claimed.lost_here:
             # also what a daemon killed before it recorded the process group left behind

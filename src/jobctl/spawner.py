@@ -923,17 +923,21 @@ class Spawner:
         output_fd: int | None,
         nice: int | None,
         ioprio: int | None,
+        base: tuple[bytes, int] | None = None,
     ) -> Request:
         """Ask for ``argv`` (``path`` resolved) to be started as the daemon's child; its
         answer comes later (:meth:`answers`). The caller keeps ``stdin_fd`` and
-        ``output_fd`` open until then. ConnectionError when no spawner can be had (the
-        caller spawns itself)."""
+        ``output_fd`` open until then. ``base``: more of the environment, as its text
+        already encoded (``NAME=value``, NUL between, none inside one) and how many
+        variables it holds; none of them is in ``env``. ConnectionError when no spawner
+        can be had (the caller spawns itself)."""
         # the fields joined as text and encoded once (an environment is some fifty
         # variables: one encode each cost more than the rest of the message), as the OS's
         # own calls encode (os.fsencode): a value that came from bytes that are not UTF-8
         # (the daemon's environment, decoded by Python) goes back as those bytes
         text = "\0".join([path, cwd, str(len(argv)), *argv, *map("=".join, env.items())])
         nfields = 3 + len(argv) + len(env)
+        tail, n_tail = (b"", 0) if base is None or not base[1] else (b"\0" + base[0], base[1])
         if text.count("\0") != nfields - 1:
             # NUL ends each field: one inside a field would split it (as the OS's own calls
             # refuse a string with one, ValueError; here EINVAL: the attempt does not start)
@@ -944,9 +948,9 @@ class Spawner:
             _NO_NICE if nice is None else nice,
             -1 if ioprio is None else ioprio,
             which,
-            nfields,
+            nfields + n_tail,
         )
-        req = Request(head + text.encode("utf-8", "surrogateescape"), fds)
+        req = Request(head + text.encode("utf-8", "surrogateescape") + tail, fds)
         # the spawner answers each request before it reads the next: with too many
         # unread, its answers would fill its socket and both would wait on each other
         while len(self.waiting) >= MAX_WAITING:

@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import itertools
 import os
 import queue
 import resource
@@ -53,7 +54,7 @@ import select
 import signal
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from . import triggers
@@ -225,19 +226,19 @@ def _spawner(limits: Limits) -> _Spawner | None:
     return spawner
 
 
-def build_env(
-    base: Mapping[str, str],
+#: the variables an attempt has only when its run has them: taken out of the daemon's
+RUN_ONLY_VARS = ("JOBCTL_CATCHUP_FROM", "JOBCTL_TRIGGER", "JOBCTL_RUN_KEY")
+
+
+def _run_vars(
     run: Run,
     settings: RunSettings,
     attempt: int,
-    *,
-    file_env: Mapping[str, str] | None = None,
-    secret_env: Mapping[str, str] | None = None,
+    file_env: Mapping[str, str] | None,
+    secret_env: Mapping[str, str] | None,
 ) -> dict[str, str]:
-    """The child's environment (jobctl(1), ENVIRONMENT): the daemon's, then the job's
-    ``--env-file`` (``file_env``), then its ``--env``, then the run's payload, then its
-    ``--secret`` values (``secret_env``), then the ``JOBCTL_*`` variables."""
-    env = dict(base)
+    """What an attempt's environment sets over the daemon's, in order (see build_env)."""
+    env: dict[str, str] = {}
     if file_env:
         env.update(file_env)
     env.update(settings.env)
@@ -263,6 +264,81 @@ def build_env(
         env["JOBCTL_RUN_KEY"] = run.run_key
     else:
         env.pop("JOBCTL_RUN_KEY", None)
+    return env
+
+
+def build_env(
+    base: Mapping[str, str],
+    run: Run,
+    settings: RunSettings,
+    attempt: int,
+    *,
+    file_env: Mapping[str, str] | None = None,
+    secret_env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The child's environment (jobctl(1), ENVIRONMENT): the daemon's, then the job's
+    ``--env-file`` (``file_env``), then its ``--env``, then the run's payload, then its
+    ``--secret`` values (``secret_env``), then the ``JOBCTL_*`` variables."""
+    env = {k: v for k, v in base.items() if k not in RUN_ONLY_VARS}
+    env.update(_run_vars(run, settings, attempt, file_env, secret_env))
+    return env
+
+
+class BaseEnv:
+    """The daemon's environment as the base of its attempts': its variables, and their
+    text as a spawn request carries it (``NAME=value``, NUL between), encoded once."""
+
+    __slots__ = ("data", "shared", "vars")
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.vars = dict(environ)
+        self.data = "\0".join(map("=".join, self.vars.items())).encode("utf-8", "surrogateescape")
+        #: an attempt's environment can be this and its own variables: none of the
+        #: daemon's is one an attempt may not have, and none holds a NUL (the request's
+        #: separator; the OS's own calls refuse one)
+        self.shared = not any(k in self.vars for k in RUN_ONLY_VARS) and (
+            self.data.count(b"\0") == max(len(self.vars) - 1, 0)
+        )
+
+
+class AttemptEnv(Mapping[str, str]):
+    """An attempt's environment: ``base``'s variables and its own (``extra``), no name in
+    both (see :func:`attempt_env`)."""
+
+    __slots__ = ("base", "extra")
+
+    def __init__(self, base: BaseEnv, extra: dict[str, str]) -> None:
+        self.base = base
+        self.extra = extra
+
+    def __getitem__(self, key: str) -> str:
+        value = self.extra.get(key)
+        return self.base.vars[key] if value is None else value
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.chain(self.extra, self.base.vars)
+
+    def __len__(self) -> int:
+        return len(self.extra) + len(self.base.vars)
+
+
+def attempt_env(
+    base: BaseEnv,
+    run: Run,
+    settings: RunSettings,
+    attempt: int,
+    *,
+    file_env: Mapping[str, str] | None = None,
+    secret_env: Mapping[str, str] | None = None,
+) -> Mapping[str, str]:
+    """:func:`build_env` over ``base``: an :class:`AttemptEnv` when no variable of the
+    attempt's is one of the daemon's (a spawn request then sends the daemon's as it was
+    encoded once), else the whole environment as a dict."""
+    extra = _run_vars(run, settings, attempt, file_env, secret_env)
+    if base.shared and base.vars.keys().isdisjoint(extra):
+        return AttemptEnv(base, extra)
+    env = {k: v for k, v in base.vars.items() if k not in RUN_ONLY_VARS}
+    env.update(extra)
     return env
 
 
@@ -624,7 +700,13 @@ class Child:
             path = _resolve_shell(argv[0], env)
             in_fd = None if stdin is None else _stdin_fd(stdin)
             ioprio = None if limits.io_class is None else _IOPRIO[limits.io_class]
-            req = spawner.request(path, argv, env, cwd, in_fd, w, limits.nice, ioprio)
+            if isinstance(env, AttemptEnv):
+                base = (env.base.data, len(env.base.vars))
+                req = spawner.request(
+                    path, argv, env.extra, cwd, in_fd, w, limits.nice, ioprio, base=base
+                )
+            else:
+                req = spawner.request(path, argv, env, cwd, in_fd, w, limits.nice, ioprio)
         except BaseException:
             for fd in (r, w, in_fd):
                 if fd is not None:
