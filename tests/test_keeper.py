@@ -282,3 +282,16 @@ def test_a_leaderless_group_is_still_killed(tmp_path):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(grandchild, signal.SIGKILL)
+
+
+def test_a_process_started_this_tick_never_looks_started_after_now():
+    # the keeper's now and a start time are both clock ticks since boot, rounded down
+    # alike: one just started is never taken for a reused id
+    for _ in range(100):
+        p = subprocess.Popen(["sleep", "5"])
+        try:
+            started = start_time(p.pid)
+            assert started is not None and started <= boot_ticks()
+        finally:
+            p.kill()
+            p.wait()

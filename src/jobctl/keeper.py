@@ -70,7 +70,11 @@ def start_time(pid: int, proc_root: str = "/proc") -> int | None:
 def boot_ticks(proc_root: str = "/proc") -> int:
     """Now, in clock ticks since boot (the unit of :func:`start_time`)."""
     with open(f"{proc_root}/uptime", "rb") as f:
-        return int(float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+        seconds, _, hundredths = f.read().split()[0].partition(b".")
+    hz = os.sysconf("SC_CLK_TCK")
+    # as the kernel rounds both (down, to a hundredth): no float, whose product can fall
+    # a tick short of the start time of a process that started in this very tick
+    return int(seconds) * hz + int(hundredths.ljust(2, b"0")[:2]) * hz // 100
 
 
 def held(table: memoryview) -> list[int]:
