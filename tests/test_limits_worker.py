@@ -21,7 +21,6 @@ from jobctl.spawner import (
     NATIVE_SPAWN,
     Spawner,
     SpawnError,
-    exec_failure,
 )
 from jobctl.worker import LIMITS_FAILED_EXIT, Child, limits_prefix, own_peak_rss_bytes
 
@@ -156,18 +155,30 @@ def test_the_spawner_names_the_step_that_failed_and_goes_on(spawner, tmp_path):
     # before the clone in its answer; a success after a failure is one
     with pytest.raises(SpawnError) as failed:
         spawner.wait(
-            spawner.request(str(tmp_path / "missing"), ["missing"], {}, "/", None, None, None, None)
+            spawner.request(
+                str(tmp_path / "missing"), ["missing"], {}, "/", None, None, None, None, report=True
+            )
         )
     assert (failed.value.step, failed.value.errno) == ("exec", errno.ENOENT)
     with pytest.raises(SpawnError) as failed:
         spawner.wait(
             spawner.request(
-                "/bin/true", ["true"], {}, str(tmp_path / "gone"), None, None, None, None
+                "/bin/true",
+                ["true"],
+                {},
+                str(tmp_path / "gone"),
+                None,
+                None,
+                None,
+                None,
+                report=True,
             )
         )
     assert (failed.value.step, failed.value.errno) == ("chdir", errno.ENOENT)
     pid = spawner.wait(
-        spawner.request("/bin/sh", ["sh", "-c", "exit 7"], {}, "/", None, None, None, None)
+        spawner.request(
+            "/bin/sh", ["sh", "-c", "exit 7"], {}, "/", None, None, None, None, report=True
+        )
     )
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 7
 
@@ -182,7 +193,15 @@ def test_the_spawner_refuses_a_nul_byte_as_the_os_does_and_goes_on(spawner):
     assert spawner.waiting == []
     pid = spawner.wait(
         spawner.request(
-            "/bin/sh", ["sh", "-c", 'test "$A" = x'], {"A": "x"}, "/", None, None, None, None
+            "/bin/sh",
+            ["sh", "-c", 'test "$A" = x'],
+            {"A": "x"},
+            "/",
+            None,
+            None,
+            None,
+            None,
+            report=True,
         )
     )
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
@@ -274,7 +293,7 @@ def test_no_limits_no_prefix_and_a_failed_limit_line_is_exit_125():
 
 def test_requests_are_answered_in_order_and_need_no_wait(spawner, tmp_path):
     # the daemon sends each request and goes on; the answers come in the order asked,
-    # and an exec that took leaves nothing on the request's report pipe
+    # and a clone whose exec took reports nothing (the daemon asks at its exit)
     reqs = [
         spawner.request("/bin/sh", ["sh", "-c", f"exit {n}"], {}, "/", None, None, None, None)
         for n in (3, 4, 5)
@@ -287,9 +306,10 @@ def test_requests_are_answered_in_order_and_need_no_wait(spawner, tmp_path):
     for req, pid in got:
         assert isinstance(pid, int) and pid > 0
         codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
-        assert exec_failure(req.report_r) is None
+        assert req.report_r is None and spawner.report(pid) is None
     assert codes == [3, 4, 5]
-    # a step before the clone is in the answer; the clone's own on its report pipe
+    # a step before the clone is in the answer; the clone's own it sends on the socket
+    # before it exits (no pipe a request: the daemon's way)
     bad = spawner.request("/bin/true", ["true"], {}, str(tmp_path / "gone"), None, None, None, None)
     worse = spawner.request(str(tmp_path / "nope"), ["nope"], {}, "/", None, None, None, None)
     got = []
@@ -299,8 +319,9 @@ def test_requests_are_answered_in_order_and_need_no_wait(spawner, tmp_path):
     assert r1 is bad and isinstance(a1, SpawnError) and a1.step == "chdir"
     assert r2 is worse and isinstance(a2, int)
     assert os.waitstatus_to_exitcode(os.waitpid(a2, 0)[1]) == 127
-    failed = exec_failure(worse.report_r)
+    failed = spawner.report(a2)
     assert failed is not None and (failed.step, failed.errno) == ("exec", errno.ENOENT)
+    assert spawner.reports == {}
 
 
 def test_the_clones_stay_small_request_after_request(spawner):
@@ -308,7 +329,9 @@ def test_the_clones_stay_small_request_after_request(spawner):
     # wrote: one after hundreds of requests is as small as the first
     rss = []
     for _ in range(300):
-        pid = spawner.wait(spawner.request("/bin/true", ["true"], {}, "/", None, None, None, None))
+        pid = spawner.wait(
+            spawner.request("/bin/true", ["true"], {}, "/", None, None, None, None, report=True)
+        )
         _, status, ru = os.wait4(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         rss.append(ru.ru_maxrss)
@@ -334,7 +357,7 @@ def test_many_requests_unread_never_wait_on_each_other(spawner):
     for req, pid in got:
         assert isinstance(pid, int)
         assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
-        assert exec_failure(req.report_r) is None
+        assert spawner.report(pid) is None
 
 
 def test_a_spawner_lost_before_it_answers_leaves_the_attempt_to_be_spawned_here(
@@ -376,7 +399,9 @@ def test_the_native_loop_keeps_no_mapping_of_the_interpreter(spawner):
     # code and block, the stack (ps reads the command line there) and the kernel's
     if not spawner.native:
         pytest.skip("the clone returns into Python: the interpreter stays")
-    pid = spawner.wait(spawner.request("/bin/true", ["true"], {}, "/", None, None, None, None))
+    pid = spawner.wait(
+        spawner.request("/bin/true", ["true"], {}, "/", None, None, None, None, report=True)
+    )
     os.waitpid(pid, 0)
     maps = [line.split() for line in Path(f"/proc/{spawner.pid}/maps").read_text().splitlines()]
     named = [m[5] for m in maps if len(m) > 5]
@@ -394,7 +419,7 @@ def test_a_large_request_leaves_no_pages_to_the_clones_after_it(spawner):
         pytest.skip("the clone returns into Python: it copies the spawner whole")
 
     def true_rss() -> int:
-        req = spawner.request("/bin/true", ["true"], {}, "/", None, None, None, None)
+        req = spawner.request("/bin/true", ["true"], {}, "/", None, None, None, None, report=True)
         _, status, ru = os.wait4(spawner.wait(req), 0)
         assert os.waitstatus_to_exitcode(status) == 0
         return int(ru.ru_maxrss)  # KiB
@@ -402,6 +427,8 @@ def test_a_large_request_leaves_no_pages_to_the_clones_after_it(spawner):
     before = true_rss()
     big = {"A": "x" * 190_000}
     with pytest.raises(SpawnError) as failed:
-        spawner.wait(spawner.request("/bin/true", ["true"], big, "/", None, None, None, None))
+        spawner.wait(
+            spawner.request("/bin/true", ["true"], big, "/", None, None, None, None, report=True)
+        )
     assert (failed.value.step, failed.value.errno) == ("exec", errno.E2BIG)
     assert true_rss() <= before + 64

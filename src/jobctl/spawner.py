@@ -39,15 +39,17 @@ few tenths of a millisecond more.
 
 The daemon sends one message per attempt on a ``SOCK_SEQPACKET`` socket: the program,
 argv, environment, working directory, niceness and I/O priority, with descriptors
-(``SCM_RIGHTS``): stdin's and the output's, and the write end of a close-on-exec pipe
-of its own. The spawner puts the first two on 0, 1 and 2, goes to the working directory
+(``SCM_RIGHTS``): stdin's and the output's, and, for a caller that waits for the exec
+(:meth:`Spawner.wait`), the write end of a close-on-exec pipe of its own. The spawner
+puts the first two on 0, 1 and 2, goes to the working directory
 and clones; the clone starts a new session, sets its niceness and I/O priority and
 execs (its signals are the defaults, its mask empty: the spawner's own). The pid is
 answered as soon as the clone is made (by the clone itself, where it shares the native
 loop's memory), or the step that failed before it
 (``stdio``, ``chdir``, ``fork``) with its errno; a step of the clone that fails is
-written by the clone to that pipe, before it exits 127, and the daemon reads it when
-the clone has exited (an exec that took closed the pipe: it reads nothing). So the
+sent by the clone on the socket (its pid, the step, the errno), or written to that
+pipe, before it exits 127, and the daemon reads it when the clone has exited 127 (an
+exec that took sent nothing, and closed the pipe). So the
 daemon never waits for a spawn: it sends, goes on, and takes the answers when its loop
 sees them (:meth:`Spawner.answers`), reading them early when :data:`MAX_WAITING` are
 unanswered (the spawner answers each request before it reads the next, so the two
@@ -120,11 +122,12 @@ STEPS = ("fork", "stdio", "session", "ioprio", "nice", "chdir", "exec")
 #: it, goes to the directory and clones. The clone uses no stack (it has none of its own:
 #: see the module's doc); sharing the loop's memory (``CLONE_VFORK``: the loop waits
 #: until it has exec'd) it first answers its own pid; then it starts a new session, sets
-#: its I/O priority and niceness and execs, or writes the step that failed and its errno
-#: (8 bytes) to the report's descriptor and exits 127. The loop closes what it received,
-#: puts ``/dev/null`` back on 0, 1 and 2, answers (pid, -1, 0) for a clone that is a copy
-#: or (0, step, errno) for a step before the clone, gives back the pages of a request over
-#: 64 KiB, and reads the next; it exits when the daemon's end is closed.
+#: its I/O priority and niceness and execs, or reports the step that failed and its errno
+#: (to the request's report pipe, else on the socket with its pid) and exits 127. The
+#: loop closes what it received, puts ``/dev/null`` back on 0, 1 and 2, answers
+#: (pid, -1, 0) for a clone that is a copy or (0, step, errno) for a step before the
+#: clone, gives back the pages of a request over 64 KiB, and reads the next; it exits
+#: when the daemon's end is closed.
 #: ``tests/test_spawner_code.py`` assembles it, where binutils are, and checks the bytes.
 NATIVE_SPAWN_SOURCE = """\
     .intel_syntax noprefix
@@ -190,15 +193,19 @@ next:
     sub r13, 16
     shr r13, 2
 1:
-    mov r14d, 1             # step 1, stdio: those the request says it sent, the report's last
-    mov r15d, 22            # EINVAL
+    mov r14d, 1             # step 1, stdio: the descriptors the request says it sent
+    mov r15d, 22            # EINVAL (stdin's, the output's, a report pipe's: bits 0 to 2)
     mov eax, [rbx+256+8]
     mov ecx, eax
     and ecx, 1
     mov edx, eax
     shr edx, 1
     and edx, 1
-    lea ecx, [rcx+rdx+1]
+    add ecx, edx
+    mov edx, eax
+    shr edx, 2
+    and edx, 1
+    add ecx, edx
     cmp r13, rcx
     jne fail
     lea rsi, [rbx+88]
@@ -213,10 +220,15 @@ next:
     test eax, 2
     jz 3f
     mov edx, [rsi]
+    add rsi, 4
 3:
     mov [rbx+192], edx
-    mov edx, [rbx+88+r13*4-4]
-    mov [rbx+184], edx      # where the clone reports a step that failed
+    mov edx, -1             # where the clone reports a step that failed: the pipe sent,
+    test eax, 4             # else (-1) the socket
+    jz 4f
+    mov edx, [rsi]
+4:
+    mov [rbx+184], edx
     # the fields, each ended by NUL: path, directory, argc, argv..., environment...
     lea r8, [rbx+256+r12]   # the end
     mov byte ptr [r8], 0
@@ -457,10 +469,29 @@ child_failed:
     mov [rbx+120], r14d
     mov [rbx+124], eax
     mov edi, [rbx+184]
+    test edi, edi
+    js 5f
     lea rsi, [rbx+120]
     mov edx, 8
     mov eax, 1
     syscall
+    jmp 7f
+5:
+    mov eax, 39             # or send(sock, {pid, step, errno}, 12): getpid()
+    syscall
+    mov [rbx+116], eax
+6:
+    mov edi, [rbx+128]
+    lea rsi, [rbx+116]
+    mov edx, 12
+    xor r10d, r10d
+    xor r8d, r8d
+    xor r9d, r9d
+    mov eax, 44
+    syscall
+    cmp rax, -4
+    je 6b
+7:
     mov edi, 127            # exit_group(127)
     mov eax, 231
     syscall
@@ -472,33 +503,35 @@ NATIVE_SPAWN = {
         "054983c51041ffccebe3b802000000488dbbd8000000be0100000031d20f054885c0782c4989c444"
         "89e7488db3f0000000ba01000000b8010000000f054989c54489e7b8030000000f054983fd01740b"
         "4881a390000000ffbeffff48c7432820000000c74330000000008bbb800000004889deba00000040"
-        "b82f0000000f054883f8fc74d64885c00f8e190300004989c4498d842400010000488983d0000000"
+        "b82f0000000f054883f8fc74d64885c00f8e2e0300004989c4498d842400010000488983d0000000"
         "4531ed48837b2810721c48b8010000000100000048394350750c4c8b6b484983ed1049c1ed0241be"
-        "0100000041bf160000008b830801000089c183e10189c2d1ea83e2018d4c11014939cd0f85fb0100"
-        "00488d73588b9384000000a90100000074068b164883c6048993bc0000008b9388000000a9020000"
-        "0074028b168993c0000000428b54ab548993b80000004e8d84230001000041c60000498d78084883"
-        "e7f8448b8b0c0100004a8d44cf104889da480393980000004839d0761141be0600000041bf070000"
-        "00e97e0100004829d8488983d00000004889bba8000000488db31001000031c94531d24439c90f83"
-        "980000004c39c60f874f01000083f9027754741685c975094889b3a0000000eb674889b3c8000000"
-        "eb5e0fb60685c0742183e83083f8090f871f0100004d6bd20a4901c24d39ca0f870f01000048ffc6"
-        "ebd8498d42034c39c80f87fd0000004d85d27524eb104889374883c708498d42024839c1751248c7"
-        "07000000004883c7084889bbb0000000803e00740548ffc6ebf648ffc6ffc1e95fffffff48c70700"
-        "00000083f9030f82b00000008bbbbc00000031f6b8210000000f054885c00f88930000008bbbc000"
-        "0000be01000000b8210000000f054885c0787c8bbbc0000000be02000000b8210000000f054885c0"
-        "786541be05000000488bbbc8000000b8500000000f054885c0784c4531f6488bbb9000000031f631"
-        "d24531d24531c0b8380000000f054885c00f84f10000007826894368c7436cffffffffc743700000"
-        "0000f7839000000000400000741dc74368ffffffffeb14f7d84189c7c74368000000004489736c44"
-        "897b704d85ed7411428b7cab54b8030000000f0549ffcdebea8bbb8400000031f6b8210000000f05"
-        "8bbb88000000be01000000b8210000000f058bbb88000000be02000000b8210000000f05837b68ff"
-        "742a8bbb80000000488d7368ba0c0000004531d24531c04531c9b82c0000000f054883f8fc74db48"
-        "85c07833488bb3d00000004881fe000001000f86d3fcffff488dbb001000004881ee00100000ba04"
-        "000000b81c0000000f05e9b4fcffff31ffb8e70000000f05f7839000000000400000743db8270000"
-        "000f05894368c7436cffffffffc74370000000008bbb80000000488d7368ba0c0000004531d24531"
-        "c04531c9b82c0000000f054883f8fc74db41be02000000b8700000000f054885c0787541be030000"
-        "008b930401000085d27813bf0100000031f6b8fb0000000f054885c0785241be040000008b930001"
-        "000081fa00000080741c31ff31f6b88d0000000f054883f8ff740b4883f8f374054885c0782241be"
-        "06000000488bbba0000000488bb3a8000000488b93b0000000b83b0000000f05f7d8448973788943"
-        "7c8bbbb8000000488d7378ba08000000b8010000000f05bf7f000000b8e70000000f05"
+        "0100000041bf160000008b830801000089c183e10189c2d1ea83e20101d189c2c1ea0283e20101d1"
+        "4939cd0f8508020000488d73588b9384000000a90100000074068b164883c6048993bc0000008b93"
+        "88000000a90200000074068b164883c6048993c0000000baffffffffa90400000074028b168993b8"
+        "0000004e8d84230001000041c60000498d78084883e7f8448b8b0c0100004a8d44cf104889da4803"
+        "93980000004839d0761141be0600000041bf07000000e97e0100004829d8488983d00000004889bb"
+        "a8000000488db31001000031c94531d24439c90f83980000004c39c60f874f01000083f902775474"
+        "1685c975094889b3a0000000eb674889b3c8000000eb5e0fb60685c0742183e83083f8090f871f01"
+        "00004d6bd20a4901c24d39ca0f870f01000048ffc6ebd8498d42034c39c80f87fd0000004d85d275"
+        "24eb104889374883c708498d42024839c1751248c707000000004883c7084889bbb0000000803e00"
+        "740548ffc6ebf648ffc6ffc1e95fffffff48c7070000000083f9030f82b00000008bbbbc00000031"
+        "f6b8210000000f054885c00f88930000008bbbc0000000be01000000b8210000000f054885c0787c"
+        "8bbbc0000000be02000000b8210000000f054885c0786541be05000000488bbbc8000000b8500000"
+        "000f054885c0784c4531f6488bbb9000000031f631d24531d24531c0b8380000000f054885c00f84"
+        "f10000007826894368c7436cffffffffc7437000000000f7839000000000400000741dc74368ffff"
+        "ffffeb14f7d84189c7c74368000000004489736c44897b704d85ed7411428b7cab54b8030000000f"
+        "0549ffcdebea8bbb8400000031f6b8210000000f058bbb88000000be01000000b8210000000f058b"
+        "bb88000000be02000000b8210000000f05837b68ff742a8bbb80000000488d7368ba0c0000004531"
+        "d24531c04531c9b82c0000000f054883f8fc74db4885c07833488bb3d00000004881fe000001000f"
+        "86befcffff488dbb001000004881ee00100000ba04000000b81c0000000f05e99ffcffff31ffb8e7"
+        "0000000f05f7839000000000400000743db8270000000f05894368c7436cffffffffc74370000000"
+        "008bbb80000000488d7368ba0c0000004531d24531c04531c9b82c0000000f054883f8fc74db41be"
+        "02000000b8700000000f054885c0787541be030000008b930401000085d27813bf0100000031f6b8"
+        "fb0000000f054885c0785241be040000008b930001000081fa00000080741c31ff31f6b88d000000"
+        "0f054883f8ff740b4883f8f374054885c0782241be06000000488bbba0000000488bb3a800000048"
+        "8b93b0000000b83b0000000f05f7d84489737889437c8bbbb800000085ff7812488d7378ba080000"
+        "00b8010000000f05eb2fb8270000000f058943748bbb80000000488d7374ba0c0000004531d24531"
+        "c04531c9b82c0000000f054883f8fc74dbbf7f000000b8e70000000f05"
     ),
 }.get(os.uname().machine)
 #: the block's layout (see NATIVE_SPAWN_SOURCE): the msghdr, its iovec, the descriptors
@@ -520,7 +553,8 @@ _KEPT_MAPPINGS = (b"[stack]", b"[vdso]", b"[vvar]", b"[vvar_vclock]", b"[vsyscal
 
 #: an answer: pid, the step that failed (-1: none), its errno
 _ANSWER_BYTES = 12
-#: what a clone whose exec failed writes to the descriptor it was given: the step, errno
+#: what a clone whose exec failed writes to the report pipe it was given: the step, errno
+#: (without one it sends pid, step, errno on the socket, as an answer with a pid and a step)
 _REPORT_BYTES = 8
 #: requests the daemon leaves unanswered at most (see Spawner.request)
 MAX_WAITING = 64
@@ -545,6 +579,7 @@ def _child(
     nice: int,
     ioprio: int,
     report_fd: int,
+    sock_fd: int,
 ) -> None:
     """In the Python clone, whose descriptors 0, 1, 2 and working directory the spawner
     set before it: a new session, the niceness and I/O priority asked for, and the exec.
@@ -571,7 +606,10 @@ def _child(
     except BaseException:
         err = 0
     try:
-        os.write(report_fd, _pack(step, err))
+        if report_fd != _NO_FD:
+            os.write(report_fd, _pack(step, err))
+        else:
+            os.write(sock_fd, _pack(os.getpid(), step, err))
     finally:
         os._exit(SPAWN_FAILED_EXIT)
 
@@ -612,16 +650,17 @@ def _serve_one(sock: _socket.socket, libc: object, buf: mmap.mmap, n: int, fds: 
     run (the clone returns into Python): the child's descriptors and directory are set
     here, in the spawner (what a clone copies), so the clone itself runs little before
     its exec. The answer goes as soon as the clone is made; a step of the clone that
-    fails is written to the last descriptor received (the daemon's, close-on-exec: it
-    reads the end of file once the exec took)."""
+    fails is reported on the report pipe the request sent (the daemon's, close-on-exec:
+    it reads the end of file once the exec took), else on the socket."""
     nice, ioprio, which, nfields = _ints(bytes(buf[:16]), 4)
     fields = bytes(buf[16:n]).split(b"\0")[:nfields]
-    given = iter(fds)  # stdin's, then the output's, each when the daemon sent one
-    in_fd, out_fd = (next(given, _NO_FD) if which >> bit & 1 else _NO_FD for bit in (0, 1))
-    report_fd = fds[-1] if fds else _NO_FD
+    given = iter(fds)  # stdin's, the output's, the report pipe's, each when it was sent
+    in_fd, out_fd, report_fd = (
+        next(given, _NO_FD) if which >> bit & 1 else _NO_FD for bit in (0, 1, 2)
+    )
     try:
         step = 1
-        if report_fd == _NO_FD or len(fds) != 1 + (which & 1) + (which >> 1 & 1):
+        if len(fds) != (which & 1) + (which >> 1 & 1) + (which >> 2 & 1):
             raise OSError(22, "a request without its descriptors")  # EINVAL
         os.dup2(_devnull(os.O_RDONLY) if in_fd == _NO_FD else in_fd, 0)
         out = _devnull(os.O_WRONLY) if out_fd == _NO_FD else out_fd
@@ -637,7 +676,7 @@ def _serve_one(sock: _socket.socket, libc: object, buf: mmap.mmap, n: int, fds: 
     if pid == 0:  # the Python clone (the descriptors received are close-on-exec)
         path, argc = fields[0], int(fields[2])
         env = dict(item.partition(b"=")[::2] for item in fields[3 + argc :])
-        _child(path, fields[3 : 3 + argc], env, nice, ioprio, report_fd)
+        _child(path, fields[3 : 3 + argc], env, nice, ioprio, report_fd, sock.fileno())
     for fd in fds:
         os.close(fd)
     # the child's copies are its own: the spawner holds none of its pipes (an output
@@ -820,17 +859,32 @@ class SpawnError(OSError):
 
 class Request:
     """One spawn asked of the spawner and not answered yet: the message and descriptors
-    (sent again to a new spawner if this one is lost before it answers), and the read
-    end of the pipe its clone reports a failed step on (:func:`exec_failure`)."""
+    (sent again to a new spawner if this one is lost before it answers), and, for a
+    caller that waits for the exec (:meth:`Spawner.wait`), the read end of the pipe its
+    clone reports a failed step on (:func:`exec_failure`); without one the clone reports
+    on the socket (:meth:`Spawner.report`)."""
 
     __slots__ = ("fds", "message", "report_r", "report_w")
 
-    def __init__(self, message: bytes, fds: list[int]) -> None:
+    def __init__(self, message: bytes, fds: list[int], report: bool) -> None:
         self.message = message
         #: the caller's descriptors (stdin's, the output's): theirs to keep open until
         #: the answer, and to close
         self.fds = fds
-        self.report_r, self.report_w = os.pipe2(os.O_CLOEXEC)
+        self.report_r: int | None = None
+        self.report_w: int | None = None
+        if report:
+            self.report_r, self.report_w = os.pipe2(os.O_CLOEXEC)
+
+    def sent_fds(self) -> list[int]:
+        """The descriptors the message carries: the caller's, then the report pipe's."""
+        return self.fds if self.report_w is None else [*self.fds, self.report_w]
+
+    def drop_report(self) -> None:
+        """Close the report pipe's write end (the clone holds its own copy)."""
+        if self.report_w is not None:
+            os.close(self.report_w)
+            self.report_w = None
 
 
 def exec_failure(report_r: int) -> SpawnError | None:
@@ -872,6 +926,8 @@ class Spawner:
         self.waiting: list[Request] = []
         #: answers read before :meth:`answers` was called (see MAX_WAITING), oldest first
         self.taken: list[tuple[Request, int | SpawnError]] = []
+        #: what clones without a report pipe said failed, by pid (:meth:`report`)
+        self.reports: dict[int, SpawnError] = {}
         #: told the descriptor of :meth:`fileno` just before it is closed (a caller
         #: that watches it in epoll takes it out there)
         self.on_close: Callable[[int], None] | None = None
@@ -924,13 +980,15 @@ class Spawner:
         nice: int | None,
         ioprio: int | None,
         base: tuple[bytes, int] | None = None,
+        report: bool = False,
     ) -> Request:
         """Ask for ``argv`` (``path`` resolved) to be started as the daemon's child; its
         answer comes later (:meth:`answers`). The caller keeps ``stdin_fd`` and
         ``output_fd`` open until then. ``base``: more of the environment, as its text
         already encoded (``NAME=value``, NUL between, none inside one) and how many
-        variables it holds; none of them is in ``env``. ConnectionError when no spawner
-        can be had (the caller spawns itself)."""
+        variables it holds; none of them is in ``env``. ``report``: the clone reports a
+        failed step on a pipe of the request's own (what :meth:`wait` needs), not on the
+        socket. ConnectionError when no spawner can be had (the caller spawns itself)."""
         # the fields joined as text and encoded once (an environment is some fifty
         # variables: one encode each cost more than the rest of the message), as the OS's
         # own calls encode (os.fsencode): a value that came from bytes that are not UTF-8
@@ -943,14 +1001,14 @@ class Spawner:
             # refuse a string with one, ValueError; here EINVAL: the attempt does not start)
             raise OSError(22, "a NUL byte in the command, its directory or its environment")
         fds = [fd for fd in (stdin_fd, output_fd) if fd is not None]
-        which = (stdin_fd is not None) | (output_fd is not None) << 1
+        which = (stdin_fd is not None) | (output_fd is not None) << 1 | report << 2
         head = _pack(
             _NO_NICE if nice is None else nice,
             -1 if ioprio is None else ioprio,
             which,
             nfields + n_tail,
         )
-        req = Request(head + text.encode("utf-8", "surrogateescape") + tail, fds)
+        req = Request(head + text.encode("utf-8", "surrogateescape") + tail, fds, report)
         # the spawner answers each request before it reads the next: with too many
         # unread, its answers would fill its socket and both would wait on each other
         while len(self.waiting) >= MAX_WAITING:
@@ -964,7 +1022,7 @@ class Spawner:
         if self._sock is None:
             return False
         try:
-            socket.send_fds(self._sock, [req.message], [*req.fds, req.report_w])
+            socket.send_fds(self._sock, [req.message], req.sent_fds())
         except OSError:
             return False
         return True
@@ -979,7 +1037,7 @@ class Spawner:
                 return
             self._lost()
         for req in self.waiting:
-            os.close(req.report_w)
+            req.drop_report()
         self.waiting = []
         self._give_up("the spawner stopped answering")
         raise ConnectionError(self.failure)
@@ -995,30 +1053,46 @@ class Spawner:
         return out
 
     def _read(self, block: bool) -> None:
-        """Read the answers that came into :attr:`taken` (blocking for the first with
-        ``block``)."""
-        first = True
-        while self.waiting:
-            assert self._sock is not None
+        """Read what came: the answers into :attr:`taken`, the clones' reports into
+        :attr:`reports` (blocking for the first answer with ``block``)."""
+        while self._sock is not None:
+            wait = block and bool(self.waiting)
             try:
-                flags = 0 if block and first else socket.MSG_DONTWAIT
-                answer = self._sock.recv(_ANSWER_BYTES, flags)
+                message = self._sock.recv(_ANSWER_BYTES, 0 if wait else socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
-                answer = b""
-            if len(answer) != _ANSWER_BYTES:
+                message = b""
+            if len(message) != _ANSWER_BYTES:
+                if not self.waiting:  # gone with nothing asked: the next request starts one
+                    self._lost()
+                    break
                 self._replace()  # (raises, or the new spawner answers from the start)
                 continue
-            first = False
+            pid, step, err = _ints(message, 3)
+            if pid > 0 and step >= 0:  # a clone's report: the step it failed at
+                self.reports[pid] = SpawnError(err, STEPS[step] if step < len(STEPS) else "exec")
+                continue
+            if not self.waiting:
+                continue  # an answer to nothing asked: not one of ours
+            block = False
             req = self.waiting.pop(0)
-            os.close(req.report_w)
-            pid, step, err = _ints(answer, 3)
+            req.drop_report()
             if pid == 0:
-                os.close(req.report_r)
+                if req.report_r is not None:
+                    os.close(req.report_r)
+                    req.report_r = None
                 self.taken.append((req, SpawnError(err, STEPS[step])))
             else:
                 self.taken.append((req, pid))
+
+    def report(self, pid: int) -> SpawnError | None:
+        """What the clone ``pid``, asked without a report pipe, said failed before its
+        exec (None: nothing, its exec took). For a clone that exited: it reports before
+        it exits, so its report is on the socket by then."""
+        if pid not in self.reports:
+            self._read(block=False)
+        return self.reports.pop(pid, None)
 
     def wait(self, req: Request) -> int:
         """Wait for the answer to ``req`` (the only request waiting) and for its exec:
@@ -1026,6 +1100,7 @@ class Spawner:
         here); ConnectionError when the spawner is gone and cannot be had again (the
         caller spawns itself)."""
         assert self.waiting == [req], "wait is for a request waiting alone"
+        assert req.report_r is not None, "wait is for a request with a report pipe"
         ((_, answer),) = self.answers(block=True)
         if isinstance(answer, SpawnError):
             raise answer
@@ -1056,7 +1131,7 @@ class Spawner:
         """Close the socket (the spawner exits at its end) and reap it; the requests not
         answered are dropped (their read ends are their callers')."""
         for req in self.waiting:
-            os.close(req.report_w)
+            req.drop_report()
         self.waiting = []
         self._lost()
 

@@ -71,7 +71,7 @@ from .models import (
 )
 from .outcomes import AttemptResult
 from .reaper import kill_group
-from .spawner import Request, Spawner, SpawnError, exec_failure
+from .spawner import SPAWN_FAILED_EXIT, Request, Spawner, SpawnError, exec_failure
 
 #: on ``--timeout``: SIGTERM first, SIGKILL this long after (README, Choices where the
 #: contract is silent)
@@ -669,8 +669,10 @@ class Child:
         #: the shell's path, the working directory and the limits: what names a step
         #: that failed (see _spawn_failure)
         self._context: tuple[str, str, Limits] | None = None
-        #: where a clone of the spawner reports a step that failed (read at the exit)
+        #: where a clone of the spawner reports a step that failed (read at the exit): its
+        #: own pipe, or the spawner
         self.report_r: int | None = None
+        self._spawner: Spawner | None = None
         #: why the command could not start, when that was learnt after the spawn
         self.spawn_error: str | None = None
 
@@ -684,11 +686,14 @@ class Child:
         on_close: Callable[[int], None] | None = None,
         on_reap: Callable[[int], None] | None = None,
         masks: Sequence[bytes] = (),
+        report: bool = False,
     ) -> Child:
         """As :meth:`start` through ``spawner``, without waiting for it: the child is
         pending (pid 0, no pidfd; its output pipe is there) until :meth:`spawned` is
-        given the spawner's answer. ConnectionError when no spawner can be had; OSError
-        when the shell cannot be found."""
+        given the spawner's answer. A step of the clone that failed is learnt at its
+        exit, from the spawner (:meth:`Spawner.report`), or with ``report`` from a pipe of
+        its own (what waiting for the exec needs). ConnectionError when no spawner can be
+        had; OSError when the shell cannot be found."""
         r, w = os.pipe2(os.O_CLOEXEC)
         r, w = _high_fd(r), _high_fd(w)
         in_fd = None
@@ -703,10 +708,12 @@ class Child:
             if isinstance(env, AttemptEnv):
                 base = (env.base.data, len(env.base.vars))
                 req = spawner.request(
-                    path, argv, env.extra, cwd, in_fd, w, limits.nice, ioprio, base=base
+                    path, argv, env.extra, cwd, in_fd, w, limits.nice, ioprio, base, report
                 )
             else:
-                req = spawner.request(path, argv, env, cwd, in_fd, w, limits.nice, ioprio)
+                req = spawner.request(
+                    path, argv, env, cwd, in_fd, w, limits.nice, ioprio, report=report
+                )
         except BaseException:
             for fd in (r, w, in_fd):
                 if fd is not None:
@@ -715,6 +722,7 @@ class Child:
         deadline = now_monotonic + settings.timeout_seconds if settings.timeout_seconds else None
         child = cls(0, None, r, deadline, on_close, limits, on_reap, masks, own_rss=True)
         child.request_, child.report_r = req, req.report_r
+        child._spawner = None if report else spawner
         child._keep = [w] if in_fd is None else [w, in_fd]
         child._spawn_args = (argv, env, cwd, stdin, w, limits)
         child._context = (path, cwd, limits)
@@ -731,6 +739,7 @@ class Child:
             if answer is None:
                 assert path_args is not None
                 self.own_rss = False
+                self._spawner = None  # (its exit code is the command's own)
                 if self.report_r is not None:
                     os.close(self.report_r)
                     self.report_r = None
@@ -791,7 +800,9 @@ class Child:
         """
         if spawner is not None and spawner.available:
             with contextlib.suppress(ConnectionError):  # then spawned here, below
-                child = cls.request(settings, env, now_monotonic, spawner, on_close, on_reap, masks)
+                child = cls.request(
+                    settings, env, now_monotonic, spawner, on_close, on_reap, masks, report=True
+                )
                 child._wait_spawned(spawner)
                 return child
         r, w = os.pipe2(os.O_CLOEXEC)
@@ -877,10 +888,13 @@ class Child:
         if self.pidfd is not None:
             self._close(self.pidfd)
             self.pidfd = None
+        failed = None
         if self.report_r is not None:  # a clone of the spawner: did its exec take?
             failed, self.report_r = exec_failure(self.report_r), None
-            if failed is not None and self._context is not None:
-                self.spawn_error = start_error(_spawn_failure(failed, *self._context))
+        elif self._spawner is not None and self.returncode == SPAWN_FAILED_EXIT:
+            failed = self._spawner.report(self.pid)  # (it reported before it exited)
+        if failed is not None and self._context is not None:
+            self.spawn_error = start_error(_spawn_failure(failed, *self._context))
         # what is already in the pipe is kept; a process outside the group that still
         # holds the pipe open does not keep the attempt alive
         self.on_output()
