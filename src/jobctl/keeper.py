@@ -37,10 +37,11 @@ import mmap
 import os
 import signal
 import sys
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the keeper's program runs alone (python -I -S): nothing of jobctl
+    from collections.abc import Iterable
+
     from .logs import LogFn
 
 #: signals the keeper ignores: a stop or hang-up is the daemon's to act on; the keeper
