@@ -279,8 +279,13 @@ def build_env(
     """The child's environment (jobctl(1), ENVIRONMENT): the daemon's, then the job's
     ``--env-file`` (``file_env``), then its ``--env``, then the run's payload, then its
     ``--secret`` values (``secret_env``), then the ``JOBCTL_*`` variables."""
+    return _whole(base, _run_vars(run, settings, attempt, file_env, secret_env))
+
+
+def _whole(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """The daemon's variables but those only a run may have, then the attempt's over them."""
     env = {k: v for k, v in base.items() if k not in RUN_ONLY_VARS}
-    env.update(_run_vars(run, settings, attempt, file_env, secret_env))
+    env.update(extra)
     return env
 
 
@@ -337,9 +342,7 @@ def attempt_env(
     extra = _run_vars(run, settings, attempt, file_env, secret_env)
     if base.shared and base.vars.keys().isdisjoint(extra):
         return AttemptEnv(base, extra)
-    env = {k: v for k, v in base.vars.items() if k not in RUN_ONLY_VARS}
-    env.update(extra)
-    return env
+    return _whole(base.vars, extra)
 
 
 def mark_inherited_fds_cloexec(keep: Sequence[int] = (0, 1, 2)) -> list[int]:
